@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build the compact offline archive of the GPU Python deps for air-gapped runners:
+# the flashinfer-python and apache-tvm-ffi wheels, unpacked into one folder and
+# packed as a deterministic tar.xz. Everything else flashinfer's FA2/FA3 MLA path
+# needs (torch, numpy, jinja2, filelock, cuda-python, nvidia-ml-py, einops, click,
+# tqdm, requests, tabulate, packaging, ninja) is expected on the runner already.
+#
+# usage: ci/build_offline_bundle.sh [OUT]
+#   OUT          default .bundle/flashinfer-<version>-py<pyver without dot>.tar.xz
+# env:
+#   PY_VERSION   target Python version        (default 3.12)
+#   PLATFORM     target wheel platform tag    (default manylinux_2_28_x86_64)
+#   FLASHINFER   flashinfer-python version    (default 0.7.2.post1)
+#   TVM_FFI      apache-tvm-ffi requirement   (default apache-tvm-ffi==0.1.15.post2,
+#                                              within flashinfer's >=0.1.11,<0.2)
+#   PYTHON       interpreter that runs pip    (default python3)
+set -euo pipefail
+
+PY_VERSION=${PY_VERSION:-3.12}
+PLATFORM=${PLATFORM:-manylinux_2_28_x86_64}
+FLASHINFER=${FLASHINFER:-0.7.2.post1}
+TVM_FFI=${TVM_FFI:-apache-tvm-ffi==0.1.15.post2}
+PYTHON=${PYTHON:-python3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-$ROOT/.bundle/flashinfer-$FLASHINFER-py${PY_VERSION//./}.tar.xz}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
+    --python-version "$PY_VERSION" --implementation cp --platform "$PLATFORM" \
+    -d "$work/wheels" "flashinfer-python==$FLASHINFER" "$TVM_FFI"
+
+mkdir -p "$work/site"
+for wheel in "$work"/wheels/*.whl; do
+    "$PYTHON" -m zipfile -e "$wheel" "$work/site"
+done
+
+mkdir -p "$(dirname "$OUT")"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+    -cf - -C "$work/site" . | xz -6 -T0 > "$OUT.part"
+mv "$OUT.part" "$OUT"
+echo "$OUT $(du -h "$OUT" | cut -f1)"

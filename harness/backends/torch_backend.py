@@ -1,0 +1,56 @@
+"""Reference-grade attention in plain torch (CPU and CUDA): BF16 or FP8 KV, fp32 math.
+
+Each request's rows are gathered in plan order, upcast to fp32 (times the
+per-tensor scale for FP8 KV), and attended with fp32 matmuls; the output is
+rounded to bf16 once. Identical KV values in identical order give identical bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.backends.base import AttnProblem
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    problem: AttnProblem
+    spans: tuple[tuple[int, int], ...]
+    indices: torch.Tensor  # int64
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def unsupported_reason(self, device: torch.device, kv_dtype: torch.dtype) -> Optional[str]:
+        if kv_dtype not in (torch.bfloat16, torch.float8_e4m3fn):
+            return f"torch backend takes bf16 or float8_e4m3fn KV, not {kv_dtype}"
+        return None
+
+    def plan(self, problem: AttnProblem) -> TorchPlan:
+        bounds = problem.kv_indptr.tolist()
+        spans = tuple(zip(bounds[:-1], bounds[1:]))
+        return TorchPlan(problem, spans, problem.kv_indices.to(torch.int64))
+
+    def run(self, plan, q_nope, q_pe, ckv, kpe, kv_scale: Optional[float] = None):
+        problem = plan.problem
+        ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
+        scale = 1.0 if kv_scale is None else kv_scale
+        outs, lses = [], []
+        for b, (start, stop) in enumerate(plan.spans):
+            idx = plan.indices[start:stop]
+            c = ckv2.index_select(0, idx).to(torch.float32)
+            k = kpe2.index_select(0, idx).to(torch.float32)
+            if problem.kv_dtype == torch.float8_e4m3fn:
+                c, k = c * scale, k * scale
+            logits = (q_nope[b].float() @ c.T + q_pe[b].float() @ k.T) * problem.sm_scale
+            lse = torch.logsumexp(logits, dim=-1)
+            outs.append((torch.exp(logits - lse[:, None]) @ c).to(torch.bfloat16))
+            lses.append(lse)
+        return torch.stack(outs), torch.stack(lses)

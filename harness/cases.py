@@ -1,0 +1,86 @@
+"""A case = (preset, scale, scenario): what a golden file holds and a run checks."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness import synth
+from harness.errors import HarnessError
+from harness.presets import ModelPreset, Scale, get_preset, get_scale
+from harness.scenario import Scenario, load_scenario
+from harness.schedule import Schedule, compile_schedule
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+CASES_FILE = GOLDEN_DIR / "cases.toml"
+MAX_CHECKED_LAYERS = 4
+MAX_CHECKED_REQUESTS = 8
+
+
+@dataclass(frozen=True)
+class Case:
+    preset: ModelPreset
+    scale: Scale
+    scenario: Scenario
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset.name}.{self.scale.name}.{self.scenario.name}"
+
+    @property
+    def num_layers(self) -> int:
+        return self.scale.layers_for(self.preset)
+
+    def schedule(self) -> Schedule:
+        return compile_schedule(self.scenario, self.scale.slots)
+
+    def checked_layers(self) -> list[int]:
+        """All layers when few; else the first, the last and two seeded picks in between."""
+        n = self.num_layers
+        if n <= MAX_CHECKED_LAYERS:
+            return list(range(n))
+        picks = {0, n - 1}
+        key = synth.chain(self.scenario.seed, 0x4C59)
+        while len(picks) < MAX_CHECKED_LAYERS:
+            key = synth.fmix32_int(key)
+            picks.add(1 + key % (n - 2))
+        return sorted(picks)
+
+    def checked_request_ids(self) -> np.ndarray:
+        """All requests when few; else the 8 with the smallest seeded hash of their id."""
+        ids = np.arange(len(self.scenario.kv_lens), dtype=np.int64)
+        if len(ids) <= MAX_CHECKED_REQUESTS:
+            return ids
+        keys = synth.fmix32(np.uint32(synth.chain(self.scenario.seed, 0x5251)) ^ ids.astype(np.uint32))
+        return np.sort(ids[np.argsort(keys, kind="stable")[:MAX_CHECKED_REQUESTS]])
+
+
+def checked_positions(batch, request_ids: np.ndarray) -> np.ndarray:
+    """Positions within a step's batch of the checked requests still in it."""
+    return np.nonzero(np.isin(batch.request_ids, request_ids))[0]
+
+
+def golden_case_names() -> list[str]:
+    return [f"{c['preset']}.{c['scale']}.{c['scenario']}" for c in _case_table()]
+
+
+def _case_table() -> list[dict]:
+    try:
+        table = tomllib.loads(CASES_FILE.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise HarnessError(str(CASES_FILE), f"cannot read the golden case list ({exc})") from None
+    cases = table.get("case")
+    if not isinstance(cases, list):
+        raise HarnessError(f"{CASES_FILE}: case", "missing [[case]] entries")
+    return cases
+
+
+def load_case(name: str) -> Case:
+    """A case by its name '<preset>.<scale>.<scenario>' as listed in golden/cases.toml."""
+    for entry in _case_table():
+        if f"{entry['preset']}.{entry['scale']}.{entry['scenario']}" == name:
+            return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
+    raise HarnessError("--case", f"no golden case {name!r} in {CASES_FILE}")

@@ -1,0 +1,127 @@
+"""Verdicts: error statistics against a golden, tolerance policy, bitwise tier."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+
+import torch
+
+POLICY_FILE = Path(__file__).with_name("tolerances.toml")
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    max_norm_rel: float  # ||out - gold|| / ||gold|| over the whole tensor
+    lse_atol: float
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    max_abs: float
+    max_rel: float
+    norm_rel: float
+    mismatches: int
+    total: int
+    matched_ratio: float
+    worst_index: tuple[int, ...]
+    nonfinite: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: str = ""
+    stats: ErrorStats | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Status.PASS
+
+    def to_dict(self) -> dict:
+        return {"status": self.status.value, "reason": self.reason, "stats": asdict(self.stats) if self.stats else None}
+
+
+def policy(strategy: str, backend: str) -> Tolerance:
+    """The tolerance for (strategy, backend) from tolerances.toml; backend families share one row."""
+    table = tomllib.loads(POLICY_FILE.read_text())["tolerance"]
+    family = backend.split("-")[0]
+    for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy, "default"):
+        if key in table:
+            return Tolerance(**table[key])
+    raise KeyError(key)
+
+
+def error_stats(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> ErrorStats:
+    a, e = actual.double(), expected.double()
+    diff = (a - e).abs()
+    nonfinite = int((~torch.isfinite(a)).sum())
+    bad = ~(diff <= atol + rtol * e.abs())  # NaN compares false, so NaN is always bad
+    score = torch.where(torch.isfinite(diff), diff - rtol * e.abs(), torch.full_like(diff, float("inf")))
+    worst = tuple(int(i) for i in torch.unravel_index(torch.argmax(score), score.shape)) if score.numel() else ()
+    finite = torch.isfinite(diff)
+    max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
+    rel = diff / e.abs().clamp_min(1e-30)
+    max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0
+    norm = float(torch.linalg.vector_norm(torch.where(finite, a - e, 0.0)) / torch.linalg.vector_norm(e).clamp_min(1e-30))
+    total = diff.numel()
+    mismatches = int(bad.sum())
+    return ErrorStats(
+        max_abs=max_abs if nonfinite == 0 else float("inf"),
+        max_rel=max_rel if nonfinite == 0 else float("inf"),
+        norm_rel=norm if nonfinite == 0 else float("inf"),
+        mismatches=mismatches,
+        total=total,
+        matched_ratio=(total - mismatches) / total if total else 1.0,
+        worst_index=worst,
+        nonfinite=nonfinite,
+    )
+
+
+def check_against_golden(out, lse, gold_out, gold_lse, tol: Tolerance) -> Verdict:
+    """Per-element |out-gold| <= atol + rtol*|gold|, norm-relative error, LSE; NaN/Inf always fail."""
+    if out.shape != gold_out.shape or lse.shape != gold_lse.shape:
+        return Verdict(Status.FAIL, f"shape {tuple(out.shape)} != golden {tuple(gold_out.shape)}")
+    stats = error_stats(out, gold_out, tol.atol, tol.rtol)
+    lse_err = (lse.double() - gold_lse.double()).abs()
+    reasons = []
+    if stats.nonfinite:
+        reasons.append(f"{stats.nonfinite} non-finite outputs")
+    if stats.mismatches:
+        reasons.append(f"{stats.mismatches}/{stats.total} elements outside atol={tol.atol:g} rtol={tol.rtol:g}, worst at {stats.worst_index}")
+    if stats.norm_rel > tol.max_norm_rel:
+        reasons.append(f"norm-relative error {stats.norm_rel:.3g} > {tol.max_norm_rel:g}")
+    if not bool((lse_err <= tol.lse_atol).all()):
+        reasons.append(f"LSE error {float(lse_err.nan_to_num(float('inf')).max()):.3g} > {tol.lse_atol:g}")
+    return Verdict(Status.FAIL if reasons else Status.PASS, "; ".join(reasons), stats)
+
+
+def check_bitwise(out, lse, ref_out, ref_lse, ref_name: str) -> Verdict:
+    """The exactness tier: identical bits to `ref_name`'s output on the same backend and plan."""
+    if out.shape != ref_out.shape:
+        return Verdict(Status.FAIL, f"shape differs from {ref_name}")
+    diff = out.view(torch.int16) != ref_out.view(torch.int16)
+    n = int(diff.sum())
+    if n or not torch.equal(lse.view(torch.int32), ref_lse.view(torch.int32)):
+        where = tuple(int(i) for i in diff.nonzero()[0]) if n else "lse"
+        return Verdict(Status.FAIL, f"not bitwise equal to {ref_name}: {n} of {out.numel()} outputs differ (first at {where})")
+    return Verdict(Status.PASS)
+
+
+def combine(verdicts: list[Verdict]) -> Verdict:
+    """The worst verdict wins; reasons of all failures are kept."""
+    failed = [v for v in verdicts if v.status != Status.PASS]
+    if not failed:
+        return verdicts[0] if verdicts else Verdict(Status.PASS)
+    return Verdict(failed[0].status, " | ".join(v.reason for v in failed), failed[0].stats)

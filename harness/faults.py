@@ -1,0 +1,40 @@
+"""Planted faults: each must turn a correctness verdict red (negative controls)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from harness.errors import HarnessError
+
+
+class Fault(str, Enum):
+    SHADOW_SKIPPED_STEP = "shadow-skipped-step"  # shadow: no BF16 write on the last step
+    REMAP_OFF_BY_ONE = "remap-off-by-one"  # gather_cast: sequential indices start at 1
+    SCALE_ERROR = "scale-error-1pct"  # native_fp8: kv scale 1.01 instead of 1.0
+    STALE_AFTER_REUSE = "stale-after-reuse"  # shadow: no BF16 write into a reused slot
+    DROPPED_LAST_TOKEN = "dropped-last-token"  # any: each request's newest token is not attended
+    NAN_IN_POOL = "nan-in-pool"  # any: the first token written holds a NaN code
+
+
+# The strategy whose code path a fault lives in (None: every strategy).
+FAULT_TARGET = {
+    Fault.SHADOW_SKIPPED_STEP: "shadow",
+    Fault.REMAP_OFF_BY_ONE: "gather_cast",
+    Fault.SCALE_ERROR: "native_fp8",
+    Fault.STALE_AFTER_REUSE: "shadow",
+    Fault.DROPPED_LAST_TOKEN: None,
+    Fault.NAN_IN_POOL: None,
+}
+
+NAN_CODE = 0x7F
+
+
+def parse_faults(names) -> frozenset[Fault]:
+    faults = set()
+    for name in names or ():
+        try:
+            faults.add(Fault(name))
+        except ValueError:
+            known = ", ".join(f.value for f in Fault)
+            raise HarnessError("--plant-fault", f"unknown fault {name!r}; choose from {known}") from None
+    return frozenset(faults)

@@ -1,0 +1,173 @@
+"""Golden files: float64-reference outputs in safetensors plus a JSON manifest per case.
+
+golden/<case>/outputs.safetensors holds, for each checked (step, layer):
+  s{step}.l{layer}.out_bf16 / .out_fp32 [R, H, 512] and .lse [R, H] (natural log),
+and s{step}.positions [R] (the checked requests' positions in that step's batch).
+The manifest records the case spec, generator version, sha256 of the inputs read
+and of the outputs file. Inputs are never stored: the generator recreates them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from harness import synth
+from harness.cases import GOLDEN_DIR, Case, checked_positions
+from harness.errors import HarnessError
+from harness.reference import mla_decode_f64, step_inputs
+
+MANIFEST = "manifest.json"
+OUTPUTS = "outputs.safetensors"
+SCHEMA = "mla-harness-golden/1"
+# Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
+RECOMPUTE_RTOL = 2.5e-7
+RECOMPUTE_ATOL = 1e-9
+
+
+@dataclass
+class GoldenData:
+    tensors: dict[str, torch.Tensor]
+    manifest: dict
+
+    def out(self, step: int, layer: int) -> torch.Tensor:
+        return self.tensors[f"s{step}.l{layer}.out_fp32"]
+
+    def lse(self, step: int, layer: int) -> torch.Tensor:
+        return self.tensors[f"s{step}.l{layer}.lse"]
+
+    def positions(self, step: int) -> np.ndarray:
+        return self.tensors[f"s{step}.positions"].numpy()
+
+    def keys(self) -> list[tuple[int, int]]:
+        return [tuple(k) for k in self.manifest["checked"]]
+
+
+def case_dir(case_name: str, root: Path = GOLDEN_DIR) -> Path:
+    return root / case_name
+
+
+def compute(case: Case, progress=None) -> GoldenData:
+    """Run the float64 reference for the case's checked layers and requests."""
+    schedule = case.schedule()
+    request_ids = case.checked_request_ids()
+    layers = case.checked_layers()
+    tensors: dict[str, torch.Tensor] = {}
+    inputs_hash = hashlib.sha256()
+    checked = []
+    for batch in schedule.steps:
+        positions = checked_positions(batch, request_ids)
+        tensors[f"s{batch.step}.positions"] = torch.from_numpy(positions.astype(np.int64))
+        for layer in layers:
+            inputs = step_inputs(case.preset, case.scenario.seed, batch, layer, positions)
+            for t in (inputs.q_nope, inputs.q_pe, *inputs.rows):
+                inputs_hash.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+            out, lse = mla_decode_f64(inputs, case.preset.kv_lora_rank, case.preset.sm_scale)
+            key = f"s{batch.step}.l{layer}"
+            tensors[f"{key}.out_bf16"] = out.to(torch.bfloat16)
+            tensors[f"{key}.out_fp32"] = out.to(torch.float32)
+            tensors[f"{key}.lse"] = lse.to(torch.float32)
+            checked.append([batch.step, layer])
+            if progress is not None:
+                progress()
+    manifest = {
+        "schema": SCHEMA,
+        "case": case.name,
+        "preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale},
+        "scale": {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers},
+        "scenario": case.scenario.to_dict(),
+        "generator": synth.GENERATOR_VERSION,
+        "seed": case.scenario.seed,
+        "reference_precision": "float64",
+        "checked": checked,
+        "checked_request_ids": request_ids.tolist(),
+        "inputs_sha256": inputs_hash.hexdigest(),
+        "versions": {"torch": torch.__version__, "numpy": np.__version__, "safetensors": safetensors.__version__},
+    }
+    return GoldenData(tensors, manifest)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load(case_name: str, root: Path = GOLDEN_DIR) -> GoldenData:
+    """Load and integrity-check a stored golden; any problem is one HarnessError line."""
+    folder = case_dir(case_name, root)
+    manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
+    if not manifest_path.is_file():
+        raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise HarnessError(str(manifest_path), f"corrupt JSON ({exc})") from None
+    for field in ("schema", "case", "checked", "inputs_sha256", "outputs_sha256", "generator"):
+        if field not in manifest:
+            raise HarnessError(f"{manifest_path}: {field}", "missing field")
+    if manifest["schema"] != SCHEMA:
+        raise HarnessError(f"{manifest_path}: schema", f"expected {SCHEMA!r}, got {manifest['schema']!r}")
+    if not outputs_path.is_file():
+        raise HarnessError(str(outputs_path), "golden outputs missing")
+    digest = _sha256_file(outputs_path)
+    if digest != manifest["outputs_sha256"]:
+        raise HarnessError(
+            f"{manifest_path}: outputs_sha256",
+            f"does not match {outputs_path.name} (sha256 {digest[:12]}...): the golden was modified or corrupted",
+        )
+    try:
+        tensors = safetensors.torch.load_file(outputs_path)
+    except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        raise HarnessError(str(outputs_path), f"unreadable safetensors ({exc})") from None
+    for step, layer in manifest["checked"]:
+        for suffix in ("out_fp32", "out_bf16", "lse"):
+            if f"s{step}.l{layer}.{suffix}" not in tensors:
+                raise HarnessError(f"{outputs_path}: s{step}.l{layer}.{suffix}", "tensor missing")
+    return GoldenData(tensors, manifest)
+
+
+def differences(old: GoldenData, new: GoldenData) -> list[str]:
+    """What changed between a stored golden and a recomputed one (empty: equivalent)."""
+    changes = []
+    for field in ("case", "preset", "scale", "scenario", "generator", "checked", "checked_request_ids"):
+        if old.manifest.get(field) != new.manifest.get(field):
+            changes.append(f"{field}: {old.manifest.get(field)!r} -> {new.manifest.get(field)!r}")
+    if old.manifest.get("inputs_sha256") != new.manifest["inputs_sha256"]:
+        changes.append("inputs_sha256: the generated pool rows or queries changed (generator drift)")
+    for name, tensor in new.tensors.items():
+        stored = old.tensors.get(name)
+        if stored is None or stored.shape != tensor.shape:
+            changes.append(f"{name}: missing or reshaped")
+        elif name.endswith("positions") or name.endswith("out_bf16"):
+            if not torch.equal(stored, tensor):
+                changes.append(f"{name}: {int((stored != tensor).sum())} elements differ")
+        elif not torch.allclose(stored, tensor, rtol=RECOMPUTE_RTOL, atol=RECOMPUTE_ATOL):
+            changes.append(f"{name}: max |diff| {float((stored - tensor).abs().max()):.3g}")
+    return changes
+
+
+def write(data: GoldenData, case_name: str, root: Path = GOLDEN_DIR) -> None:
+    """Write atomically: a crash leaves the previous golden intact."""
+    folder = case_dir(case_name, root)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        tmp_outputs = Path(tmp) / OUTPUTS
+        safetensors.torch.save_file({k: v.contiguous() for k, v in sorted(data.tensors.items())}, tmp_outputs)
+        data.manifest["outputs_sha256"] = _sha256_file(tmp_outputs)
+        data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        tmp_manifest = Path(tmp) / MANIFEST
+        tmp_manifest.write_text(json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp_outputs, folder / OUTPUTS)
+        os.replace(tmp_manifest, folder / MANIFEST)

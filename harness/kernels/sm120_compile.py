@@ -1,0 +1,65 @@
+"""Ahead-of-time compilation of every kernel here for a CUDA target, without a GPU.
+
+Evidence that the kernels build for an architecture we cannot run on (sm_120,
+RTX PRO 6000 Blackwell): each kernel is compiled through triton.compile with the
+launch configuration and argument specialization (16-byte aligned pointers and
+row strides) that the wrappers use, and must yield a non-empty cubin.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from harness.kernels import cast, gather_cast, shadow_write, synth_fill
+from harness.kernels.rowtile import split_width
+
+ROW_WIDTH = 576
+
+
+def _specs(width: int):
+    """(label, kernel, signature, constexprs, num_warps) for every launched variant."""
+    head, tail, tail_p2 = split_width(width)
+    rows = dict(HEAD=head, TAIL=tail, TAIL_P2=tail_p2)
+    fill = dict(out="*u8", out_stride="i32", n_rows="i32", first_slot="i32", key="i32", table="*u8")
+    synth_c = dict(WIDTH=width, BLOCK_R=synth_fill.BLOCK_R, BLOCK_C=synth_fill.block_c(width))
+    gather = dict(src="*u8", src_stride="i32", indices="*i32", out="*bf16", out_stride="i32", n="i32")
+    return [
+        ("fill_layer", synth_fill.kv_codes_kernel, dict(fill, slots="*u8", gens="*u8"),
+         dict(synth_c, SLOTS_FROM_ROW=True), synth_fill.NUM_WARPS),
+        ("kv_codes", synth_fill.kv_codes_kernel, dict(fill, slots="*i64", gens="*i64"),
+         dict(synth_c, SLOTS_FROM_ROW=False), synth_fill.NUM_WARPS),
+        ("cast", cast.cast_kernel, dict(src="*u8", dst="*bf16", n="i32"),
+         dict(BLOCK=cast.BLOCK), cast.NUM_WARPS),
+        ("gather_cast", gather_cast.gather_cast_kernel, dict(gather, count="*i32"),
+         dict(rows, HAS_COUNT=False, BLOCK_R=gather_cast.BLOCK_R), gather_cast.NUM_WARPS),
+        ("gather_cast_count", gather_cast.gather_cast_kernel, dict(gather, count="*i32"),
+         dict(rows, HAS_COUNT=True, BLOCK_R=gather_cast.BLOCK_R), gather_cast.NUM_WARPS),
+        ("write_fp8_and_bf16", shadow_write.write_fp8_and_bf16_kernel,
+         dict(pool="*u8", pool_stride="i32", shadow="*bf16", shadow_stride="i32", slots="*i64",
+              codes="*u8", codes_stride="i32", n="i32"),
+         dict(rows, BLOCK_R=shadow_write.BLOCK_R), shadow_write.NUM_WARPS),
+    ]
+
+
+def _source(kernel, signature, constexprs):
+    """An ASTSource with arguments in kernel order; pointers and strides marked 16-divisible."""
+    names = kernel.arg_names
+    sig = {k: signature.get(k, "constexpr") for k in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, k in enumerate(names)
+               if sig[k].startswith("*") or k.endswith("_stride")}
+    return ASTSource(kernel, signature=sig, constexprs=constexprs, attrs=aligned)
+
+
+def compile_all_for(capability: int, width: int = ROW_WIDTH) -> list[str]:
+    """Compile every kernel variant for sm_<capability>; return their labels."""
+    target = GPUTarget("cuda", capability, 32)
+    labels = []
+    for label, kernel, signature, constexprs, num_warps in _specs(width):
+        compiled = triton.compile(_source(kernel, signature, constexprs), target=target,
+                                  options={"num_warps": num_warps})
+        if not compiled.asm.get("cubin"):
+            raise RuntimeError(f"{label}: empty cubin for sm_{capability}")
+        labels.append(label)
+    return labels

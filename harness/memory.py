@@ -1,0 +1,53 @@
+"""Memory plans: every big allocation is checked against free memory first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.errors import HarnessError
+
+GIB = 1024**3
+HEADROOM = 0.95  # leave 5% of free memory to the allocator and the kernels' workspaces
+
+
+def free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise HarnessError("/proc/meminfo", "no MemAvailable line; cannot plan host memory")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Named allocations, plus how the total grows with the pool's slot count."""
+
+    items: tuple[tuple[str, int], ...]
+    bytes_per_slot: int
+    slots: int
+
+    @property
+    def total(self) -> int:
+        return sum(b for _, b in self.items)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name} {b / GIB:.2f} GiB" for name, b in self.items if b)
+        return f"{self.total / GIB:.2f} GiB ({parts})"
+
+    def largest_slots(self, available: int) -> int:
+        fixed = self.total - self.bytes_per_slot * self.slots
+        return max(0, int((available * HEADROOM - fixed) // max(self.bytes_per_slot, 1)))
+
+    def check(self, device: torch.device, available: int | None = None) -> None:
+        available = free_bytes(device) if available is None else available
+        if self.total > available * HEADROOM:
+            raise HarnessError(
+                "memory plan",
+                f"needs {self.describe()} but {device} has {available / GIB:.2f} GiB free; "
+                f"the largest pool that fits has {self.largest_slots(available)} slots (--slots)",
+            )

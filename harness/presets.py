@@ -1,0 +1,89 @@
+"""Model/deployment presets and pool scales (all fields overridable from the CLI)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from harness.errors import HarnessError
+
+KV_LORA_RANK = 512
+QK_ROPE_HEAD_DIM = 64
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """One tensor-parallel rank of an MLA model: what the decode kernels see."""
+
+    name: str
+    num_layers: int
+    num_heads_total: int
+    tp: int
+    qk_nope_head_dim: int
+    kv_lora_rank: int = KV_LORA_RANK
+    qk_rope_head_dim: int = QK_ROPE_HEAD_DIM
+
+    @property
+    def heads_per_rank(self) -> int:
+        return self.num_heads_total // self.tp
+
+    @property
+    def row_width(self) -> int:
+        """Bytes of one FP8 KV row: compressed KV plus RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def sm_scale(self) -> float:
+        return 1.0 / math.sqrt(self.qk_nope_head_dim + self.qk_rope_head_dim)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Pool size and how many layers are materialized."""
+
+    name: str
+    slots: int
+    num_layers: int | None  # None: the preset's layer count
+
+    def layers_for(self, preset: ModelPreset) -> int:
+        return preset.num_layers if self.num_layers is None else self.num_layers
+
+
+PRESETS = {
+    p.name: p
+    for p in (
+        ModelPreset("glm5-tp8", num_layers=78, num_heads_total=64, tp=8, qk_nope_head_dim=192),
+        ModelPreset("deepseek-v3-tp8", num_layers=61, num_heads_total=128, tp=8, qk_nope_head_dim=128),
+    )
+}
+
+# prod: GLM-5 on 8x RTX PRO 6000 at --mem-fraction-static 0.92 (495,552 token slots per rank).
+# ci: small enough that the CPU suite builds pools and runs every strategy in seconds.
+SCALES = {
+    s.name: s
+    for s in (
+        Scale("prod", slots=495_552, num_layers=None),
+        Scale("ci", slots=16_384, num_layers=2),
+    )
+}
+
+
+def get_preset(name: str) -> ModelPreset:
+    if name not in PRESETS:
+        raise HarnessError("--preset", f"unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
+    return PRESETS[name]
+
+
+def get_scale(name: str, slots: int | None = None, num_layers: int | None = None) -> Scale:
+    if name not in SCALES:
+        raise HarnessError("--scale", f"unknown scale {name!r}; choose from {', '.join(sorted(SCALES))}")
+    scale = SCALES[name]
+    if slots is not None:
+        if slots < 1:
+            raise HarnessError("--slots", f"must be >= 1, got {slots}")
+        scale = replace(scale, slots=slots)
+    if num_layers is not None:
+        if num_layers < 1:
+            raise HarnessError("--layers", f"must be >= 1, got {num_layers}")
+        scale = replace(scale, num_layers=num_layers)
+    return scale

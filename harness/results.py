@@ -1,0 +1,117 @@
+"""Results: one row per (case, strategy, metric), with an environment fingerprint and repro command."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SCHEMA = "mla-harness-results/1"
+
+
+@dataclass
+class Row:
+    preset: str
+    scale: str
+    scenario: str
+    strategy: str
+    backend: str
+    metric: str
+    value: object
+    unit: str | None = None
+    better: str | None = None  # "lower", "higher", or None for non-numeric metrics
+    iqr: float | None = None
+    samples: list[float] = field(default_factory=list)
+    detail: dict | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.preset, self.scale, self.scenario, self.strategy, self.backend, self.metric)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _gpu_fingerprint(device: torch.device) -> dict:
+    props = torch.cuda.get_device_properties(device)
+    info = {
+        "gpu": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "gpu_memory_bytes": props.total_memory,
+        "cuda": torch.version.cuda,
+    }
+    try:
+        query = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", f"--id={device.index or 0}"],
+            capture_output=True, text=True, timeout=10,
+        )
+        keys = ["driver", "clock_sm", "clock_mem", "clock_sm_max", "power_limit", "temperature"]
+        info.update(dict(zip(keys, (v.strip() for v in out.stdout.strip().split(",")))))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def environment(device: torch.device) -> dict:
+    """Where and with what the numbers were made."""
+    env = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "device": str(device),
+        "git_commit": _git_commit(),
+    }
+    try:
+        from importlib.metadata import version
+
+        env["flashinfer"] = version("flashinfer-python")
+    except Exception:
+        env["flashinfer"] = None
+    if device.type == "cuda":
+        env.update(_gpu_fingerprint(device))
+    else:
+        env["gpu"] = None
+    return env
+
+
+def repro_command(argv: list[str] | None = None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", "-m", "harness", *args])
+
+
+def write_results(path: str | Path, rows: list[Row], env: dict, repro: str) -> None:
+    doc = {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": env,
+        "repro": repro,
+        "rows": [asdict(r) for r in rows],
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,156 @@
+"""The main job: build the pool, run every strategy on the same queries, check, time, report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from rich.console import Console
+
+from harness import golden, timing
+from harness.backends import make_backend
+from harness.cases import Case, checked_positions, golden_case_names
+from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
+from harness.decode import DecodeSession, Outputs, make_step_data
+from harness.faults import FAULT_TARGET
+from harness.memory import MemoryPlan
+from harness.pool import KVPool, PoolGeometry
+from harness.progress import progress_bar
+from harness.results import Row
+from harness.strategies import ORDER, REGISTRY
+
+
+@dataclass
+class RunConfig:
+    case: Case
+    device: torch.device
+    backend: str = "auto"
+    strategies: tuple[str, ...] = ORDER
+    faults: frozenset = frozenset()
+    repeats: int = 5
+    reference: str = "auto"  # "golden", "live", or "auto" (golden when the case has one)
+    dump_outputs: Path | None = None
+
+
+@dataclass
+class StrategyResult:
+    strategy: str
+    verdict: Verdict
+    metrics: dict[str, timing.Samples] = field(default_factory=dict)
+    extra_bytes: int | None = None
+    peak_bytes: int | None = None
+
+
+def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
+    use_golden = cfg.reference == "golden" or (cfg.reference == "auto" and cfg.case.name in golden_case_names())
+    if use_golden:
+        return golden.load(cfg.case.name), f"golden/{cfg.case.name}"
+    console.print(f"[yellow]no golden for {cfg.case.name}: checking against a live float64 reference[/]")
+    n = len(cfg.case.checked_layers()) * cfg.case.scenario.steps
+    with progress_bar(console, "float64 reference", n) as advance:
+        return golden.compute(cfg.case, progress=advance), "live float64 reference"
+
+
+def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, stock: Outputs | None, tier) -> Verdict:
+    tol = policy(name, backend_name)
+    verdicts = []
+    for step, layer in gold.keys():
+        out, lse = outputs[(step, layer)]
+        pos = torch.as_tensor(gold.positions(step))
+        verdicts.append(check_against_golden(out[pos], lse[pos], gold.out(step, layer), gold.lse(step, layer), tol))
+        if tier == "bitwise" and stock is not None:
+            verdicts.append(check_bitwise(out, lse, *stock[(step, layer)], "stock"))
+    return combine(verdicts)
+
+
+def _measure(session: DecodeSession, repeats: int) -> dict[str, timing.Samples]:
+    """cast_us, attn_us (layer 0 of the last step) and step_ms (the whole last step)."""
+    s, last = session.strategy, session.schedule.steps[-1]
+    plan = s.begin_step(last)
+    q = session.data.queries[(last.step, 0)]
+    kv = s.prepare_kv(0)
+    if s.device.type == "cuda":
+        cast = timing.device_time_ms(lambda: s.prepare_kv(0), repeats)
+        attn = timing.device_time_ms(lambda: s.attend(plan, *q, kv), repeats)
+        step = timing.device_time_ms(lambda: session.step(last), repeats, cold_l2=False)
+    else:
+        cast = timing.host_time_ms(lambda: s.prepare_kv(0), repeats)
+        attn = timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
+        step = timing.host_time_ms(lambda: session.step(last), max(1, repeats // 2))
+    return {
+        "cast_us": timing.Samples("us", tuple(t * 1e3 for t in cast)),
+        "attn_us": timing.Samples("us", tuple(t * 1e3 for t in attn)),
+        "step_ms": timing.Samples("ms", tuple(step)),
+    }
+
+
+def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
+    """Run the configured strategies on one case; returns per-strategy results and the backend name."""
+    case, device = cfg.case, cfg.device
+    schedule = case.schedule()
+    backend = make_backend(cfg.backend, device)
+    geometry = PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
+    runnable, results = [], []
+    for name in cfg.strategies:
+        reason = REGISTRY[name].unsupported_reason(device, backend)
+        if reason:
+            results.append(StrategyResult(name, Verdict(Status.UNSUPPORTED, reason)))
+        else:
+            runnable.append(name)
+    extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in runnable), default=0)
+    per_slot = case.preset.row_width * case.num_layers * (3 if "shadow" in runnable else 1)
+    plan = MemoryPlan((("fp8 pool", geometry.total_bytes), ("largest strategy buffer", extra)), per_slot, geometry.slots)
+    console.print(f"memory plan: {plan.describe()}")
+    plan.check(device)
+    gold, ref_label = _reference(cfg, console)
+    with progress_bar(console, f"fp8 pool {geometry.slots:,} slots x {geometry.num_layers} layers", geometry.num_layers) as advance:
+        pool = KVPool(geometry, case.scenario.seed, device, progress=lambda *_: advance())
+    data = make_step_data(case.preset, schedule, pool, cfg.faults)
+    record = set(case.checked_layers())
+    stock_outputs = None
+    for name in runnable:
+        cls = REGISTRY[name]
+        faults = frozenset(f for f in cfg.faults if FAULT_TARGET[f] in (None, name))
+        strategy = cls(pool, backend, case.preset, faults)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            base_mem = torch.cuda.memory_allocated(device)
+        with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
+            outputs = session.run_all(record, progress=advance)
+            metrics = _measure(session, cfg.repeats) if cfg.repeats else {}
+        if name == "stock":
+            stock_outputs = outputs
+        verdict = _verdict(name, backend.name, outputs, gold, stock_outputs if name != "stock" else None, cls.tier)
+        peak = torch.cuda.max_memory_allocated(device) - base_mem if device.type == "cuda" else None
+        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak))
+        if cfg.dump_outputs is not None:
+            dump(outputs, cfg.dump_outputs / f"{case.name}.{name}.safetensors")
+    order = {n: i for i, n in enumerate(cfg.strategies)}
+    results.sort(key=lambda r: order[r.strategy])
+    console.print(f"checked against {ref_label}")
+    return results, backend.name
+
+
+def dump(outputs: Outputs, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for (step, layer), (out, lse) in outputs.items():
+        tensors[f"s{step}.l{layer}.out"] = out.contiguous()
+        tensors[f"s{step}.l{layer}.lse"] = lse.contiguous()
+    safetensors.torch.save_file(tensors, path)
+
+
+def to_rows(case: Case, backend: str, results: list[StrategyResult]) -> list[Row]:
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=backend)
+    rows = []
+    for r in results:
+        rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
+        for metric, s in r.metrics.items():
+            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better="lower", iqr=s.iqr, samples=list(s.values), **ident))
+        if r.extra_bytes is not None:
+            rows.append(Row(strategy=r.strategy, metric="extra_bytes", value=r.extra_bytes, unit="B", better="lower", **ident))
+        if r.peak_bytes is not None:
+            rows.append(Row(strategy=r.strategy, metric="peak_bytes", value=r.peak_bytes, unit="B", better="lower", **ident))
+    return rows

@@ -1,0 +1,128 @@
+"""Decode workloads as data: TOML files validated into `Scenario` objects."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+LAYOUTS = ("scattered", "contiguous", "tail")
+KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "finish"}
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Request `request` leaves the batch after step `after_step`; its slots are freed."""
+
+    after_step: int
+    request: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    steps: int
+    kv_lens: tuple[int, ...]  # attended length of each request at step 0 (includes its new token)
+    layout: str
+    finish: tuple[Finish, ...] = field(default=())
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "steps": self.steps,
+            "kv_lens": list(self.kv_lens),
+            "layout": self.layout,
+            "finish": [{"after_step": f.after_step, "request": f.request} for f in self.finish],
+        }
+
+
+def _int(where: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HarnessError(where, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise HarnessError(where, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_scenario(data: dict, source: str) -> Scenario:
+    """Validate a decoded TOML table; every error names `source` and the field."""
+    unknown = sorted(set(data) - KNOWN_KEYS)
+    if unknown:
+        raise HarnessError(f"{source}: {unknown[0]}", f"unknown field (known: {', '.join(sorted(KNOWN_KEYS))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise HarnessError(f"{source}: name", "must be a non-empty string")
+    seed = _int(f"{source}: seed", data.get("seed", 0), 0)
+    steps = _int(f"{source}: steps", data.get("steps", 1), 1)
+    if "kv_lens" in data:
+        if "batch_size" in data or "kv_len" in data:
+            raise HarnessError(f"{source}: kv_lens", "give either kv_lens or batch_size + kv_len, not both")
+        if not isinstance(data["kv_lens"], list) or not data["kv_lens"]:
+            raise HarnessError(f"{source}: kv_lens", "must be a non-empty list of integers")
+        kv_lens = tuple(_int(f"{source}: kv_lens[{i}]", v, 1) for i, v in enumerate(data["kv_lens"]))
+    elif "batch_size" in data and "kv_len" in data:
+        batch = _int(f"{source}: batch_size", data["batch_size"], 1)
+        kv_lens = (_int(f"{source}: kv_len", data["kv_len"], 1),) * batch
+    else:
+        raise HarnessError(f"{source}: kv_lens", "missing: give kv_lens or batch_size + kv_len")
+    layout = data.get("layout", "scattered")
+    if layout not in LAYOUTS:
+        raise HarnessError(f"{source}: layout", f"must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    finishes = []
+    for i, entry in enumerate(data.get("finish", [])):
+        where = f"{source}: finish[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"after_step", "request"}:
+            raise HarnessError(where, "must be a table with exactly after_step and request")
+        after = _int(f"{where}.after_step", entry["after_step"], 0)
+        if after >= steps - 1:
+            raise HarnessError(f"{where}.after_step", f"must be < steps - 1 = {steps - 1} so the freed slots get reused")
+        request = _int(f"{where}.request", entry["request"], 0)
+        if request >= len(kv_lens):
+            raise HarnessError(f"{where}.request", f"no request {request} in a batch of {len(kv_lens)}")
+        finishes.append(Finish(after, request))
+    if len({f.request for f in finishes}) != len(finishes):
+        raise HarnessError(f"{source}: finish", "a request can finish only once")
+    if len(finishes) >= len(kv_lens):
+        raise HarnessError(f"{source}: finish", "at least one request must stay in the batch")
+    return Scenario(
+        name=name,
+        description=str(data.get("description", "")),
+        seed=seed,
+        steps=steps,
+        kv_lens=kv_lens,
+        layout=layout,
+        finish=tuple(finishes),
+        source=source,
+    )
+
+
+def load_scenario_file(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise HarnessError(str(path), f"cannot read scenario file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise HarnessError(str(path), f"malformed TOML: {exc}") from None
+    return parse_scenario(data, str(path))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+
+
+def load_scenario(name: str) -> Scenario:
+    path = SCENARIO_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise HarnessError("--scenario", f"unknown scenario {name!r}; built-in: {', '.join(builtin_names())}")
+    return load_scenario_file(path)

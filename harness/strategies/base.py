@@ -1,0 +1,97 @@
+"""Strategy registry: how each decode path turns the FP8 pool into what attention reads."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Optional
+
+import torch
+
+from harness.backends.base import AttnProblem
+from harness.faults import Fault
+from harness.pool import KVPool, PoolGeometry
+from harness.presets import ModelPreset
+from harness.schedule import Schedule, StepBatch
+
+REGISTRY: dict[str, type["Strategy"]] = {}
+
+
+def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str):
+    """Class decorator: add a strategy with its capabilities to the registry."""
+
+    def wrap(cls):
+        cls.name, cls.devices, cls.kv_dtype, cls.tier = name, devices, kv_dtype, tier
+        REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+class Strategy:
+    """One decode path. Per step: `begin_step` plans; per layer: `write`, `prepare_kv`, `attend`."""
+
+    name: ClassVar[str]
+    devices: ClassVar[tuple[str, ...]]
+    kv_dtype: ClassVar[torch.dtype]
+    tier: ClassVar[str]  # "bitwise": must equal stock bit for bit; "tolerance": held to a policy
+
+    def __init__(self, pool: KVPool, backend, preset: ModelPreset, faults: frozenset[Fault] = frozenset()):
+        self.pool = pool
+        self.backend = backend
+        self.preset = preset
+        self.faults = faults
+        self.device = pool.device
+        self.kv_scale: Optional[float] = None
+
+    @classmethod
+    def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:
+        if device.type not in cls.devices:
+            return f"{cls.name} runs on {', '.join(cls.devices)} only"
+        return backend.unsupported_reason(device, cls.kv_dtype)
+
+    @classmethod
+    def extra_bytes(cls, geometry: PoolGeometry, schedule: Schedule) -> int:
+        """Device memory this strategy needs beyond the FP8 pool."""
+        return 0
+
+    def setup(self, schedule: Schedule) -> None:
+        """Allocate persistent buffers before the first step."""
+
+    def teardown(self) -> None:
+        """Release what setup allocated."""
+
+    def problem(self, batch: StepBatch, kv_indices: torch.Tensor) -> AttnProblem:
+        indptr = torch.as_tensor(batch.kv_indptr, dtype=torch.int32)
+        if Fault.DROPPED_LAST_TOKEN in self.faults:
+            lens = (indptr[1:] - indptr[:-1] - 1).clamp(min=0)
+            keep = torch.cat([torch.arange(int(s), int(s) + int(n)) for s, n in zip(indptr[:-1], lens)])
+            kv_indices = kv_indices[keep.to(kv_indices.device)]
+            indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0).to(torch.int32)])
+        return AttnProblem(
+            kv_indptr=indptr.to(self.device),
+            kv_indices=kv_indices.to(device=self.device, dtype=torch.int32),
+            num_heads=self.preset.heads_per_rank,
+            sm_scale=self.preset.sm_scale,
+            kv_dtype=self.kv_dtype,
+        )
+
+    def begin_step(self, batch: StepBatch):
+        """Plan once for the step (pool indices by default); reused by every layer."""
+        return self.backend.plan(self.problem(batch, torch.as_tensor(batch.kv_indices)))
+
+    def write(self, batch: StepBatch, layer: int, slots: torch.Tensor, codes: torch.Tensor) -> None:
+        """Store the step's new tokens (FP8 bytes) into the pool."""
+        self.pool.write(layer, slots, codes)
+
+    def prepare_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ckv, kpe) buffers the kernel reads for this layer: the cast, gather or nothing."""
+        raise NotImplementedError
+
+    def attend(self, plan, q_nope, q_pe, kv) -> tuple[torch.Tensor, torch.Tensor]:
+        ckv, kpe = kv
+        return self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
+
+
+    def split(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ckv, kpe) views of a [rows, 1, 576] buffer."""
+        rank = self.preset.kv_lora_rank
+        return buf[..., :rank], buf[..., rank:]

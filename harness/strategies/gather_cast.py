@@ -1,0 +1,43 @@
+"""gather_cast: per layer, gather the active rows and cast them into a compact BF16 buffer.
+
+The plan is made once per step with sequential indices [0, nnz) into the compact
+buffer and shared by every layer; the pool indices are kept for the gathers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.faults import Fault
+from harness.strategies.base import Strategy, register
+
+
+@register("gather_cast", devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+class GatherCast(Strategy):
+    @classmethod
+    def extra_bytes(cls, geometry, schedule) -> int:
+        return (schedule.max_active_rows + 1) * geometry.row_width * 2
+
+    def setup(self, schedule):
+        rows = schedule.max_active_rows + 1  # +1: room for an off-by-one to read garbage, not fault
+        self.compact = torch.empty((rows, 1, self.pool.geometry.row_width), dtype=torch.bfloat16, device=self.device)
+
+    def teardown(self):
+        del self.compact
+
+    def begin_step(self, batch):
+        self.gather_indices = torch.as_tensor(batch.kv_indices, dtype=torch.int32).to(self.device)
+        start = 1 if Fault.REMAP_OFF_BY_ONE in self.faults else 0
+        sequential = torch.arange(start, start + len(batch.kv_indices), dtype=torch.int32)
+        return self.backend.plan(self.problem(batch, sequential))
+
+    def prepare_kv(self, layer):
+        n = self.gather_indices.numel()
+        if self.device.type == "cuda":
+            from harness.kernels.gather_cast import gather_cast_
+
+            gather_cast_(self.pool.buffers[layer], self.gather_indices, self.compact)
+        else:
+            rows = self.pool.fp8(layer).index_select(0, self.gather_indices.to(torch.int64))
+            self.compact[:n] = rows.to(torch.bfloat16)
+        return self.split(self.compact)

@@ -1,0 +1,19 @@
+"""native_fp8: attend on the FP8 pool directly with a per-tensor scale (1.0: SGLang's bits are unscaled)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.faults import Fault
+from harness.strategies.base import Strategy, register
+
+KV_SCALE = 1.0
+
+
+@register("native_fp8", devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance")
+class NativeFP8(Strategy):
+    def setup(self, schedule):
+        self.kv_scale = KV_SCALE * (1.01 if Fault.SCALE_ERROR in self.faults else 1.0)
+
+    def prepare_kv(self, layer):
+        return self.split(self.pool.fp8(layer))

@@ -1,0 +1,42 @@
+"""shadow: attend on a BF16 copy of the pool that every KV write keeps in sync."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.faults import Fault
+from harness.strategies.base import Strategy, register
+
+
+@register("shadow", devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+class Shadow(Strategy):
+    @classmethod
+    def extra_bytes(cls, geometry, schedule) -> int:
+        return geometry.total_bytes * 2
+
+    def setup(self, schedule):
+        # the shadow exists from server start, so it begins as a cast of the whole pool
+        self.last_step = schedule.steps[-1].step
+        self.shadow = [self.pool.fp8(layer).to(torch.bfloat16) for layer in range(self.pool.geometry.num_layers)]
+
+    def teardown(self):
+        del self.shadow
+
+    def write(self, batch, layer, slots, codes):
+        keep = torch.ones(len(slots), dtype=torch.bool)
+        if Fault.SHADOW_SKIPPED_STEP in self.faults and batch.step == self.last_step:
+            keep[:] = False
+        if Fault.STALE_AFTER_REUSE in self.faults:
+            keep &= ~torch.isin(torch.as_tensor(batch.write_slots), torch.as_tensor(batch.reused_slots))
+        if self.device.type == "cuda" and bool(keep.all()):
+            from harness.kernels.shadow_write import write_fp8_and_bf16_
+
+            write_fp8_and_bf16_(self.pool.buffers[layer], self.shadow[layer], slots, codes)
+            return
+        self.pool.write(layer, slots, codes)
+        keep = keep.to(slots.device)
+        bf16 = codes[keep].view(torch.float8_e4m3fn).to(torch.bfloat16)
+        self.shadow[layer].view(self.shadow[layer].shape[0], -1).index_copy_(0, slots[keep], bf16)
+
+    def prepare_kv(self, layer):
+        return self.split(self.shadow[layer])
