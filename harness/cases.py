@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from harness.presets import ModelPreset, Scale, get_preset, get_scale
 from harness.scenario import Scenario, load_scenario
 from harness.schedule import Schedule, compile_schedule
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN_DIR = Path(os.environ.get("MLA_HARNESS_GOLDEN_DIR", Path(__file__).resolve().parent.parent / "golden"))
 CASES_FILE = GOLDEN_DIR / "cases.toml"
 MAX_CHECKED_LAYERS = 4
 MAX_CHECKED_REQUESTS = 8

@@ -9,8 +9,8 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
-LAYOUTS = ("scattered", "contiguous", "tail")
-KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "finish"}
+LAYOUTS = ("scattered", "contiguous", "tail", "explicit")
+KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Scenario:
     kv_lens: tuple[int, ...]  # attended length of each request at step 0 (includes its new token)
     layout: str
     finish: tuple[Finish, ...] = field(default=())
+    slots: tuple[tuple[int, ...], ...] = field(default=())  # layout "explicit": each request's prefilled slots
     source: str = ""
 
     def to_dict(self) -> dict:
@@ -41,6 +42,7 @@ class Scenario:
             "kv_lens": list(self.kv_lens),
             "layout": self.layout,
             "finish": [{"after_step": f.after_step, "request": f.request} for f in self.finish],
+            "slots": [list(s) for s in self.slots],
         }
 
 
@@ -50,6 +52,32 @@ def _int(where: str, value, minimum: int) -> int:
     if value < minimum:
         raise HarnessError(where, f"must be >= {minimum}, got {value}")
     return value
+
+
+def _explicit_slots(data: dict, source: str, layout: str, kv_lens) -> tuple[tuple[int, ...], ...]:
+    """Layout "explicit": slots[r] lists request r's kv_len - 1 prefilled slots (new tokens come from the free list)."""
+    if layout != "explicit":
+        if "slots" in data:
+            raise HarnessError(f"{source}: slots", 'only allowed with layout = "explicit"')
+        return ()
+    lists = data.get("slots")
+    if not isinstance(lists, list) or len(lists) != len(kv_lens):
+        raise HarnessError(f"{source}: slots", f"must be a list of {len(kv_lens)} slot lists, one per request")
+    seen: dict[int, str] = {}
+    out = []
+    for r, (slot_list, n) in enumerate(zip(lists, kv_lens)):
+        where = f"{source}: slots[{r}]"
+        if not isinstance(slot_list, list) or len(slot_list) != n - 1:
+            raise HarnessError(where, f"must list kv_len - 1 = {n - 1} prefilled slots")
+        for i, slot in enumerate(slot_list):
+            if isinstance(slot, int) and not isinstance(slot, bool) and slot == 0:
+                raise HarnessError(f"{where}[{i}]", "slot 0 is the pool's reserved dummy slot")
+            _int(f"{where}[{i}]", slot, 1)
+            if slot in seen:
+                raise HarnessError(f"{where}[{i}]", f"duplicate slot {slot} (also at {seen[slot]})")
+            seen[slot] = f"slots[{r}][{i}]"
+        out.append(tuple(slot_list))
+    return tuple(out)
 
 
 def parse_scenario(data: dict, source: str) -> Scenario:
@@ -76,6 +104,7 @@ def parse_scenario(data: dict, source: str) -> Scenario:
     layout = data.get("layout", "scattered")
     if layout not in LAYOUTS:
         raise HarnessError(f"{source}: layout", f"must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    slots = _explicit_slots(data, source, layout, kv_lens)
     finishes = []
     for i, entry in enumerate(data.get("finish", [])):
         where = f"{source}: finish[{i}]"
@@ -100,6 +129,7 @@ def parse_scenario(data: dict, source: str) -> Scenario:
         kv_lens=kv_lens,
         layout=layout,
         finish=tuple(finishes),
+        slots=slots,
         source=source,
     )
 

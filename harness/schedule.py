@@ -66,6 +66,13 @@ def slots_needed(scenario: Scenario) -> int:
 
 def _free_list(scenario: Scenario, pool_slots: int) -> deque:
     slots = np.arange(1, pool_slots + 1, dtype=np.int64)
+    if scenario.layout == "explicit":
+        taken = np.array([s for slot_list in scenario.slots for s in slot_list], dtype=np.int64)
+        if taken.size and taken.max() > pool_slots:
+            raise HarnessError(
+                f"{scenario.source or scenario.name}: slots", f"slot {int(taken.max())} is beyond the pool's last slot {pool_slots}"
+            )
+        return deque([*taken.tolist(), *np.setdiff1d(slots, taken).tolist()])
     if scenario.layout == "contiguous":
         order = slots
     elif scenario.layout == "tail":

@@ -44,11 +44,12 @@ def _specs(width: int):
 
 
 def _source(kernel, signature, constexprs):
-    """An ASTSource with arguments in kernel order; pointers and strides marked 16-divisible."""
+    """An ASTSource with arguments in kernel order; pointers, strides and the cast's element
+    count marked 16-divisible, as the JIT specializes them for 576-channel pools."""
     names = kernel.arg_names
     sig = {k: signature.get(k, "constexpr") for k in names}
     aligned = {(i,): [["tt.divisibility", 16]] for i, k in enumerate(names)
-               if sig[k].startswith("*") or k.endswith("_stride")}
+               if sig[k].startswith("*") or k.endswith("_stride") or kernel is cast.cast_kernel and k == "n"}
     return ASTSource(kernel, signature=sig, constexprs=constexprs, attrs=aligned)
 
 
