@@ -4,13 +4,14 @@ Builds (never loads) the exact JIT module the SM120 decode path uses: FA2,
 BF16 query/KV/output, int32 indices, head_dim_ckv 512, head_dim_kpe 64, no
 profiler. Only nvcc, ninja and a C++ compiler are needed; no GPU and no CUDA
 driver are touched. The target comes from FLASHINFER_CUDA_ARCH_LIST, which
-flashinfer reads at import time, so it is set before the import. A fresh JIT
-workspace is used so the build is always cold.
+flashinfer reads at import time, so it is set before the import. Without
+--workdir a fresh JIT workspace is used, so the build is always cold.
 
     python ci/sm120_build_check.py [--arch "12.0a"] [--workdir DIR] [--verbose]
 
-Prints the build command's gencode flags and the produced .so path; exits 0
-on success, 1 with one line on failure.
+Prints the gencode flags, the SM numbers of the cubins inside the produced .so
+(read from its fatbin headers) and its path; exits 0 on success, 1 with one
+line on failure.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import argparse
 import os
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 
 
 def fail(message: str) -> None:
@@ -41,8 +46,39 @@ def ensure_ninja() -> None:
     os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
+def first_diagnostic(log: str) -> str:
+    """The first compiler/linker complaint in a ninja log, else its first line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    pattern = re.compile(r"error|cannot find|undefined reference|fatal", re.IGNORECASE)
+    hits = [line for line in lines if pattern.search(line) and not line.startswith("collect2")]
+    return (hits or lines or ["(no output)"])[0]
+
+
 def gencode_flags(ninja_file: Path) -> list[str]:
     return sorted(set(re.findall(r"-gencode=\S+", ninja_file.read_text())))
+
+
+def cubin_archs(library: Path) -> list[int]:
+    """SM numbers of the cubin (ELF) entries in the library's fatbins.
+
+    Fatbin layout as emitted by nvcc 12/13: a 16-byte header (magic 0xBA55ED50,
+    u16 version, u16 header size, u64 payload size), then entries, each a header
+    (u16 kind: 1 PTX / 2 ELF, u16, u32 header size, u64 payload size, ..., u32
+    SM number at offset 28) and its payload. Only the headers are read.
+    """
+    data = library.read_bytes()
+    archs = []
+    start = data.find(FATBIN_MAGIC)
+    while start >= 0:
+        _, header_size, payload_size = struct.unpack_from("<HHQ", data, start + 4)
+        entry, end = start + header_size, start + header_size + payload_size
+        while entry < end:
+            kind, _, entry_header, entry_size = struct.unpack_from("<HHIQ", data, entry)
+            if kind == 2:
+                archs.append(struct.unpack_from("<I", data, entry + 28)[0])
+            entry += entry_header + entry_size
+        start = data.find(FATBIN_MAGIC, end)
+    return archs
 
 
 def main() -> None:
@@ -76,9 +112,7 @@ def main() -> None:
     try:
         spec.build(verbose=args.verbose, need_lock=True)
     except Exception as error:
-        lines = str(error).strip().splitlines()
-        first_error = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
-        fail(f"build of {spec.name} failed: {first_error.strip()} (full log: rerun with --verbose)")
+        fail(f"build of {spec.name} failed: {first_diagnostic(str(error))} (rerun with --verbose)")
 
     flags = gencode_flags(spec.ninja_path)
     print(f"gencode: {' '.join(flags)}")
@@ -87,6 +121,10 @@ def main() -> None:
     library = spec.jit_library_path
     if not library.is_file():
         fail(f"ninja succeeded but {library} is missing")
+    archs = cubin_archs(library)
+    print(f"cubins: {', '.join(f'sm_{arch}' for arch in archs)}")
+    if not archs or any(arch // 10 != 12 for arch in archs):
+        fail(f"{library.name} holds cubins for {archs}, not SM12x only")
     print(f"built in {time.perf_counter() - started:.1f} s")
     print(f"so: {library} ({library.stat().st_size} bytes)")
 

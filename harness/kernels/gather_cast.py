@@ -28,7 +28,7 @@ def gather_cast_kernel(src, src_stride, indices, count, out, out_stride, n,
     ok = rows < n
     if HAS_COUNT:
         ok = ok & (rows < tl.load(count))
-    idx = tl.load(indices + rows, mask=ok, other=0).to(tl.int64)
+    idx = tl.load(indices + rows + 1, mask=ok, other=0).to(tl.int64)
     head, tail = load_rows(src, idx * src_stride, ok, HEAD, TAIL, TAIL_P2)
     store_rows(out, rows.to(tl.int64) * out_stride, ok, e4m3_to_bf16(head), e4m3_to_bf16(tail),
                HEAD, TAIL, TAIL_P2)

@@ -1,0 +1,176 @@
+"""`harness.gpu_binding` on CPU: worker -> GPU mapping, the per-GPU lock, and the plugin under real xdist."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.gpu_binding import (
+    assert_no_shared_gpu,
+    detect_devices,
+    device_for_worker,
+    exclusive_gpu,
+    plan,
+    shared_gpus,
+    visible_devices,
+    worker_index,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("worker_id, expected", [("gw0", 0), ("gw12", 12), ("master", None), (None, None), ("gwx", None)])
+def test_worker_index(worker_id, expected):
+    assert worker_index(worker_id) == expected
+
+
+@pytest.mark.parametrize(
+    "cuda_visible, num_gpus, expected",
+    [
+        (None, 8, [str(i) for i in range(8)]),
+        (None, 0, []),
+        ("2,3,5", 8, ["2", "3", "5"]),
+        (" 4 , 6 ", 8, ["4", "6"]),
+        ("", 8, []),
+        ("GPU-aaaa,GPU-bbbb", 0, ["GPU-aaaa", "GPU-bbbb"]),
+    ],
+)
+def test_visible_devices(cuda_visible, num_gpus, expected):
+    assert visible_devices(cuda_visible, num_gpus) == expected
+
+
+@pytest.mark.parametrize(
+    "worker_id, devices, expected",
+    [
+        ("gw0", ["0", "1", "2", "3"], "0"),
+        ("gw3", ["0", "1", "2", "3"], "3"),
+        ("gw4", ["0", "1", "2", "3"], "0"),  # more workers than GPUs: wraps around
+        ("gw9", ["0", "1", "2", "3"], "1"),
+        ("gw1", ["2", "3", "5"], "3"),  # parent's CUDA_VISIBLE_DEVICES: maps into that list
+        ("gw5", ["2", "3", "5"], "5"),
+        ("gw1", ["GPU-aaaa", "GPU-bbbb"], "GPU-bbbb"),
+        ("master", ["0", "1"], None),  # no xdist: no binding
+        (None, ["0", "1"], None),
+        ("gw0", [], None),  # no GPU: no binding
+    ],
+)
+def test_device_for_worker(worker_id, devices, expected):
+    assert device_for_worker(worker_id, devices) == expected
+
+
+def test_one_worker_per_gpu_shares_nothing():
+    assignment = plan(8, visible_devices(None, 8))
+    assert sorted(assignment.values()) == [str(i) for i in range(8)]
+    assert_no_shared_gpu(assignment)
+
+
+def test_negative_control_shared_gpu_is_detected():
+    assignment = plan(3, ["0", "1"])
+    assert shared_gpus(assignment) == {"0": ["gw0", "gw2"]}
+    with pytest.raises(AssertionError, match="0: gw0, gw2"):
+        assert_no_shared_gpu(assignment)
+    with pytest.raises(AssertionError):
+        assert_no_shared_gpu({"gw0": "3", "gw1": "3"})
+
+
+def _hold(device: str, lock_dir: str, out: str, held, release) -> None:
+    """Child 1: take the lock, say so, keep it until told, and record when it let go."""
+    with exclusive_gpu(device, Path(lock_dir)):
+        held.set()
+        release.wait(10)
+        Path(out).write_text(json.dumps({"released": time.time()}))
+
+
+def _take(device: str, lock_dir: str, out: str, trying) -> None:
+    """Child 2: record when it asked for the lock and when it got it."""
+    asked = time.time()
+    trying.set()
+    with exclusive_gpu(device, Path(lock_dir)):
+        Path(out).write_text(json.dumps({"asked": asked, "got": time.time()}))
+
+
+def _contend(tmp_path: Path, first: str, second: str) -> tuple[dict, dict]:
+    ctx = multiprocessing.get_context("spawn")
+    held, trying, release = ctx.Event(), ctx.Event(), ctx.Event()
+    a_out, b_out = tmp_path / "a.json", tmp_path / "b.json"
+    a = ctx.Process(target=_hold, args=(first, str(tmp_path / "locks"), str(a_out), held, release))
+    a.start()
+    assert held.wait(10), "first process never took the lock"
+    b = ctx.Process(target=_take, args=(second, str(tmp_path / "locks"), str(b_out), trying))
+    b.start()
+    assert trying.wait(10)
+    time.sleep(0.3)  # the second process is now blocked on the lock (or, if the lock is broken, done)
+    release.set()
+    for p in (a, b):
+        p.join(10)
+        assert p.exitcode == 0
+    return json.loads(a_out.read_text()), json.loads(b_out.read_text())
+
+
+def test_lock_blocks_second_process_until_first_releases(tmp_path):
+    first, second = _contend(tmp_path, "3", "3")
+    assert second["got"] >= first["released"]
+    assert second["got"] - second["asked"] >= 0.25
+
+
+def test_negative_control_different_gpus_do_not_block(tmp_path):
+    first, second = _contend(tmp_path, "3", "GPU-4")
+    assert second["got"] < first["released"]
+
+
+INNER_TEST = """
+import os
+from pathlib import Path
+
+def test_record(worker_id):
+    Path(os.environ["OUT_DIR"], worker_id).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+"""
+
+
+def _run_xdist(tmp_path: Path, workers: int, env_extra: dict) -> tuple[subprocess.CompletedProcess, dict]:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_inner.py").write_text(INNER_TEST)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER")}
+    env.update(env_extra, OUT_DIR=str(out_dir), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.gpu_binding",
+         "-n", str(workers), "--dist", "each", str(tmp_path / "test_inner.py")],  # each: every worker runs it
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+    return proc, {p.name: p.read_text() for p in out_dir.iterdir()}
+
+
+def test_plugin_binds_xdist_workers_into_parent_mask(tmp_path):
+    proc, seen = _run_xdist(tmp_path, 3, {"CUDA_VISIBLE_DEVICES": "5,7"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seen == {"gw0": "5", "gw1": "7", "gw2": "5"}
+    assert "gpu_binding: gw0->5, gw1->7, gw2->5 (more workers than GPUs" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"MLA_HARNESS_NUM_GPUS": "3"}, ["0", "1", "2"]),
+        ({"CUDA_VISIBLE_DEVICES": "1,4", "MLA_HARNESS_NUM_GPUS": "8"}, ["1", "4"]),
+        ({}, None),  # falls through to torch.cuda.device_count() (0 on CPU torch)
+    ],
+)
+def test_controller_detects_devices(monkeypatch, env, expected):
+    for name in ("CUDA_VISIBLE_DEVICES", "MLA_HARNESS_NUM_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if expected is None:
+        import torch
+
+        expected = [str(i) for i in range(torch.cuda.device_count())]
+    assert detect_devices() == expected
