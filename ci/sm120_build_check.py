@@ -74,6 +74,8 @@ def cubin_archs(library: Path) -> list[int]:
         entry, end = start + header_size, start + header_size + payload_size
         while entry < end:
             kind, _, entry_header, entry_size = struct.unpack_from("<HHIQ", data, entry)
+            if entry_header == 0:
+                break
             if kind == 2:
                 archs.append(struct.unpack_from("<I", data, entry + 28)[0])
             entry += entry_header + entry_size
@@ -108,16 +110,16 @@ def main() -> None:
 
     print(f"nvcc: {get_cuda_path()}/bin/nvcc (CUDA {get_cuda_version()})")
     print(f"module: {spec.name}")
+    spec.write_ninja()
+    flags = gencode_flags(spec.ninja_path)
+    print(f"gencode: {' '.join(flags)}")
+    if not flags or not all("sm_12" in flag for flag in flags):
+        fail(f"FLASHINFER_CUDA_ARCH_LIST={args.arch!r} does not target SM12x only: {flags}")
     started = time.perf_counter()
     try:
         spec.build(verbose=args.verbose, need_lock=True)
     except Exception as error:
         fail(f"build of {spec.name} failed: {first_diagnostic(str(error))} (rerun with --verbose)")
-
-    flags = gencode_flags(spec.ninja_path)
-    print(f"gencode: {' '.join(flags)}")
-    if not flags or not all("sm_12" in flag for flag in flags):
-        fail(f"build did not target SM12x only: {flags}")
     library = spec.jit_library_path
     if not library.is_file():
         fail(f"ninja succeeded but {library} is missing")

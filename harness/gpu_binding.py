@@ -58,7 +58,9 @@ def device_for_worker(worker_id: str | None, devices: Sequence[str]) -> str | No
 
 def plan(num_workers: int, devices: Sequence[str]) -> dict[str, str]:
     """worker id -> device entry for a whole ``-n num_workers`` run."""
-    return {f"gw{i}": device_for_worker(f"gw{i}", devices) for i in range(num_workers) if devices}
+    if not devices:
+        return {}
+    return {f"gw{i}": device_for_worker(f"gw{i}", devices) for i in range(num_workers)}
 
 
 def shared_gpus(assignment: Mapping[str, str]) -> dict[str, list[str]]:
@@ -90,12 +92,16 @@ def exclusive_gpu(device: str, directory: Path | None = None, timeout: float = -
 
 
 def detect_devices() -> list[str]:
-    cuda_visible = os.environ.get(CUDA_VISIBLE)
-    if cuda_visible is not None or os.environ.get(ENV_NUM_GPUS):
-        return visible_devices(cuda_visible, int(os.environ.get(ENV_NUM_GPUS) or 0))
-    import torch
+    """The run's GPU list: CUDA_VISIBLE_DEVICES, else MLA_HARNESS_NUM_GPUS, else torch's count."""
+    cuda_visible, count = os.environ.get(CUDA_VISIBLE), os.environ.get(ENV_NUM_GPUS)
+    if cuda_visible is None and not count:
+        import torch
 
-    return visible_devices(None, torch.cuda.device_count())
+        count = torch.cuda.device_count()
+    try:
+        return visible_devices(cuda_visible, int(count or 0))
+    except ValueError:
+        raise pytest.UsageError(f"{ENV_NUM_GPUS} must be an integer, got {count!r}") from None
 
 
 def _controller_devices(config: pytest.Config) -> list[str]:
@@ -127,8 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     """xdist controller: print the worker -> GPU plan."""
-    workers = getattr(config.option, "numprocesses", None)
-    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers <= 0:
+    workers = len(config.getoption("tx", None) or [])
+    if hasattr(config, "workerinput") or not workers:
         return None
     devices = _controller_devices(config)
     if not devices:
@@ -144,7 +150,7 @@ def _lock_key(config: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
-def gpu_device(pytestconfig):
+def gpu_device():
     """The torch.device a GPU test must use (this worker's GPU); skips without CUDA."""
     import torch
 

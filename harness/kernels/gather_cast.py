@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from harness.kernels.cast import e4m3_to_bf16
-from harness.kernels.rowtile import load_rows, rows_2d, split_width, store_rows
+from harness.kernels.rowtile import check_index, load_rows, rows_2d, split_width, store_rows
 
 BLOCK_R = 8
 NUM_WARPS = 4
@@ -28,7 +28,7 @@ def gather_cast_kernel(src, src_stride, indices, count, out, out_stride, n,
     ok = rows < n
     if HAS_COUNT:
         ok = ok & (rows < tl.load(count))
-    idx = tl.load(indices + rows + 1, mask=ok, other=0).to(tl.int64)
+    idx = tl.load(indices + rows, mask=ok, other=0).to(tl.int64)
     head, tail = load_rows(src, idx * src_stride, ok, HEAD, TAIL, TAIL_P2)
     store_rows(out, rows.to(tl.int64) * out_stride, ok, e4m3_to_bf16(head), e4m3_to_bf16(tail),
                HEAD, TAIL, TAIL_P2)
@@ -44,8 +44,9 @@ def gather_cast_(src_u8: torch.Tensor, indices: torch.Tensor, out_bf16: torch.Te
     if src_u8.dtype != torch.uint8 or out_bf16.dtype != torch.bfloat16:
         raise TypeError(f"expected uint8 -> bfloat16, got {src_u8.dtype} -> {out_bf16.dtype}")
     src, out = rows_2d(src_u8), rows_2d(out_bf16)
+    check_index(indices)
     n = indices.numel()
-    if src.shape[1] != out.shape[1] or n > out.shape[0] or not indices.is_contiguous():
+    if src.shape[1] != out.shape[1] or n > out.shape[0]:
         raise ValueError(f"bad shapes: src {tuple(src_u8.shape)}, indices {tuple(indices.shape)}, "
                          f"out {tuple(out_bf16.shape)}")
     if n:

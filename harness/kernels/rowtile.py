@@ -31,6 +31,12 @@ def rows_2d(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+def check_index(t: torch.Tensor) -> None:
+    """Row indices must be a contiguous int32 or int64 vector."""
+    if t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or not t.is_contiguous():
+        raise ValueError(f"indices must be contiguous int32/int64 [n], got {t.dtype} {tuple(t.shape)}")
+
+
 @triton.jit
 def load_rows(base, row_off, ok, HEAD: tl.constexpr, TAIL: tl.constexpr, TAIL_P2: tl.constexpr):
     """Load rows `base + row_off` (masked by `ok`) as (head [R, HEAD], tail [R, TAIL_P2])."""

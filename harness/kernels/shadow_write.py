@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from harness.kernels.cast import e4m3_to_bf16
-from harness.kernels.rowtile import load_rows, rows_2d, split_width, store_rows
+from harness.kernels.rowtile import check_index, load_rows, rows_2d, split_width, store_rows
 
 BLOCK_R = 8
 NUM_WARPS = 4
@@ -28,9 +28,10 @@ def write_fp8_and_bf16_kernel(pool, pool_stride, shadow, shadow_stride, slots, c
 
 def _check(pool_u8, slots, codes_u8):
     pool, codes = rows_2d(pool_u8), rows_2d(codes_u8)
+    check_index(slots)
     if pool_u8.dtype != torch.uint8 or codes_u8.dtype != torch.uint8:
         raise TypeError(f"pool and codes must be uint8, got {pool_u8.dtype}, {codes_u8.dtype}")
-    if codes.shape != (slots.numel(), pool.shape[1]) or not slots.is_contiguous():
+    if codes.shape != (slots.numel(), pool.shape[1]):
         raise ValueError(f"bad shapes: pool {tuple(pool_u8.shape)}, slots {tuple(slots.shape)}, "
                          f"codes {tuple(codes_u8.shape)}")
     return pool, codes

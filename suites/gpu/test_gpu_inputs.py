@@ -1,0 +1,45 @@
+"""Pool bytes and queries generated on CUDA equal those generated on the CPU."""
+
+import numpy as np
+import pytest
+import torch
+
+from harness import synth
+from harness.decode import make_step_data
+from harness.pool import KVPool, PoolGeometry, kv_rows
+from harness.reference import step_queries
+from harness.cases import load_case
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.prod
+def test_prod_layer_fill_matches_cpu_generator(gpu_device):
+    geometry = PoolGeometry(495_552, 2, 576)
+    pool = KVPool(geometry, seed=2, device=gpu_device)
+    rng = np.random.default_rng(0)
+    for layer in range(2):
+        slots = np.concatenate([[1, 2, 495_552], rng.integers(1, 495_553, 4093)])
+        on_gpu = pool.buffers[layer][torch.as_tensor(slots, device=gpu_device), 0].cpu()
+        assert torch.equal(on_gpu, synth.kv_codes(2, layer, slots, 0, 576))
+        assert not bool(pool.buffers[layer][0].any())
+
+
+def test_written_rows_and_queries_match_cpu(gpu_device):
+    case = load_case("glm5-tp8.ci.multistep-reuse")
+    schedule = case.schedule()
+    geometry = PoolGeometry(case.scale.slots, case.num_layers, 576)
+    gpu = make_step_data(case.preset, schedule, KVPool(geometry, case.scenario.seed, gpu_device))
+    for batch in schedule.steps:
+        for layer in range(case.num_layers):
+            q_nope, q_pe = step_queries(case.preset, case.scenario.seed, batch, layer)
+            assert torch.equal(gpu.queries[(batch.step, layer)][0].cpu(), q_nope)
+            assert torch.equal(gpu.queries[(batch.step, layer)][1].cpu(), q_pe)
+            cpu_rows = kv_rows(case.scenario.seed, layer, batch.write_slots, batch.write_gen, 576, torch.device("cpu"))
+            assert torch.equal(gpu.new_rows[(batch.step, layer)].cpu(), cpu_rows)
+
+
+def test_generator_mismatch_is_detectable(gpu_device):
+    """Negative control: another seed's GPU fill differs from the CPU generator."""
+    pool = KVPool(PoolGeometry(1000, 1, 576), seed=3, device=gpu_device)
+    assert not torch.equal(pool.buffers[0][1:, 0].cpu(), synth.kv_codes(4, 0, np.arange(1, 1001), 0, 576))

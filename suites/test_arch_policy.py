@@ -1,0 +1,169 @@
+"""The arch policy table and its loader (CPU only), and how the FlashInfer backend consults it."""
+
+import pytest
+import torch
+
+from harness.backends import flashinfer as fi_backend
+from harness.backends.base import AttnProblem
+from harness.backends.arch_policy import load_policy, select_kernel, support
+from harness.errors import HarnessError
+
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize(
+    "capability, kv_dtype, kernel",
+    [
+        ((9, 0), BF16, "fa3"),
+        ((9, 0), FP8, "fa3"),
+        ((8, 0), BF16, "fa2"),
+        ((10, 0), BF16, "fa2"),
+        ((10, 3), BF16, "fa2"),
+        ((12, 0), BF16, "fa2"),
+        ((12, 1), BF16, "fa2"),
+    ],
+)
+def test_supported_archs_select_their_preferred_kernel(capability, kv_dtype, kernel):
+    assert select_kernel(capability, kv_dtype) == (kernel, None)
+
+
+def test_sm90_fp8_runs_fa3_then_fa2_with_a_per_tensor_kv_scale():
+    found = support((9, 0), FP8)
+    assert found.kernels == ("fa3", "fa2")
+    assert found.scale_mode == "kv-per-tensor"
+    assert support((9, 0), BF16).scale_mode == "default"
+
+
+@pytest.mark.parametrize("capability", [(12, 0), (12, 1)])
+def test_sm12x_fp8_is_unsupported_because_xqa_needs_fp8_query_and_128_heads(capability):
+    kernel, reason = select_kernel(capability, FP8)
+    assert kernel is None
+    assert reason.startswith(f"unsupported on SM{capability[0]}{capability[1]}: ")
+    assert "XQA" in reason and "FP8 query" in reason and "128 heads" in reason
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (10, 0), (10, 3)])
+def test_fp8_kv_outside_sm90_is_unsupported(capability):
+    kernel, reason = select_kernel(capability, FP8)
+    assert kernel is None and "only on SM90" in reason
+
+
+@pytest.mark.parametrize("capability", [(7, 5), (8, 9), (11, 0), (10, 7)])
+def test_unlisted_arch_is_reported_unsupported(capability):  # negative control
+    for kv_dtype in (BF16, FP8):
+        kernel, reason = select_kernel(capability, kv_dtype)
+        assert kernel is None
+        arch = f"SM{capability[0]}{capability[1]}"
+        assert reason == f"unsupported on {arch}: no FlashInfer FA2/FA3 MLA policy for this architecture"
+
+
+def test_a_kv_dtype_outside_the_contract_is_bad_input():
+    with pytest.raises(HarnessError, match="kv_dtype"):
+        select_kernel((9, 0), torch.float16)
+
+
+GOOD = """
+[default]
+unsupported = "nope"
+[arch.x]
+capabilities = ["9.0"]
+bf16 = { kernels = ["fa2"], scale_mode = "default" }
+fp8 = { unsupported = "no fp8" }
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_loader_reads_a_custom_table(tmp_path):
+    policy = load_policy(write(tmp_path, GOOD))
+    assert policy.select_kernel((9, 0), BF16) == ("fa2", None)
+    assert policy.select_kernel((9, 0), FP8) == (None, "unsupported on SM90: no fp8")
+    assert policy.select_kernel((12, 0), BF16) == (None, "unsupported on SM120: nope")
+
+
+@pytest.mark.parametrize(
+    "broken, where",
+    [
+        ('kernels = ["fa2"]', "scale_mode"),  # a supported dtype without scale_mode
+        ('kernels = ["fa4"], scale_mode = "default"', "kernels"),  # unknown kernel
+        ('kernels = [], scale_mode = "default"', "kernels"),  # empty kernel list
+        ('kernels = ["fa2"], scale_mode = "default", unsupported = "x"', "exactly one"),
+        ('kernels = ["fa2"], scale_mode = "bmm-scalar"', "scale_mode"),
+    ],
+)
+def test_loader_rejects_malformed_entries(tmp_path, broken, where):  # negative controls
+    text = GOOD.replace('kernels = ["fa2"], scale_mode = "default"', broken)
+    with pytest.raises(HarnessError, match=where):
+        load_policy(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    "edit, where",
+    [
+        (lambda t: t.replace('unsupported = "nope"', ""), "default.unsupported"),
+        (lambda t: t.replace('["9.0"]', '["9.0", "9.0"]'), "listed twice"),
+        (lambda t: t.replace('["9.0"]', '["sm90"]'), "major.minor"),
+        (lambda t: t.replace('["9.0"]', "[]"), "at least one"),
+        (lambda t: t + "[[oops", "cannot read"),
+    ],
+)
+def test_loader_rejects_malformed_tables(tmp_path, edit, where):  # negative controls
+    with pytest.raises(HarnessError, match=where):
+        load_policy(write(tmp_path, edit(GOOD)))
+
+
+def test_backend_module_imports_and_refuses_cpu_without_flashinfer():
+    backend = fi_backend.FlashInferBackend("cpu", "fa2")
+    assert backend.name == "flashinfer-fa2"
+    assert "CUDA" in backend.unsupported_reason(torch.device("cpu"), BF16)
+    with pytest.raises(HarnessError, match="kernel"):
+        fi_backend.FlashInferBackend("cpu", "xqa")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend flashinfer imports and the GPU has the given capability."""
+    monkeypatch.setattr(fi_backend, "_import_error", lambda: None)
+
+    def set_capability(capability):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+
+    return set_capability
+
+
+def test_backend_reports_the_policy_reason(fake_gpu):
+    cuda = torch.device("cuda")
+    fake_gpu((12, 0))
+    assert "XQA" in fi_backend.FlashInferBackend(cuda, "fa2").unsupported_reason(cuda, FP8)
+    assert fi_backend.FlashInferBackend(cuda, "fa2").unsupported_reason(cuda, BF16) is None
+    assert "fa3 is not in the SM120 policy" in fi_backend.FlashInferBackend(cuda, "fa3").unsupported_reason(cuda, BF16)
+    fake_gpu((9, 0))
+    for kernel in ("fa3", "fa2"):
+        assert fi_backend.FlashInferBackend(cuda, kernel).unsupported_reason(cuda, FP8) is None
+    fake_gpu((7, 5))
+    assert "unsupported on SM75" in fi_backend.FlashInferBackend(cuda, "fa2").unsupported_reason(cuda, BF16)
+
+
+
+def test_replan_refuses_eager_plans_and_shape_changes():  # negative controls, no GPU needed
+    def problem(heads, nnz):
+        return AttnProblem(
+            kv_indptr=torch.tensor([0, nnz], dtype=torch.int32),
+            kv_indices=torch.arange(nnz, dtype=torch.int32),
+            num_heads=heads,
+            sm_scale=0.1,
+            kv_dtype=BF16,
+        )
+
+    backend = fi_backend.FlashInferBackend("cpu", "fa2")
+    with pytest.raises(HarnessError, match="only plans made with graph_capacity"):
+        backend.replan(fi_backend.FlashInferPlan(None, problem(8, 4)), problem(8, 4))
+    graph_plan = fi_backend.FlashInferPlan(None, problem(8, 4), graph_capacity=16)
+    with pytest.raises(HarnessError, match="cannot change num_heads"):
+        backend.replan(graph_plan, problem(16, 4))
+    with pytest.raises(HarnessError, match="exceed capacity 16"):
+        backend.replan(graph_plan, problem(8, 17))

@@ -1,0 +1,230 @@
+"""ci/asv_gate.py against real `asv continuous` runs (asv 0.6.x) on a throwaway git project.
+
+The project's benchmarks are `track_` benchmarks (values, not timings), so which
+ones regress is deterministic. Its asv environment is a virtualenv built offline:
+a tiny asv plugin copies asv_runner in instead of pip-installing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("asv")
+pytest.importorskip("virtualenv")
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("ci_asv_gate", REPO / "ci" / "asv_gate.py")
+asv_gate = sys.modules.setdefault("ci_asv_gate", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(asv_gate)
+
+SPEED = "VALUE = 100\nFAIL = False\n"
+BENCH = '''import speed
+
+
+def track_value():
+    return speed.VALUE
+
+
+def track_steady():
+    return 7
+
+
+def track_param(n):
+    if speed.FAIL and n == 2:
+        raise RuntimeError("planted failure")
+    return n
+
+
+track_param.params = [1, 2, 3]
+'''
+OFFLINE_ENV = '''import os
+import shutil
+
+import asv_runner
+from asv.plugins.virtualenv import Virtualenv
+
+
+class OfflineVirtualenv(Virtualenv):
+    """A virtualenv that gets asv_runner by copying, not from an index."""
+
+    tool_name = "offline-virtualenv"
+
+    def _install_requirements(self):
+        purelib = self.run(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+        shutil.copytree(os.path.dirname(asv_runner.__file__), os.path.join(purelib, "asv_runner"))
+'''
+CONF = {
+    "version": 1,
+    "project": "speed",
+    "repo": ".",
+    "branches": ["main"],
+    "environment_type": "offline-virtualenv",
+    "plugins": [".offline_env"],
+    "pythons": [f"{sys.version_info.major}.{sys.version_info.minor}"],
+    "build_command": [],
+    "install_command": [
+        "python -c \"import shutil, sysconfig; shutil.copy('{build_dir}/speed.py', sysconfig.get_paths()['purelib'])\""
+    ],
+    "uninstall_command": [],
+    "benchmark_dir": "benchmarks",
+    "env_dir": ".asv/env",
+    "results_dir": ".asv/results",
+    "html_dir": ".asv/html",
+}
+MACHINE = "gate-test"
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("asv-project")
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "__init__.py").write_text("")
+    (root / "benchmarks" / "bench.py").write_text(BENCH)
+    (root / "offline_env.py").write_text(OFFLINE_ENV)
+    (root / "asv.conf.json").write_text(json.dumps(CONF))
+    (root / "speed.py").write_text(SPEED)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    _git(root, "tag", "base")
+    for branch, speed in [("slow", "VALUE = 150\nFAIL = False\n"), ("same", SPEED + "# comment\n"),
+                          ("broken", "VALUE = 100\nFAIL = True\n")]:
+        _git(root, "checkout", "-q", "-b", branch, "base")
+        (root / "speed.py").write_text(speed)
+        _git(root, "commit", "-qam", branch)
+    _git(root, "checkout", "-q", "main")
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(project, tmp_path_factory) -> dict[str, tuple[int, str]]:
+    """Gate exit code and everything it printed, for each head compared against `base`."""
+    home = tmp_path_factory.mktemp("home")  # asv keeps its machine file in $HOME
+    results = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("PIP_NO_INDEX", "1")
+        subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", MACHINE],
+                       cwd=project, check=True, capture_output=True)
+        for head in ("slow", "broken", "same", "no-such-ref"):
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                code = asv_gate.main(["base", head, "--machine", MACHINE, "--config", str(project / "asv.conf.json")])
+            results[head] = (code, printed.getvalue())
+    return results
+
+
+def _asv_part(printed: str) -> tuple[int, str]:
+    """asv's own output and exit status, as the gate saw them."""
+    lines = printed.splitlines()
+    (verdict,) = [line for line in lines if line.startswith("asv-gate: ") and "(asv exit " in line]
+    status = int(verdict.split("(asv exit ")[1].split(",")[0])
+    return status, "\n".join(line for line in lines if not line.startswith("asv-gate:"))
+
+
+def test_regression_exits_1(runs):
+    code, printed = runs["slow"]
+    assert code == 1, printed
+    assert "PERFORMANCE DECREASED." in printed  # asv's own output is passed through
+    assert "asv-gate: REGRESSION" in printed
+    assert "asv-gate:   slower: bench.track_value (100 -> 150, ratio 1.5)" in printed
+    assert "track_steady" not in printed.split("asv-gate: REGRESSION")[1]
+
+
+def test_failed_benchmark_exits_2(runs):
+    code, printed = runs["broken"]
+    assert code == 2, printed
+    assert "asv-gate: FAILURE: benchmarks failed (asv exit 2" in printed
+    assert "asv-gate:   failed: bench.track_param" in printed
+
+
+def test_unchanged_exits_0(runs):
+    code, printed = runs["same"]
+    assert code == 0, printed
+    assert "BENCHMARKS NOT SIGNIFICANTLY CHANGED." in printed
+
+
+def test_asv_error_without_comparison_exits_2(runs):
+    code, printed = runs["no-such-ref"]
+    assert code == 2, printed
+    assert "asv-gate: FAILURE: asv printed no comparison" in printed
+
+
+def test_asv_exit_statuses_are_what_the_gate_expects(runs):
+    statuses = {head: _asv_part(printed)[0] for head, (_, printed) in runs.items()}
+    assert statuses == {"slow": 1, "broken": 2, "same": 0, "no-such-ref": 1}
+
+
+@pytest.mark.parametrize("head, expected", [("slow", 1), ("broken", 2), ("same", 0), ("no-such-ref", 2)])
+def test_classify_captured_output(runs, head, expected):
+    status, output = _asv_part(runs[head][1])
+    assert asv_gate.classify(status, output).code == expected
+
+
+def test_classify_survives_colour_codes(runs):
+    status, output = _asv_part(runs["slow"][1])
+    coloured = "\n".join(f"\x1b[31m{line}\x1b[0m" for line in output.splitlines())
+    outcome = asv_gate.classify(status, coloured)
+    assert outcome.code == 1 and outcome.regressions == ["bench.track_value (100 -> 150, ratio 1.5)"]
+
+
+def test_classify_failure_wins_even_if_exit_status_is_lost(runs):
+    _, output = _asv_part(runs["broken"][1])
+    assert "1/3 failed" in output  # the parameterised benchmark failed for one of its 3 values
+    assert asv_gate.classify(0, output).code == 2
+
+
+def test_classify_decreased_summary_wins_over_exit_0(runs):
+    _, output = _asv_part(runs["slow"][1])
+    assert asv_gate.classify(0, output).code == 1
+
+
+def test_classify_inconsistent_clean_summary_with_error_status(runs):
+    _, output = _asv_part(runs["same"][1])
+    assert asv_gate.classify(1, output).code == 2
+
+
+def test_classify_truncated_output_is_a_failure(runs):
+    _, output = _asv_part(runs["slow"][1])
+    cut = output.split("| Change")[0]  # asv died before printing the table
+    assert asv_gate.classify(0, cut).code == 2
+
+
+@pytest.mark.parametrize("text, factor", [("1.10", 1.10), ("10%", 1.10), ("1.5", 1.5)])
+def test_factor(text, factor):
+    assert asv_gate._factor(text) == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("text", ["0.9", "1", "-5%"])
+def test_factor_rejects_non_slowdowns(text):
+    with pytest.raises(Exception, match="factor must be above 1"):
+        asv_gate._factor(text)
+
+
+def test_command_passes_options_through():
+    args, extra = asv_gate.parse_args(["origin/main", "HEAD", "--bench", "cast", "--show-stderr", "-e"])
+    cmd = asv_gate.asv_command(args, extra)
+    assert cmd[1:] == ["-m", "asv", "continuous", "origin/main", "HEAD", "--factor", "1.1", "--bench", "cast",
+                       "--show-stderr", "-e"]
+
+
+def test_script_runs_standalone():
+    proc = subprocess.run([sys.executable, str(REPO / "ci" / "asv_gate.py"), "--help"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and "--factor" in proc.stdout
