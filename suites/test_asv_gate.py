@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -32,10 +33,6 @@ BENCH = '''import speed
 
 def track_value():
     return speed.VALUE
-
-
-def track_steady():
-    return 7
 
 
 def track_param(n):
@@ -90,9 +87,9 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV})
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("asv-project")
+def _make_project(root: Path) -> Path:
+    """A git project: `base`, and branches `slow` (track_value 100 -> 150), `same`, `broken` (a benchmark raises)."""
+    root.mkdir()
     (root / "benchmarks").mkdir()
     (root / "benchmarks" / "__init__.py").write_text("")
     (root / "benchmarks" / "bench.py").write_text(BENCH)
@@ -112,10 +109,10 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def runs(project, tmp_path_factory) -> dict[str, tuple[int, str]]:
-    """Gate exit code and everything it printed, for each head compared against `base`."""
-    home = tmp_path_factory.mktemp("home")  # asv keeps its machine file in $HOME
+def _run_gate_on_each_head(root: Path) -> dict[str, list]:
+    project = _make_project(root / "project")
+    home = root / "home"  # asv keeps its machine file in $HOME
+    home.mkdir()
     results = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
@@ -126,8 +123,23 @@ def runs(project, tmp_path_factory) -> dict[str, tuple[int, str]]:
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
                 code = asv_gate.main(["base", head, "--machine", MACHINE, "--config", str(project / "asv.conf.json")])
-            results[head] = (code, printed.getvalue())
+            results[head] = [code, printed.getvalue()]
     return results
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> dict[str, list]:
+    """Gate exit code and everything it printed, per head compared against `base`.
+
+    Made once per test session, even under xdist (workers share the cache under a file lock).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = shared / "asv-gate-runs.json"
+    with FileLock(f"{cache}.lock"):
+        if not cache.is_file():
+            cache.write_text(json.dumps(_run_gate_on_each_head(shared / "asv-gate")))
+        return json.loads(cache.read_text())
 
 
 def _asv_part(printed: str) -> tuple[int, str]:
@@ -144,7 +156,7 @@ def test_regression_exits_1(runs):
     assert "PERFORMANCE DECREASED." in printed  # asv's own output is passed through
     assert "asv-gate: REGRESSION" in printed
     assert "asv-gate:   slower: bench.track_value (100 -> 150, ratio 1.5)" in printed
-    assert "track_steady" not in printed.split("asv-gate: REGRESSION")[1]
+    assert "track_param" not in printed.split("asv-gate: REGRESSION")[1]  # unchanged: not listed
 
 
 def test_failed_benchmark_exits_2(runs):
