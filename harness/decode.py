@@ -54,10 +54,9 @@ class DecodeSession:
         self.strategy.teardown()
         self.strategy.pool.restore(self.schedule.written_slots)
 
-    def step(self, batch: StepBatch, record_layers=()) -> Outputs:
-        """One decode step over every layer; (out, lse) of `record_layers` copied to the CPU."""
+    def layers(self, plan, batch: StepBatch, record_layers=()) -> Outputs:
+        """The per-layer loop of one step (write, prepare KV, attend) under an existing plan."""
         s, d = self.strategy, self.data
-        plan = s.begin_step(batch)
         outputs: Outputs = {}
         for layer in range(s.pool.geometry.num_layers):
             s.write(batch, layer, d.write_slots[batch.step], d.new_rows[(batch.step, layer)])
@@ -65,6 +64,23 @@ class DecodeSession:
             if layer in record_layers:
                 outputs[(batch.step, layer)] = (out.cpu(), lse.float().cpu())
         return outputs
+
+    def step(self, batch: StepBatch, record_layers=()) -> Outputs:
+        """One decode step over every layer; (out, lse) of `record_layers` copied to the CPU."""
+        return self.layers(self.strategy.begin_step(batch), batch, record_layers)
+
+    def capture_step(self, batch: StepBatch):
+        """(plan, graph): the step's layer loop captured in one CUDA graph over a re-plannable plan."""
+        plan = self.strategy.begin_step(batch, graph_capacity=len(batch.kv_indices))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.layers(plan, batch)  # warm-up: compile and allocate outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.layers(plan, batch)
+        return plan, graph
 
     def run_all(self, record_layers, progress=None) -> Outputs:
         outputs: Outputs = {}

@@ -41,6 +41,7 @@ class StrategyResult:
     metrics: dict[str, timing.Samples] = field(default_factory=dict)
     extra_bytes: int | None = None
     peak_bytes: int | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
 
 
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
@@ -65,25 +66,41 @@ def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, stoc
     return combine(verdicts)
 
 
-def _measure(session: DecodeSession, repeats: int) -> dict[str, timing.Samples]:
-    """cast_us, attn_us (layer 0 of the last step) and step_ms (the whole last step)."""
+def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Samples], dict[str, str]]:
+    """Metrics of the last step: cast_us, attn_us (layer 0), step_ms (eager, plan included) and,
+    on CUDA, step_graph_ms (host re-plan + one CUDA-graph replay of the layer loop).
+    Returns (metrics, {metric: why it was not measured})."""
     s, last = session.strategy, session.schedule.steps[-1]
     plan = s.begin_step(last)
     q = session.data.queries[(last.step, 0)]
     kv = s.prepare_kv(0)
-    if s.device.type == "cuda":
-        cast = timing.device_time_ms(lambda: s.prepare_kv(0), repeats)
-        attn = timing.device_time_ms(lambda: s.attend(plan, *q, kv), repeats)
-        step = timing.device_time_ms(lambda: session.step(last), repeats, cold_l2=False)
-    else:
+    skipped: dict[str, str] = {}
+    if s.device.type != "cuda":
         cast = timing.host_time_ms(lambda: s.prepare_kv(0), repeats)
         attn = timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
         step = timing.host_time_ms(lambda: session.step(last), max(1, repeats // 2))
-    return {
-        "cast_us": timing.Samples("us", tuple(t * 1e3 for t in cast)),
-        "attn_us": timing.Samples("us", tuple(t * 1e3 for t in attn)),
-        "step_ms": timing.Samples("ms", tuple(step)),
-    }
+        ms = {"cast_us": cast, "attn_us": attn, "step_ms": step}
+    else:
+        ms = {
+            "cast_us": timing.device_time_ms(lambda: s.prepare_kv(0), repeats, use_cuda_graph=True),
+            "attn_us": timing.device_time_ms(lambda: s.attend(plan, *q, kv), repeats, use_cuda_graph=True),
+            "step_ms": timing.device_time_ms(lambda: session.step(last), repeats, cold_l2=False),
+        }
+        try:
+            gplan, graph = session.capture_step(last)
+        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
+            skipped["step_graph_ms"] = f"not graph-capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        else:
+            def replay():
+                s.replan_step(gplan, last)
+                graph.replay()
+
+            ms["step_graph_ms"] = timing.device_time_ms(replay, repeats, cold_l2=False)
+            del graph
+    metrics = {k: timing.Samples("ms" if k.startswith("step") else "us", tuple(t if k.startswith("step") else t * 1e3 for t in v)) for k, v in ms.items()}
+    if "cast_us" in metrics and (nbytes := type(s).cast_bytes(s.pool.geometry, last)):
+        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(nbytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
+    return metrics, skipped
 
 
 def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
@@ -119,12 +136,12 @@ def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
             base_mem = torch.cuda.memory_allocated(device)
         with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
             outputs = session.run_all(record, progress=advance)
-            metrics = _measure(session, cfg.repeats) if cfg.repeats else {}
+            metrics, skipped = _measure(session, cfg.repeats) if cfg.repeats else ({}, {})
         if name == "stock":
             stock_outputs = outputs
         verdict = _verdict(name, backend.name, outputs, gold, stock_outputs if name != "stock" else None, cls.tier)
         peak = torch.cuda.max_memory_allocated(device) - base_mem if device.type == "cuda" else None
-        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak))
+        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak, skipped))
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{case.name}.{name}.safetensors")
     order = {n: i for i, n in enumerate(cfg.strategies)}
@@ -148,7 +165,10 @@ def to_rows(case: Case, backend: str, results: list[StrategyResult]) -> list[Row
     for r in results:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
-            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better="lower", iqr=s.iqr, samples=list(s.values), **ident))
+            better = "higher" if metric.endswith("gbps") else "lower"
+            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr, samples=list(s.values), **ident))
+        for metric, why in r.skipped.items():
+            rows.append(Row(strategy=r.strategy, metric=metric, value=None, detail={"unsupported": why}, **ident))
         if r.extra_bytes is not None:
             rows.append(Row(strategy=r.strategy, metric="extra_bytes", value=r.extra_bytes, unit="B", better="lower", **ident))
         if r.peak_bytes is not None:

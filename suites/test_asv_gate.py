@@ -7,6 +7,7 @@ a tiny asv plugin copies asv_runner in instead of pip-installing it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -80,7 +81,8 @@ CONF = {
 MACHINE = "gate-test"
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -110,6 +112,7 @@ def _make_project(root: Path) -> Path:
 
 
 def _run_gate_on_each_head(root: Path) -> dict[str, list]:
+    root.mkdir()
     project = _make_project(root / "project")
     home = root / "home"  # asv keeps its machine file in $HOME
     home.mkdir()
@@ -225,7 +228,7 @@ def test_factor(text, factor):
 
 @pytest.mark.parametrize("text", ["0.9", "1", "-5%"])
 def test_factor_rejects_non_slowdowns(text):
-    with pytest.raises(Exception, match="factor must be above 1"):
+    with pytest.raises(argparse.ArgumentTypeError, match="factor must be above 1"):
         asv_gate._factor(text)
 
 

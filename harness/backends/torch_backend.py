@@ -33,10 +33,14 @@ class TorchBackend:
             return f"torch backend takes bf16 or float8_e4m3fn KV, not {kv_dtype}"
         return None
 
-    def plan(self, problem: AttnProblem) -> TorchPlan:
+    def plan(self, problem: AttnProblem, graph_capacity: Optional[int] = None) -> TorchPlan:
+        """A host-side plan; `graph_capacity` is accepted for interface parity and unused."""
         bounds = problem.kv_indptr.tolist()
         spans = tuple(zip(bounds[:-1], bounds[1:]))
         return TorchPlan(problem, spans, problem.kv_indices.to(torch.int64))
+
+    def replan(self, plan: TorchPlan, problem: AttnProblem) -> None:
+        raise NotImplementedError("the torch backend plans on the host (.tolist()); it is not graph-capturable")
 
     def run(self, plan, q_nope, q_pe, ckv, kpe, kv_scale: Optional[float] = None):
         problem = plan.problem

@@ -53,6 +53,11 @@ class Strategy:
         """Device memory this strategy needs beyond the FP8 pool."""
         return 0
 
+    @classmethod
+    def cast_bytes(cls, geometry: PoolGeometry, batch: StepBatch) -> int:
+        """Bytes one layer's `prepare_kv` must read plus write (0: no cast at all)."""
+        return 0
+
     def setup(self, schedule: Schedule) -> None:
         """Allocate persistent buffers before the first step."""
 
@@ -74,9 +79,20 @@ class Strategy:
             kv_dtype=self.kv_dtype,
         )
 
-    def begin_step(self, batch: StepBatch):
-        """Plan once for the step (pool indices by default); reused by every layer."""
-        return self.backend.plan(self.problem(batch, torch.as_tensor(batch.kv_indices)))
+    def step_indices(self, batch: StepBatch) -> torch.Tensor:
+        """The KV rows the plan points at (pool rows by default)."""
+        return torch.as_tensor(batch.kv_indices)
+
+    def begin_step(self, batch: StepBatch, graph_capacity: int | None = None):
+        """Plan once for the step; reused by every layer. With `graph_capacity`, a re-plannable plan."""
+        problem = self.problem(batch, self.step_indices(batch))
+        if graph_capacity is None:
+            return self.backend.plan(problem)
+        return self.backend.plan(problem, graph_capacity=graph_capacity)
+
+    def replan_step(self, plan, batch: StepBatch) -> None:
+        """Re-plan a graph plan in place (same buffers) for `batch`."""
+        self.backend.replan(plan, self.problem(batch, self.step_indices(batch)))
 
     def write(self, batch: StepBatch, layer: int, slots: torch.Tensor, codes: torch.Tensor) -> None:
         """Store the step's new tokens (FP8 bytes) into the pool."""

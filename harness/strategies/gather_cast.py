@@ -21,15 +21,25 @@ class GatherCast(Strategy):
     def setup(self, schedule):
         rows = schedule.max_active_rows + 1  # +1: room for an off-by-one to read garbage, not fault
         self.compact = torch.empty((rows, 1, self.pool.geometry.row_width), dtype=torch.bfloat16, device=self.device)
+        self.gather_indices = None
 
     def teardown(self):
         del self.compact
+        self.gather_indices = None
 
-    def begin_step(self, batch):
-        self.gather_indices = torch.as_tensor(batch.kv_indices, dtype=torch.int32).to(self.device)
+    @classmethod
+    def cast_bytes(cls, geometry, batch) -> int:
+        return len(batch.kv_indices) * geometry.row_width * 3  # read FP8, write BF16
+
+    def step_indices(self, batch):
+        """Sequential indices into the compact buffer; the pool rows are kept for the gather."""
+        pool_rows = torch.as_tensor(batch.kv_indices, dtype=torch.int32).to(self.device)
+        if self.gather_indices is not None and self.gather_indices.shape == pool_rows.shape:
+            self.gather_indices.copy_(pool_rows)  # in place: a captured graph keeps reading this tensor
+        else:
+            self.gather_indices = pool_rows
         start = 1 if Fault.REMAP_OFF_BY_ONE in self.faults else 0
-        sequential = torch.arange(start, start + len(batch.kv_indices), dtype=torch.int32)
-        return self.backend.plan(self.problem(batch, sequential))
+        return torch.arange(start, start + len(batch.kv_indices), dtype=torch.int32)
 
     def prepare_kv(self, layer):
         n = self.gather_indices.numel()

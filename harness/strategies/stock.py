@@ -13,6 +13,10 @@ class Stock(Strategy):
     def extra_bytes(cls, geometry, schedule) -> int:
         return geometry.layer_bytes * 2  # the BF16 temporary of one layer
 
+    @classmethod
+    def cast_bytes(cls, geometry, batch) -> int:
+        return geometry.layer_bytes * 3  # read the FP8 layer, write it as BF16
+
     def prepare_kv(self, layer):
         # exactly `get_key_buffer(layer).to(q.dtype)`: a fresh pool-sized BF16 tensor per layer
         return self.split(self.pool.fp8(layer).to(torch.bfloat16))
@@ -25,6 +29,10 @@ class StockVectorized(Strategy):
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
         return geometry.layer_bytes * 2
+
+    @classmethod
+    def cast_bytes(cls, geometry, batch) -> int:
+        return geometry.layer_bytes * 3
 
     def setup(self, schedule):
         g = self.pool.geometry
