@@ -64,17 +64,23 @@ def cmd_run(args, console: Console) -> int:
     for name in strategies:
         if name not in REGISTRY:
             raise HarnessError("--strategy", f"unknown strategy {name!r}; choose from {', '.join(ORDER)}")
-    if args.repeats < 0:
-        raise HarnessError("--repeats", f"must be >= 0, got {args.repeats}")
+    repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
+    if repeats < 0:
+        raise HarnessError("--repeats", f"must be >= 0, got {repeats}")
     cfg = RunConfig(
         case=case, device=device, backend=args.backend, strategies=strategies, faults=parse_faults(args.plant_fault),
-        repeats=args.repeats, reference=args.reference, dump_outputs=args.dump_outputs,
+        repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
     console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
     results, backend = run(cfg, console)
     console.print(results_table(f"{case.name} · backend {backend}", results))
     if args.json:
-        write_results(args.json, to_rows(case, backend, results), environment(device), repro_command())
+        env = environment(device)
+        if device.type == "cuda":
+            from harness.timing import copy_bandwidth_gbps
+
+            env["copy_gbps"] = copy_bandwidth_gbps(device)
+        write_results(args.json, to_rows(case, backend, results), env, repro_command())
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in results if r.verdict.status.value in ("fail", "error")]
     if failed:
@@ -159,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_case_args(p)
     p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
     p.add_argument("--strategy", action="append", help="run only this strategy (repeatable)")
-    p.add_argument("--repeats", type=int, default=5, help="timing samples per metric (0: no timing)")
+    p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
     p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto")
     p.add_argument("--plant-fault", action="append", help="plant a fault (negative control); repeatable")
     p.add_argument("--json", type=Path, help="write results JSON here")

@@ -40,13 +40,15 @@ class Row:
 
 
 def _git_commit() -> str | None:
+    if commit := os.environ.get("MLA_HARNESS_GIT_COMMIT"):
+        return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _gpu_fingerprint(device: torch.device) -> dict:

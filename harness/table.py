@@ -17,7 +17,7 @@ def _gib(n) -> str:
 
 def results_table(title: str, results) -> Table:
     table = Table(title=title)
-    for col in ("strategy", "verdict", "max_abs", "max_rel", "norm_rel", "matched", "cast µs/layer", "attn µs/layer", "step ms", "extra mem", "peak mem"):
+    for col in ("strategy", "verdict", "max_abs", "max_rel", "norm_rel", "matched", "cast µs/layer", "cast GB/s", "attn µs/layer", "step ms", "eager step ms", "extra mem", "peak mem"):
         table.add_column(col, justify="left" if col in ("strategy", "verdict") else "right")
     for r in results:
         st = r.verdict.stats
@@ -38,8 +38,10 @@ def results_table(title: str, results) -> Table:
             _fmt(st.norm_rel if st else None, ".2e"),
             _fmt(st.matched_ratio if st else None, ".4f"),
             med("cast_us"),
+            med("cast_gbps", ".0f"),
             med("attn_us"),
             med("step_ms", ".3f"),
+            med("step_eager_ms", ".3f"),
             _gib(r.extra_bytes),
             _gib(r.peak_bytes),
         )

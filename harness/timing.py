@@ -45,15 +45,31 @@ def host_time_ms(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
-def device_time_ms(fn, repeats: int, use_cuda_graph: bool = False, cold_l2: bool = True) -> list[float]:
-    """GPU time of fn() in ms via flashinfer.testing.bench_gpu_time (CUDA events/CUPTI, cold L2)."""
+def device_time_ms(fn, repeats: int, *, use_cuda_graph: bool = False, input_args: tuple = ()) -> list[float]:
+    """GPU time of fn(*input_args) in ms via flashinfer.testing.bench_gpu_time.
+
+    With `use_cuda_graph` (single kernels): 10 calls per graph replay amortize launch
+    latency, and L2 is kept cold by rotating clones of `input_args`. Without it (whole
+    decode steps): CUDA events around each call, host work such as planning included,
+    no L2 flush (a 78-layer step streams far more than L2 holds).
+    """
     from flashinfer.testing import bench_gpu_time
 
     times = bench_gpu_time(
         fn,
         dry_run_iters=3,
         repeat_iters=repeats,
-        cold_l2_cache=cold_l2,
+        cold_l2_cache=use_cuda_graph,
         use_cuda_graph=use_cuda_graph,
+        input_args=input_args,
     )
     return [float(t) for t in times]
+
+
+def copy_bandwidth_gbps(device: torch.device, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy speed (bytes read + written per second), the ceiling for casts."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = statistics.median(device_time_ms(lambda: dst.copy_(src), 20))
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3) / 1e9

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 import torch
 
@@ -98,9 +98,16 @@ class Strategy:
         """Store the step's new tokens (FP8 bytes) into the pool."""
         self.pool.write(layer, slots, codes)
 
-    def prepare_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ckv, kpe) buffers the kernel reads for this layer: the cast, gather or nothing."""
+    def cast_call(self, layer: int) -> tuple[Callable, tuple]:
+        """(fn, tensors): fn(*tensors) returns the [rows, 1, 576] buffer attention reads for this
+        layer — running the cast or gather kernel where the strategy has one. Split out so
+        timing can rotate the tensors for cold-L2 measurements."""
         raise NotImplementedError
+
+    def prepare_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ckv, kpe) buffers the kernel reads for this layer: after the cast, gather or nothing."""
+        fn, tensors = self.cast_call(layer)
+        return self.split(fn(*tensors))
 
     def attend(self, plan, q_nope, q_pe, kv) -> tuple[torch.Tensor, torch.Tensor]:
         ckv, kpe = kv

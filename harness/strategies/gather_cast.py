@@ -41,13 +41,17 @@ class GatherCast(Strategy):
         start = 1 if Fault.REMAP_OFF_BY_ONE in self.faults else 0
         return torch.arange(start, start + len(batch.kv_indices), dtype=torch.int32)
 
-    def prepare_kv(self, layer):
-        n = self.gather_indices.numel()
-        if self.device.type == "cuda":
-            from harness.kernels.gather_cast import gather_cast_
+    def cast_call(self, layer):
+        return _gather_cast, (self.pool.buffers[layer], self.gather_indices, self.compact)
 
-            gather_cast_(self.pool.buffers[layer], self.gather_indices, self.compact)
-        else:
-            rows = self.pool.fp8(layer).index_select(0, self.gather_indices.to(torch.int64))
-            self.compact[:n] = rows.to(torch.bfloat16)
-        return self.split(self.compact)
+
+def _gather_cast(pool_u8: torch.Tensor, indices: torch.Tensor, compact: torch.Tensor) -> torch.Tensor:
+    """compact[i] = bf16(pool[indices[i]]): one fused Triton kernel on CUDA, index_select + cast on CPU."""
+    if pool_u8.is_cuda:
+        from harness.kernels.gather_cast import gather_cast_
+
+        gather_cast_(pool_u8, indices, compact)
+    else:
+        rows = pool_u8.view(torch.float8_e4m3fn).index_select(0, indices.to(torch.int64))
+        compact[: indices.numel()] = rows.to(torch.bfloat16)
+    return compact

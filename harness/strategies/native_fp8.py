@@ -15,5 +15,9 @@ class NativeFP8(Strategy):
     def setup(self, schedule):
         self.kv_scale = KV_SCALE * (1.01 if Fault.SCALE_ERROR in self.faults else 1.0)
 
-    def prepare_kv(self, layer):
-        return self.split(self.pool.fp8(layer))
+    def cast_call(self, layer):
+        return _as_fp8, (self.pool.buffers[layer],)
+
+
+def _as_fp8(pool_u8: torch.Tensor) -> torch.Tensor:
+    return pool_u8.view(torch.float8_e4m3fn)

@@ -17,9 +17,9 @@ class Stock(Strategy):
     def cast_bytes(cls, geometry, batch) -> int:
         return geometry.layer_bytes * 3  # read the FP8 layer, write it as BF16
 
-    def prepare_kv(self, layer):
+    def cast_call(self, layer):
         # exactly `get_key_buffer(layer).to(q.dtype)`: a fresh pool-sized BF16 tensor per layer
-        return self.split(self.pool.fp8(layer).to(torch.bfloat16))
+        return _torch_cast, (self.pool.buffers[layer],)
 
 
 @register("stock_vectorized", devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise")
@@ -41,8 +41,16 @@ class StockVectorized(Strategy):
     def teardown(self):
         del self.buf
 
-    def prepare_kv(self, layer):
-        from harness.kernels.cast import cast_pool_to_bf16
+    def cast_call(self, layer):
+        return _triton_cast, (self.pool.buffers[layer], self.buf)
 
-        cast_pool_to_bf16(self.pool.buffers[layer], self.buf)
-        return self.split(self.buf)
+
+def _torch_cast(pool_u8: torch.Tensor) -> torch.Tensor:
+    return pool_u8.view(torch.float8_e4m3fn).to(torch.bfloat16)
+
+
+def _triton_cast(pool_u8: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    from harness.kernels.cast import cast_pool_to_bf16
+
+    cast_pool_to_bf16(pool_u8, out)
+    return out
