@@ -1,0 +1,41 @@
+"""asv environment plugin "runner-virtualenv": per-commit environments that see the runner's packages.
+
+The project is pure Python, so a commit's environment is a bare venv that installs only the
+project (`pip install --no-deps`); CUDA torch, FlashInfer, Triton and asv_runner come from the
+interpreter running asv, through a .pth file listing its site directories (and PYTHONPATH
+entries outside the checkout, e.g. an unpacked offline bundle). Nothing is fetched.
+Enabled in asv.conf.json by `"plugins": [".ci.asv_runner_env"]`.
+"""
+
+import os
+import site
+import sys
+
+from asv import util
+from asv.plugins.virtualenv import Virtualenv
+
+
+def runner_site_dirs(exclude: str) -> list[str]:
+    """Site directories of this interpreter, then PYTHONPATH entries, minus anything under `exclude`."""
+    candidates = [*site.getsitepackages(), site.getusersitepackages(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    exclude = os.path.realpath(exclude)
+    seen, dirs = set(), []
+    for path in candidates:
+        real = os.path.realpath(path) if path else ""
+        if real and os.path.isdir(real) and not real.startswith(exclude) and real not in seen:
+            seen.add(real)
+            dirs.append(real)
+    return dirs
+
+
+class RunnerVirtualenv(Virtualenv):
+    tool_name = "runner-virtualenv"
+
+    def _setup(self):
+        util.check_call([self._executable, "-m", "venv", "--without-pip", self._path])
+        purelib = self.run(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+        with open(os.path.join(purelib, "asv_runner_site.pth"), "w") as f:
+            f.write("\n".join(runner_site_dirs(os.getcwd())) + "\n")
+
+    def _install_requirements(self):
+        """Nothing to install: requirements come from the runner's interpreter."""

@@ -1,0 +1,57 @@
+"""The asv configuration and benchmarks on CPU at ci scale: `asv check`, and a quick per-commit run
+through the runner-virtualenv plugin (a commit's own harness, the runner's torch)."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("asv")
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK_ENV = {"MLA_ASV_STRATEGIES": "gather_cast,shadow", "MLA_ASV_REPEATS": "2"}
+
+
+def asv(*args, cwd, home):
+    env = {**os.environ, **QUICK_ENV, "HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "asv", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("needs the project as a git checkout (asv benchmarks commits)")
+    root = tmp_path_factory.mktemp("asv")
+    subprocess.run(["git", "clone", "-q", str(REPO), str(root / "repo")], check=True)
+    # benchmark this working tree's asv files even when they are not committed yet
+    for rel in ("asv.conf.json", "ci/asv_runner_env.py", "ci/__init__.py", "suites/asv/benchmarks.py", "suites/asv/__init__.py"):
+        (root / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / "repo" / rel)
+    home = root / "home"
+    home.mkdir()
+    assert asv("machine", "--yes", "--machine", "ci-cpu", cwd=root / "repo", home=home).returncode == 0
+    return root / "repo", home
+
+
+def test_asv_check(clone):
+    repo, home = clone
+    proc = asv("check", "-E", f"existing:{sys.executable}", cwd=repo, home=home)
+    assert proc.returncode == 0 and "No problems found" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_quick_run_in_a_per_commit_environment(clone):
+    repo, home = clone
+    proc = asv("run", "--quick", "--machine", "ci-cpu", "--show-stderr", "HEAD^!", cwd=repo, home=home)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [p for p in (repo / ".asv" / "results" / "ci-cpu").glob("*.json") if p.name != "machine.json"]
+    assert results, "asv wrote no results"
+    data = json.loads(results[0].read_text())
+    step = data["results"]["benchmarks.StepMs.track_step_ms"][0]
+    assert all(v is not None and v > 0 for v in step), step  # gather_cast and shadow both measured
+    cast = data["results"]["benchmarks.CastUs.track_cast_us"][0]
+    assert cast[0] > 0 and math.isnan(cast[1])  # shadow has no cast kernel: skipped (NaN), not failed
