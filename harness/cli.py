@@ -72,17 +72,17 @@ def cmd_run(args, console: Console) -> int:
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
     console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
-    results, backend = run(cfg, console)
-    console.print(results_table(f"{case.name} · backend {backend}", results))
+    outcome = run(cfg, console)
+    console.print(results_table(f"{case.name} · backend {outcome.backend}", outcome.results))
     if args.json:
         env = environment(device)
         if device.type == "cuda":
             from harness.timing import copy_bandwidth_gbps
 
             env["copy_gbps"] = copy_bandwidth_gbps(device)
-        write_results(args.json, to_rows(case, backend, results), env, repro_command())
+        write_results(args.json, to_rows(case, outcome), env, repro_command())
         console.print(f"results written to {args.json}")
-    failed = [r.strategy for r in results if r.verdict.status.value in ("fail", "error")]
+    failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:
         raise CheckFailed(f"check failed: {', '.join(failed)}")
     return 0

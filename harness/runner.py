@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,8 +112,15 @@ def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Sam
     return metrics, skipped
 
 
-def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
-    """Run the configured strategies on one case; returns per-strategy results and the backend name."""
+@dataclass
+class RunOutcome:
+    results: list[StrategyResult]
+    backend: str
+    pool_build_s: float
+
+
+def run(cfg: RunConfig, console: Console) -> RunOutcome:
+    """Run the configured strategies on one case: per-strategy verdicts and metrics."""
     case, device = cfg.case, cfg.device
     schedule = case.schedule()
     backend = make_backend(cfg.backend, device)
@@ -131,7 +139,12 @@ def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
     plan.check(device)
     gold, ref_label = _reference(cfg, console)
     with progress_bar(console, f"fp8 pool {geometry.slots:,} slots x {geometry.num_layers} layers", geometry.num_layers) as advance:
+        t0 = time.perf_counter()
         pool = KVPool(geometry, case.scenario.seed, device, progress=lambda *_: advance())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        build_s = time.perf_counter() - t0
+    console.print(f"pool built in {build_s:.2f} s ({geometry.total_bytes / 1e9:.1f} GB)")
     data = make_step_data(case.preset, schedule, pool, cfg.faults)
     record = set(case.checked_layers())
     stock_outputs = None
@@ -155,7 +168,7 @@ def run(cfg: RunConfig, console: Console) -> tuple[list[StrategyResult], str]:
     order = {n: i for i, n in enumerate(cfg.strategies)}
     results.sort(key=lambda r: order[r.strategy])
     console.print(f"checked against {ref_label}")
-    return results, backend.name
+    return RunOutcome(results, backend.name, build_s)
 
 
 def dump(outputs: Outputs, path: Path) -> None:
@@ -167,10 +180,10 @@ def dump(outputs: Outputs, path: Path) -> None:
     safetensors.torch.save_file(tensors, path)
 
 
-def to_rows(case: Case, backend: str, results: list[StrategyResult]) -> list[Row]:
-    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=backend)
-    rows = []
-    for r in results:
+def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
+    rows = [Row(strategy="pool", metric="build_s", value=outcome.pool_build_s, unit="s", better="lower", **ident)]
+    for r in outcome.results:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
             better = "higher" if metric.endswith("gbps") else "lower"

@@ -7,8 +7,10 @@ step: plan, writes, casts and attention — the attention path's TPOT).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -31,17 +33,31 @@ class Samples:
         return q[2] - q[0]
 
 
+@contextmanager
+def no_gc():
+    """Keep Python's garbage collector from pausing the host in the middle of a timed region."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def host_time_ms(fn, repeats: int, warmup: int = 1) -> list[float]:
     """Wall time of fn() in ms, synchronizing a CUDA device if one is in use."""
     for _ in range(warmup):
         fn()
     out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e3)
+    with no_gc():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            out.append((time.perf_counter() - t0) * 1e3)
     return out
 
 
@@ -55,14 +71,15 @@ def device_time_ms(fn, repeats: int, *, use_cuda_graph: bool = False, input_args
     """
     from flashinfer.testing import bench_gpu_time
 
-    times = bench_gpu_time(
-        fn,
-        dry_run_iters=3,
-        repeat_iters=repeats,
-        cold_l2_cache=use_cuda_graph,
-        use_cuda_graph=use_cuda_graph,
-        input_args=input_args,
-    )
+    with no_gc():
+        times = bench_gpu_time(
+            fn,
+            dry_run_iters=5,
+            repeat_iters=repeats,
+            cold_l2_cache=use_cuda_graph,
+            use_cuda_graph=use_cuda_graph,
+            input_args=input_args,
+        )
     return [float(t) for t in times]
 
 

@@ -1,0 +1,199 @@
+"""`harness.report`: tables, Markdown, plots, trends and cross-check from synthetic results files."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+from dataclasses import asdict
+
+import pytest
+from rich.console import Console
+
+from harness.cli import main
+from harness.errors import HarnessError
+from harness.report import render_report
+from harness.results import SCHEMA, Row
+
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+NEEDS_MPL = pytest.mark.skipif(not HAVE_MPL, reason="matplotlib not installed (pip install mla-harness[report])")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GIB = 1024**3
+# strategy: (step_ms, step iqr, cast_us, cast_gbps, attn_us, extra_bytes)
+PLANTED = {"stock": (8.0, 0.4, 100.0, 1000.0, 20.0, GIB), "gather_cast": (2.0, 0.2, 10.0, 2000.0, 21.0, GIB // 2)}
+
+
+def _rows(scenario: str, step_scale: float) -> list[Row]:
+    case = dict(preset="glm5-tp8", scale="prod", scenario=scenario, backend="flashinfer-fa3")
+    rows = []
+    for strategy, (step, iqr, cast, gbps, attn, extra) in PLANTED.items():
+        stats = {"max_abs": 0.08, "max_rel": 3.2, "norm_rel": 1.5e-3, "matched_ratio": 1.0}
+        rows += [
+            Row(**case, strategy=strategy, metric="verdict", value="pass", detail={"status": "pass", "reason": "", "stats": stats}),
+            Row(**case, strategy=strategy, metric="step_ms", value=step * step_scale, unit="ms", better="lower", iqr=iqr, samples=[step]),
+            Row(**case, strategy=strategy, metric="cast_us", value=cast, unit="us", better="lower", iqr=1.0),
+            Row(**case, strategy=strategy, metric="cast_gbps", value=gbps, unit="GB/s", better="higher", iqr=5.0),
+            Row(**case, strategy=strategy, metric="attn_us", value=attn, unit="us", better="lower", iqr=0.1),
+            Row(**case, strategy=strategy, metric="extra_bytes", value=extra, unit="B", better="lower"),
+        ]
+    rows += [
+        Row(**case, strategy="native_fp8", metric="verdict", value="fail",
+            detail={"status": "fail", "reason": "norm_rel 0.2 > 0.05", "stats": {"norm_rel": 0.2}}),
+        Row(**case, strategy="native_fp8", metric="cast_us", value=None, detail={"unsupported": "no per-step cast"}),
+        Row(**case, strategy="native_fp8", metric="step_ms", value=1.0, unit="ms", better="lower", iqr=0.01),
+    ]
+    return rows
+
+
+def _write(path, scenario="b1-l4096", commit="aaaaaaa0", created="2026-01-01T00:00:00+00:00", step_scale=1.0):
+    env = {"gpu": "NVIDIA H200", "capability": "9.0", "driver": "580.1", "torch": "2.11.0", "flashinfer": "0.7.2.post1",
+           "git_commit": commit, "copy_gbps": 4000.0}
+    doc = {"schema": SCHEMA, "created": created, "environment": env, "repro": f"python -m harness run --scenario {scenario}",
+           "rows": [asdict(r) for r in _rows(scenario, step_scale)]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _render(paths, out):
+    console = Console(file=io.StringIO(), width=300)
+    render_report(paths, out, console)
+    return console.file.getvalue()
+
+
+def _md_row(md: str, section: str, first_cell: str) -> dict[str, str]:
+    """The Markdown table row starting with first_cell under heading `### section`, keyed by header."""
+    lines = md.split(f"### {section}\n", 1)[1].splitlines()
+    table = [line for line in lines[1:lines.index("", 2)] if line.startswith("|")]
+    split = [[c.strip() for c in line.strip("|").split(" | ")] for line in table]
+    return next(dict(zip(split[0], cells)) for cells in split[2:] if cells[0] == first_cell)
+
+
+def test_console_and_markdown(tmp_path):
+    paths = [_write(tmp_path / "a.json"), _write(tmp_path / "b.json", scenario="b32-l4096")]
+    text = _render(paths, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "environment: NVIDIA H200 · sm 9.0 · driver 580.1 · torch 2.11.0 · flashinfer 0.7.2.post1" in text
+    assert "repro: python -m harness run --scenario b32-l4096" in text
+    for scenario in ("b1-l4096", "b32-l4096"):
+        assert f"### glm5-tp8 · prod · {scenario} · flashinfer-fa3" in md
+        assert f"- repro: `python -m harness run --scenario {scenario}`" in md
+    assert "commit aaaaaaa" in md and "aaaaaaa0" not in md  # short commit
+    assert "## Trends" not in md and "## Cross-check" not in md
+
+
+def test_table_values(tmp_path):
+    _render([_write(tmp_path / "a.json")], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    section = "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3"
+    gather, stock, native = (_md_row(md, section, s) for s in ("gather_cast", "stock", "native_fp8"))
+    assert gather["speedup vs stock"] == "4.00×" and stock["speedup vs stock"] == "1.00×"
+    assert native["speedup vs stock"] == "8.00×"
+    assert gather["% copy"] == "50%" and stock["% copy"] == "25%"
+    assert gather["cast µs"] == "10.0 ±1.0" and gather["step ms"] == "2.000 ±0.200"
+    assert gather["extra GiB"] == "0.50" and gather["step IQR/median"] == "10.0%"
+    assert gather["verdict"] == "pass" and gather["norm_rel"] == "1.50e-03"
+    assert native["verdict"] == "fail: norm_rel 0.2 > 0.05"
+    assert native["cast µs"] == "n/a" and native["attn µs"] == "-"  # unsupported vs absent
+
+
+@NEEDS_MPL
+def test_plots_are_pngs(tmp_path):
+    _render([_write(tmp_path / "a.json"), _write(tmp_path / "b.json", scenario="b32-l4096")], tmp_path / "out")
+    for name in ("step_ms.png", "cast_us.png"):
+        data = (tmp_path / "out" / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    assert not (tmp_path / "out" / "trend_step_ms.png").exists()  # one run: no trend
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cast_us.png", "report.md", "step_ms.png"]
+
+
+def test_without_matplotlib_writes_markdown_and_says_why(tmp_path, monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)  # makes the import fail
+    text = _render([_write(tmp_path / "a.json")], tmp_path / "out")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["report.md"]
+    assert len([line for line in text.splitlines() if line.startswith("plots skipped: matplotlib")]) == 1
+    assert "## Plots" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_trend_over_two_runs(tmp_path):
+    new = _write(tmp_path / "new.json", commit="bbbbbbb1", created="2026-02-01T00:00:00+00:00", step_scale=2.0)
+    old = _write(tmp_path / "old.json", commit="aaaaaaa1", created="2026-01-01T00:00:00+00:00")
+    _render([new, old], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Trends" in md
+    section = "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3\n\n| strategy | metric | aaaaaaa | bbbbbbb |"
+    assert md.count(f"### {section}") == 1  # columns ordered by `created`, not by argument order
+    trend = md.split("## Trends", 1)[1]
+    assert "| gather_cast | step_ms | 2 ±0.2 | 4 ±0.2 |" in trend
+    assert "| native_fp8 | verdict | fail | fail |" in trend
+    assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")["step ms"] == "4.000 ±0.200"  # latest
+    if HAVE_MPL:
+        assert (tmp_path / "out" / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_same_run_twice_is_not_a_trend(tmp_path):  # negative control for trend detection
+    path = _write(tmp_path / "a.json")
+    _render([path, path], tmp_path / "out")
+    assert "## Trends" not in (tmp_path / "out" / "report.md").read_text()
+    assert not (tmp_path / "out" / "trend_step_ms.png").exists()
+
+
+def test_cross_check(tmp_path):
+    independent = tmp_path / "independent.json"
+    independent.write_text(json.dumps({"torch_cast_us": 105.0, "gather_cast_4096_us": 20.0, "fa3_bf16_b1_l4096_us": 19.0,
+                                       "pool_fill_s": 1.3, "tool": "triton.testing.do_bench"}))
+    text = _render([_write(tmp_path / "a.json"), independent], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Cross-check" in md and "Cross-check" in text
+    section = "harness vs independent timing (µs)"
+    torch_cast = _md_row(md, section, "full-pool cast, torch .to()")
+    assert (torch_cast["harness"], torch_cast["independent"], torch_cast["difference"], torch_cast["agrees"]) == ("100.00", "105.00", "-4.8%", "✓")
+    gather = _md_row(md, section, "gather+cast, 4,096 rows")
+    assert (gather["difference"], gather["agrees"]) == ("-50.0%", "✗")
+    assert _md_row(md, section, "attention, fa3 BF16")["difference"] == "+5.3%"
+    assert _md_row(md, section, "full-pool cast, vectorized Triton")["agrees"] == "-"  # neither side measured it
+
+
+BAD_INPUTS = {
+    "missing file": (None, "no such file"),
+    "malformed JSON": ('{"schema": ', "not valid JSON"),
+    "wrong schema": (json.dumps({"schema": "other/9", "rows": []}), "schema"),
+    "bad created": (None, "created"),
+    "bad row": (None, "rows[0].value"),
+    "bad independent": (json.dumps({"torch_cast_us": "fast"}), "torch_cast_us"),
+}
+
+
+def _bad_file(tmp_path, case: str):
+    text, _ = BAD_INPUTS[case]
+    path = tmp_path / ("independent.json" if case == "bad independent" else "bad.json")
+    if case in ("bad created", "bad row"):
+        doc = json.loads(_write(path).read_text())
+        if case == "bad created":
+            doc["created"] = "yesterday"
+        else:
+            doc["rows"][0]["value"] = "fast"
+            doc["rows"][0]["better"] = "lower"
+        text = json.dumps(doc)
+    if text is not None:
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_raises_and_writes_nothing(tmp_path, case):  # negative control
+    bad = _bad_file(tmp_path, case)
+    out = tmp_path / "out"
+    with pytest.raises(HarnessError) as info:
+        _render([_write(tmp_path / "good.json"), bad], out)
+    assert str(bad) in str(info.value) and BAD_INPUTS[case][1] in str(info.value)
+    assert not out.exists()
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    bad = _bad_file(tmp_path, "malformed JSON")
+    assert main(["report", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and str(bad) in err
+    assert not (tmp_path / "out").exists()
