@@ -7,13 +7,13 @@
 set -uo pipefail
 BUNDLE=$1
 WHEELS=$2
-. ci/gpu_env.sh
+. ci/gpu_env.sh "" ""  # explicit: a sourced script would see this script's arguments
 python3 -m pip install -q --no-index --no-deps --target /tmp/asvsite "$WHEELS"/*.whl
 export PYTHONPATH=/tmp/asvsite:/tmp/site ASV_PYTHONPATH=/tmp/asvsite:/tmp/site
 export MLA_ASV_SCENARIOS=b1-l4096 MLA_ASV_STRATEGIES=gather_cast,shadow MLA_ASV_REPEATS=30
 E=$OUT/gate
 mkdir -p "$E"
-git clone -q "$BUNDLE" /tmp/repo && cd /tmp/repo || exit 2
+git clone -q -b main "$BUNDLE" /tmp/repo && cd /tmp/repo || exit 2
 git config user.email ci@localhost && git config user.name "gate demo"
 git checkout -q -b same main && echo >> README.md && git commit -qam "docs only: no code change"
 git checkout -q -b slow main

@@ -207,7 +207,7 @@ def _trend_value(row: dict | None) -> str:
         return "-"
     if not _finite(row["value"]):
         return "n/a" if row["value"] is None else str(row["value"])
-    return f"{row['value']:.4g}" + (f" ±{row['iqr']:.2g}" if _finite(row.get("iqr")) else "")
+    return f"{row['value']:.4g}" + (f" ±{row['iqr']:.3g}" if _finite(row.get("iqr")) else "")
 
 
 def _cross_rows(runs: list[Run], independent: dict) -> list[list[str]]:
@@ -243,8 +243,8 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
     headers = COLUMNS + (REPEAT_COLUMNS if repeatability else ())
     sections = []
     for case, strategies in _cases(runs).items():
-        case_runs = dict.fromkeys(cell[1].path for m in strategies.values() for cell in m.values())
-        case_runs = [r for r in runs if r.path in case_runs]
+        used = {id(cell[1]) for m in strategies.values() for cell in m.values()}
+        case_runs = [r for r in runs if id(r) in used]
         copy = [f"{r.env['copy_gbps']:.0f}" for r in case_runs if _finite(r.env.get("copy_gbps"))]
         notes = (f"device copy bandwidth (100% in % copy): {', '.join(copy)} GB/s",) if copy else ()
         sections.append(Section("Results", " · ".join(case), headers, _case_rows(strategies, repeatability),
@@ -252,10 +252,12 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
     for case, history in _histories(runs).items():
         keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case)
         rows = [[k[3], k[5], *(_trend_value(r.rows.get(k)) for r in history)] for k in keys]
-        notes = tuple(f"{label}: {r.path} (created {r.created.isoformat()})" for label, r in zip(_run_labels(history), history))
-        sections.append(Section("Trends", " · ".join(case), ("strategy", "metric", *_run_labels(history)), rows, notes))
+        labels = _run_labels(history)
+        notes = tuple(f"{label}: {r.path} (created {r.created.isoformat()})" for label, r in zip(labels, history))
+        sections.append(Section("Trends", " · ".join(case), ("strategy", "metric", *labels), rows, notes))
     if independent is not None:
-        note = f"independent figures: {independent.get('tool', '?')}; harness figures: {' '.join(CROSS_CASE)}; ✓ within {CROSS_TOLERANCE:.0%}"
+        note = (f"independent figures: {independent.get('tool', '?')}; harness figures: {' '.join(CROSS_CASE)};"
+                f" ✓ within {CROSS_TOLERANCE:.0%}")
         sections.append(Section("Cross-check", "harness vs independent timing (µs)",
                                 ("check", "harness row", "independent key", "harness", "independent", "difference", "agrees"),
                                 _cross_rows(runs, independent), (note,)))
@@ -308,6 +310,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     """PNG bytes by file name: grouped bars per case, and step_ms trends. ImportError without matplotlib."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     def png(fig) -> bytes:
         FigureCanvasAgg(fig)
@@ -322,6 +325,14 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     def half_iqr(row: dict) -> float:
         return (row.get("iqr") or 0) / 2
 
+    def finish(ax, ylabel: str) -> None:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+
     cases = _cases(runs)
     varying = [i for i in range(4) if len({c[i] for c in cases}) > 1] or [2]
     labels = ["\n".join(c[i] for i in varying) for c in cases]
@@ -331,33 +342,29 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
         strategies = list(dict.fromkeys(s for g in groups for s, row in g.items() if positive(row)))
         if not strategies:
             continue
-        fig = Figure(figsize=(max(6.0, 1.0 + len(cases) * (0.3 * len(strategies) + 0.6)), 4.5))
+        fig = Figure(figsize=(max(7.0, 2.5 + len(cases) * (0.3 * len(strategies) + 0.6)), 4.5))
         ax = fig.add_subplot()
         width = 0.8 / len(strategies)
         for i, s in enumerate(strategies):
             bars = [(x, g[s]) for x, g in enumerate(groups) if positive(g.get(s))]
             ax.bar([x - 0.4 + width * (i + 0.5) for x, _ in bars], [r["value"] for _, r in bars], width,
                    yerr=[half_iqr(r) for _, r in bars], capsize=2, label=s)
-        ax.set_yscale("log")
         ax.set_title(f"{metric}: {what}", fontsize="medium")
         ax.set_xticks(range(len(cases)), labels)
-        ax.set_ylabel(f"{metric} ({unit}, median; whiskers ±IQR/2)")
-        ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize="small")
+        finish(ax, f"{metric} ({unit}, median; whiskers ±IQR/2)")
         plots[f"{metric}.png"] = png(fig)
     if histories := _histories(runs):
-        fig = Figure(figsize=(7.0, 0.5 + 3.2 * len(histories)))
+        fig = Figure(figsize=(8.5, 0.5 + 3.2 * len(histories)))
         for ax, (case, history) in zip(fig.subplots(len(histories), 1, squeeze=False)[:, 0], histories.items()):
             for s in dict.fromkeys(k[3] for r in history for k in r.rows if _case_of(k) == case and k[5] == "step_ms"):
                 key = _key(case, s, "step_ms")
                 points = [(x, r.rows[key]) for x, r in enumerate(history) if positive(r.rows.get(key))]
                 ax.errorbar([x for x, _ in points], [r["value"] for _, r in points],
                             yerr=[half_iqr(r) for _, r in points], marker="o", capsize=2, label=s)
-            ax.set_yscale("log")
             ax.set_xticks(range(len(history)), _run_labels(history))
+            ax.margins(x=0.1)
             ax.set_title(" · ".join(case), fontsize="medium")
-            ax.set_ylabel("step ms (median, ±IQR/2)")
-            ax.legend(fontsize="small")
+            finish(ax, "step_ms (ms, median; whiskers ±IQR/2)")
         plots["trend_step_ms.png"] = png(fig)
     return plots
 
