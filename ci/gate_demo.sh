@@ -5,15 +5,16 @@
 # Expected: unchanged -> exit 0, slowed -> exit 1, for both gates.
 #   OUT=dir bash ci/gate_demo.sh REPO_BUNDLE ASV_WHEELS_DIR
 set -uo pipefail
-BUNDLE=$1
+REPO_BUNDLE=$1
 WHEELS=$2
 . ci/gpu_env.sh "" ""  # explicit: a sourced script would see this script's arguments
+rm -rf /tmp/asvsite /tmp/repo
 python3 -m pip install -q --no-index --no-deps --target /tmp/asvsite "$WHEELS"/*.whl
 export PYTHONPATH=/tmp/asvsite:/tmp/site ASV_PYTHONPATH=/tmp/asvsite:/tmp/site
 export MLA_ASV_SCENARIOS=b1-l4096 MLA_ASV_STRATEGIES=gather_cast,shadow MLA_ASV_REPEATS=30
 E=$OUT/gate
 mkdir -p "$E"
-git clone -q -b main "$BUNDLE" /tmp/repo && cd /tmp/repo || exit 2
+git clone -q -b main "$REPO_BUNDLE" /tmp/repo && cd /tmp/repo || exit 2
 git config user.email ci@localhost && git config user.name "gate demo"
 git checkout -q -b same main && echo >> README.md && git commit -qam "docs only: no code change"
 git checkout -q -b slow main
@@ -23,8 +24,11 @@ git commit -qam "planted regression: gather_cast launches its kernel twice"
 git checkout -q main
 python3 -m asv machine --yes --machine h200 > /dev/null
 for head in same slow; do
-  python3 ci/asv_gate.py main "$head" --factor 1.10 --machine h200 > "$E/asv-gate-$head.log" 2>&1
+  python3 ci/asv_gate.py main "$head" --factor 1.10 --machine h200 --show-stderr > "$E/asv-gate-$head.log" 2>&1
   echo "asv gate main..$head: exit $?" | tee -a "$E/summary.txt"
+  for py in .asv/env/*/bin/python; do
+    PYTHONPATH=$ASV_PYTHONPATH "$py" -c "import torch; from harness.backends.flashinfer import _import_error as e; print('asv env:', torch.cuda.is_available(), e())" 2>&1 | tail -2
+  done
   tail -25 "$E/asv-gate-$head.log"
 done
 for ref in main same slow; do

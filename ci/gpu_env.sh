@@ -1,9 +1,9 @@
 # Source me on an air-gapped GPU runner: unpack the offline FlashInfer bundle and a carried
 # JIT cache, and set the variables the harness and FlashInfer need.
 #   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR]
-BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
+FI_BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
 JIT_TAR=${2:-.jitcache/flashinfer-jit.tar}
-eval "$(bash ci/install_offline_bundle.sh "$BUNDLE" /tmp/site)"
+eval "$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site)"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}

@@ -149,8 +149,12 @@ def _numeric(key: tuple, base: dict, head: dict, f: float) -> Change:
     ratio = h / b if b else (None if h == b else math.inf)
     lower = head["better"] == "lower"
     worse, better = (h > b * (1 + f), h * (1 + f) < b) if lower else (h * (1 + f) < b, h > b * (1 + f))
-    status = REGRESSED if worse else "improved" if better else "unchanged"
-    return Change(key, base, head, status, ratio, _noise(base, head))
+    beyond_noise = _noise(base, head)
+    if worse and beyond_noise is False:
+        status = "noisy"  # past the factor but inside the two runs' combined IQR: not a regression
+    else:
+        status = REGRESSED if worse else "improved" if better else "unchanged"
+    return Change(key, base, head, status, ratio, beyond_noise)
 
 
 def _verdict(key: tuple, base: dict, head: dict) -> Change:

@@ -125,13 +125,15 @@ def test_added_and_removed_rows_are_not_regressions(write, capsys):
     assert "added" in out and "removed" in out and "shadow" in out
 
 
-def test_noise_is_reported_when_both_sides_have_iqr():
+def test_change_inside_the_combined_iqr_is_noisy_not_a_regression():
     noisy = compare_results(_doc(_rows(cast_us=10.0, iqr=3.0)), _doc(_rows(cast_us=12.0, iqr=3.0)), 0.10)
     quiet = compare_results(_doc(_rows(cast_us=10.0, iqr=0.1)), _doc(_rows(cast_us=12.0, iqr=0.1)), 0.10)
     (n,) = [c for c in noisy.changes if c.key[3] == "gather_cast" and c.key[5] == "cast_us"]
     (q,) = [c for c in quiet.changes if c.key[3] == "gather_cast" and c.key[5] == "cast_us"]
-    assert (n.status, n.beyond_noise) == ("regressed", False)
+    assert (n.status, n.beyond_noise) == ("noisy", False)
+    assert noisy.exit_code == 0
     assert (q.status, q.beyond_noise) == ("regressed", True)
+    assert quiet.exit_code == 1
     (no_iqr,) = [c for c in quiet.changes if c.key[5] == "extra_bytes"]
     assert no_iqr.beyond_noise is None
 

@@ -7,6 +7,7 @@ MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists) narrow the matrix.
 """
 
 import os
+import sys
 
 import torch
 
@@ -32,6 +33,7 @@ def _measure(scenario: str, strategy: str) -> dict:
     backend = make_backend("auto", device)
     cls = REGISTRY[strategy]
     if reason := cls.unsupported_reason(device, backend):
+        print(f"skipped {strategy}: {reason}", file=sys.stderr)  # asv shows it with --show-stderr
         raise NotImplementedError(reason)
     schedule = case.schedule()
     pool = KVPool(PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width), case.scenario.seed, device)
