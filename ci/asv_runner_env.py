@@ -10,21 +10,33 @@ Enabled in asv.conf.json by `"plugins": [".ci.asv_runner_env"]`.
 import os
 import site
 import sys
+import sysconfig
 
 from asv import util
 from asv.plugins.virtualenv import Virtualenv
 
 
 def runner_site_dirs(exclude: str) -> list[str]:
-    """Site directories of this interpreter, then PYTHONPATH entries, minus anything under `exclude`."""
-    candidates = [*site.getsitepackages(), site.getusersitepackages(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    """Site directories and other sys.path entries of this interpreter (PYTHONPATH as asv saw it at
+    start-up, e.g. an unpacked offline bundle) and ASV_PYTHONPATH, minus the standard library and
+    anything under `exclude` (the checkout: a commit must import its own installed harness)."""
+    stdlib = {os.path.realpath(sysconfig.get_path(k)) for k in ("stdlib", "platstdlib")}
+    candidates = [
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *sys.path,
+        *os.environ.get("ASV_PYTHONPATH", "").split(os.pathsep),
+    ]
     exclude = os.path.realpath(exclude)
     seen, dirs = set(), []
     for path in candidates:
         real = os.path.realpath(path) if path else ""
-        if real and os.path.isdir(real) and not real.startswith(exclude) and real not in seen:
-            seen.add(real)
-            dirs.append(real)
+        if not real or real in seen or not os.path.isdir(real) or real.startswith(exclude):
+            continue
+        if any(real == s or (real.startswith(s + os.sep) and "site-packages" not in real) for s in stdlib):
+            continue
+        seen.add(real)
+        dirs.append(real)
     return dirs
 
 

@@ -8,11 +8,11 @@ set -uo pipefail
 REPO_BUNDLE=$1
 WHEELS=$2
 . ci/gpu_env.sh "" ""  # explicit: a sourced script would see this script's arguments
-rm -rf /tmp/asvsite /tmp/repo
+rm -rf /tmp/asvsite /tmp/repo /tmp/gate
 python3 -m pip install -q --no-index --no-deps --target /tmp/asvsite "$WHEELS"/*.whl
 export PYTHONPATH=/tmp/asvsite:/tmp/site ASV_PYTHONPATH=/tmp/asvsite:/tmp/site
 export MLA_ASV_SCENARIOS=b1-l4096 MLA_ASV_STRATEGIES=gather_cast,shadow MLA_ASV_REPEATS=30
-E=$OUT/gate
+E=/tmp/gate
 mkdir -p "$E"
 git clone -q -b main "$REPO_BUNDLE" /tmp/repo && cd /tmp/repo || exit 2
 git config user.email ci@localhost && git config user.name "gate demo"
@@ -27,7 +27,7 @@ for head in same slow; do
   python3 ci/asv_gate.py main "$head" --factor 1.10 --machine h200 --show-stderr > "$E/asv-gate-$head.log" 2>&1
   echo "asv gate main..$head: exit $?" | tee -a "$E/summary.txt"
   for py in .asv/env/*/bin/python; do
-    PYTHONPATH=$ASV_PYTHONPATH "$py" -c "import torch; from harness.backends.flashinfer import _import_error as e; print('asv env:', torch.cuda.is_available(), e())" 2>&1 | tail -2
+    env -u PYTHONPATH "$py" -c "import torch; from harness.backends.flashinfer import _import_error as e; print('asv env:', torch.cuda.is_available(), e())" 2>&1 | tail -2
   done
   tail -25 "$E/asv-gate-$head.log"
 done
@@ -40,4 +40,4 @@ for head in same slow; do
   echo "harness compare main..$head: exit $?" | tee -a "$E/summary.txt"
   cat "$E/compare-$head.log"
 done
-tar -czf "$OUT/gate.tar.gz" -C "$OUT" gate
+tar -czf "$OUT/gate.tar.gz" -C /tmp gate

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU evidence run (H200 or any CUDA runner): GPU suite, the four headline scenarios at
 # production scale, independent timing cross-check, SM120 build proofs. Everything lands in
-# $OUT/evidence/ and is packed into $OUT/evidence.tar.gz.
+# /tmp/evidence/ and is packed into $OUT/evidence.tar.gz (with the FlashInfer JIT cache as
+# $OUT/flashinfer-jit.tar for the next call).
 #   OUT=/some/dir bash ci/h200_evidence.sh
 set -uo pipefail
 . ci/gpu_env.sh
-E=$OUT/evidence
+E=/tmp/evidence
 mkdir -p "$E/results"
 nvidia-smi > "$E/nvidia-smi.txt"
 python3 -c "import cupti" 2>/dev/null && echo "cupti: available" >> "$E/nvidia-smi.txt" || echo "cupti: not installed (timing uses CUDA events / graphs)" >> "$E/nvidia-smi.txt"
@@ -18,5 +19,5 @@ done
 python3 ci/independent_timing.py "$E/independent.json" > "$E/independent.log" 2>&1; tail -12 "$E/independent.log"
 python3 ci/sm120_build_check.py > "$E/sm120-flashinfer.log" 2>&1; tail -3 "$E/sm120-flashinfer.log"
 python3 -c "from harness.kernels.sm120_compile import compile_all_for; print('triton sm_120 kernels:', compile_all_for(120))" > "$E/sm120-triton.log" 2>&1; tail -2 "$E/sm120-triton.log"
-tar -czf "$OUT/evidence.tar.gz" -C "$OUT" evidence
+tar -czf "$OUT/evidence.tar.gz" -C /tmp evidence
 tar -cf "$OUT/flashinfer-jit.tar" -C "$FLASHINFER_WORKSPACE_BASE" .
