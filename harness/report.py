@@ -106,6 +106,8 @@ def _load_independent(path: Path) -> dict:
 
 # --- cells -----------------------------------------------------------------------------
 
+POOL = "pool"  # the case-level pseudo-strategy that carries the pool's build time
+
 def _value(cell: Cell | None):
     return cell[0]["value"] if cell and _finite(cell[0]["value"]) else None
 
@@ -247,6 +249,9 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
         case_runs = [r for r in runs if id(r) in used]
         copy = [f"{r.env['copy_gbps']:.0f}" for r in case_runs if _finite(r.env.get("copy_gbps"))]
         notes = (f"device copy bandwidth (100% in % copy): {', '.join(copy)} GB/s",) if copy else ()
+        pool = strategies.pop(POOL, {})
+        if (build := _value(pool.get("build_s"))) is not None:
+            notes += (f"FP8 pool built in {build:.2f} s",)
         sections.append(Section("Results", " · ".join(case), headers, _case_rows(strategies, repeatability),
                                 notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
     for case, history in _histories(runs).items():
