@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from harness import synth
+from harness.datafiles import read_toml
 from harness.errors import HarnessError
 from harness.presets import ModelPreset, Scale, get_preset, get_scale
 from harness.scenario import Scenario, load_scenario
@@ -69,10 +69,7 @@ def golden_case_names() -> list[str]:
 
 
 def _case_table() -> list[dict]:
-    try:
-        table = tomllib.loads(CASES_FILE.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise HarnessError(str(CASES_FILE), f"cannot read the golden case list ({exc})") from None
+    table = read_toml(CASES_FILE)
     cases = table.get("case")
     if not isinstance(cases, list):
         raise HarnessError(f"{CASES_FILE}: case", "missing [[case]] entries")

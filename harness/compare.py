@@ -9,7 +9,6 @@ the table also says whether the change exceeds iqr_base + iqr_head (informationa
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.datafiles import read_json
 from harness.errors import HarnessError
 
 SCHEMA = "mla-harness-results/1"
@@ -122,16 +122,7 @@ def index_rows(doc, where: str) -> dict[tuple, dict]:
 def load_results(path: str | Path) -> dict:
     """Read and validate one results file; errors name the file and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise HarnessError(str(path), "no such file") from None
-    except OSError as exc:
-        raise HarnessError(str(path), f"cannot read: {exc.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HarnessError(str(path), f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    doc = read_json(path)
     index_rows(doc, str(path))
     return doc
 

@@ -23,6 +23,7 @@ import torch
 
 from harness import synth
 from harness.cases import GOLDEN_DIR, Case, checked_positions
+from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.reference import mla_decode_f64, step_inputs
 
@@ -110,10 +111,9 @@ def load(case_name: str, root: Path = GOLDEN_DIR) -> GoldenData:
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
         raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HarnessError(str(manifest_path), f"corrupt JSON ({exc})") from None
+    manifest = read_json(manifest_path)
+    if not isinstance(manifest, dict):
+        raise HarnessError(str(manifest_path), "manifest must be a JSON object")
     for field in ("schema", "case", "checked", "inputs_sha256", "outputs_sha256", "generator"):
         if field not in manifest:
             raise HarnessError(f"{manifest_path}: {field}", "missing field")

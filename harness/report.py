@@ -8,7 +8,6 @@ named independent.json (written by ci/independent_timing.py) adds a cross-check 
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import index_rows
+from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
@@ -63,19 +63,8 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HarnessError(str(path), "no such file") from None
-    except OSError as exc:
-        raise HarnessError(str(path), f"cannot read: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HarnessError(str(path), f"not valid JSON: {exc}") from None
-
-
 def _load_run(path: Path) -> Run:
-    doc = _read_json(path)
+    doc = read_json(path)
     where = str(path)
     rows = index_rows(doc, where)
     if not isinstance(doc.get("environment"), dict):
@@ -95,7 +84,7 @@ def _load_run(path: Path) -> Run:
 
 
 def _load_independent(path: Path) -> dict:
-    doc = _read_json(path)
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise HarnessError(str(path), f"top level must be an object, got {type(doc).__name__}")
     for *_, key in CROSS_CHECKS:

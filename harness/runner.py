@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harness import golden, timing
 from harness.backends import make_backend
-from harness.cases import Case, checked_positions, golden_case_names
+from harness.cases import Case, golden_case_names
 from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
 from harness.decode import DecodeSession, Outputs, make_step_data
 from harness.faults import FAULT_TARGET

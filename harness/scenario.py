@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.datafiles import read_toml
 from harness.errors import HarnessError
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -135,16 +135,7 @@ def parse_scenario(data: dict, source: str) -> Scenario:
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise HarnessError(str(path), f"cannot read scenario file ({exc.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(str(path), f"malformed TOML: {exc}") from None
-    return parse_scenario(data, str(path))
+    return parse_scenario(read_toml(path), str(path))
 
 
 def builtin_names() -> list[str]:

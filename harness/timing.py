@@ -88,5 +88,4 @@ def copy_bandwidth_gbps(device: torch.device, nbytes: int = 2 << 30) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     ms = statistics.median(device_time_ms(lambda: dst.copy_(src), 20))
-    del src, dst
     return 2 * nbytes / (ms * 1e-3) / 1e9

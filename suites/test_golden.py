@@ -57,7 +57,7 @@ def test_tampered_values_with_fixed_hash_are_caught_by_recompute(golden_copy):
 def test_corrupt_manifest_and_missing_files(golden_copy):
     manifest = golden_copy / CASE / golden.MANIFEST
     manifest.write_text("{not json")
-    with pytest.raises(HarnessError, match="corrupt JSON"):
+    with pytest.raises(HarnessError, match="not valid JSON"):
         golden.load(CASE, golden_copy)
     manifest.unlink()
     with pytest.raises(HarnessError, match="manifest missing"):

@@ -3,7 +3,6 @@
 import hashlib
 
 import numpy as np
-import pytest
 import torch
 
 from harness import synth
