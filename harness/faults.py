@@ -26,6 +26,16 @@ FAULT_TARGET = {
     Fault.NAN_IN_POOL: None,
 }
 
+# The built-in scenario that exercises each fault (slot reuse, several steps, short requests).
+CONTROL_SCENARIO = {
+    Fault.SHADOW_SKIPPED_STEP: "multistep-reuse",
+    Fault.REMAP_OFF_BY_ONE: "b1-l500",
+    Fault.SCALE_ERROR: "b1-l4096",
+    Fault.STALE_AFTER_REUSE: "multistep-reuse",
+    Fault.DROPPED_LAST_TOKEN: "b1-l500",
+    Fault.NAN_IN_POOL: "b1-l500",
+}
+
 NAN_CODE = 0x7F
 
 

@@ -2,19 +2,11 @@
 
 import pytest
 
-from harness.faults import FAULT_TARGET, Fault
+from harness.faults import CONTROL_SCENARIO, FAULT_TARGET, Fault
 
 from helpers import run_strategies
 
-# (fault, case that exercises it); multistep-reuse has slot reuse, short requests and several steps.
-CONTROLS = [
-    (Fault.SHADOW_SKIPPED_STEP, "glm5-tp8.ci.multistep-reuse"),
-    (Fault.REMAP_OFF_BY_ONE, "glm5-tp8.ci.b1-l500"),
-    (Fault.SCALE_ERROR, "glm5-tp8.ci.b1-l4096"),
-    (Fault.STALE_AFTER_REUSE, "glm5-tp8.ci.multistep-reuse"),
-    (Fault.DROPPED_LAST_TOKEN, "glm5-tp8.ci.b1-l500"),
-    (Fault.NAN_IN_POOL, "glm5-tp8.ci.b1-l500"),
-]
+CONTROLS = [(fault, f"glm5-tp8.ci.{scenario}") for fault, scenario in CONTROL_SCENARIO.items()]
 
 
 @pytest.mark.parametrize("fault, case_name", CONTROLS, ids=[f.value for f, _ in CONTROLS])

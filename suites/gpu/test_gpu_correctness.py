@@ -5,7 +5,7 @@ import torch
 
 from harness.backends import make_backend
 from harness.cases import golden_case_names
-from harness.faults import FAULT_TARGET, Fault
+from harness.faults import CONTROL_SCENARIO, FAULT_TARGET
 from harness.strategies import ORDER, REGISTRY
 
 from helpers import run_strategies
@@ -39,14 +39,7 @@ def test_torch_backend_on_cuda_matches_golden(gpu_device):
         assert verdict.passed, f"{name}: {verdict.reason}"
 
 
-CONTROLS = [
-    (Fault.SHADOW_SKIPPED_STEP, "glm5-tp8.prod.multistep-reuse"),
-    (Fault.REMAP_OFF_BY_ONE, "glm5-tp8.prod.b1-l500"),
-    (Fault.SCALE_ERROR, "glm5-tp8.prod.b1-l4096"),
-    (Fault.STALE_AFTER_REUSE, "glm5-tp8.prod.multistep-reuse"),
-    (Fault.DROPPED_LAST_TOKEN, "glm5-tp8.prod.b1-l500"),
-    (Fault.NAN_IN_POOL, "glm5-tp8.prod.b1-l500"),
-]
+CONTROLS = [(fault, f"glm5-tp8.prod.{scenario}") for fault, scenario in CONTROL_SCENARIO.items()]
 
 
 @pytest.mark.prod
