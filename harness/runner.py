@@ -148,16 +148,23 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     data = make_step_data(case.preset, schedule, pool, cfg.faults)
     record = set(case.checked_layers())
     stock_outputs = None
-    for name in runnable:
+    for name in sorted(runnable, key=lambda n: n != "stock"):  # stock first: the bitwise anchor
         cls = REGISTRY[name]
         faults = frozenset(f for f in cfg.faults if FAULT_TARGET[f] in (None, name))
         strategy = cls(pool, backend, case.preset, faults)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base_mem = torch.cuda.memory_allocated(device)
-        with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
-            outputs = session.run_all(record, progress=advance)
-            metrics, skipped = _measure(session, cfg.repeats) if cfg.repeats else ({}, {})
+        try:
+            with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
+                outputs = session.run_all(record, progress=advance)
+                metrics, skipped = _measure(session, cfg.repeats) if cfg.repeats else ({}, {})
+        except torch.cuda.OutOfMemoryError:
+            raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
+        except Exception as exc:  # a crashing strategy is a red verdict, the others still run
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            results.append(StrategyResult(name, Verdict(Status.ERROR, reason)))
+            continue
         if name == "stock":
             stock_outputs = outputs
         verdict = _verdict(name, backend.name, outputs, gold, stock_outputs if name != "stock" else None, cls.tier)
