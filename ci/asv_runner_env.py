@@ -31,7 +31,7 @@ def runner_site_dirs(exclude: str) -> list[str]:
     seen, dirs = set(), []
     for path in candidates:
         real = os.path.realpath(path) if path else ""
-        if not real or real in seen or not os.path.isdir(real) or real.startswith(exclude):
+        if not real or real in seen or not os.path.isdir(real) or real == exclude or real.startswith(exclude + os.sep):
             continue
         if any(real == s or (real.startswith(s + os.sep) and "site-packages" not in real) for s in stdlib):
             continue

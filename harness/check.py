@@ -119,9 +119,31 @@ def check_bitwise(out, lse, ref_out, ref_lse, ref_name: str) -> Verdict:
     return Verdict(Status.PASS)
 
 
+SEVERITY = (Status.PASS, Status.UNSUPPORTED, Status.FAIL, Status.ERROR)
+
+
+def merge_stats(all_stats: list[ErrorStats]) -> ErrorStats | None:
+    """Statistics over several checked tensors: maxima of the errors, sums of the counts."""
+    if not all_stats:
+        return None
+    worst = max(all_stats, key=lambda s: (s.nonfinite, s.norm_rel))
+    mismatches, total = sum(s.mismatches for s in all_stats), sum(s.total for s in all_stats)
+    return ErrorStats(
+        max_abs=max(s.max_abs for s in all_stats),
+        max_rel=max(s.max_rel for s in all_stats),
+        norm_rel=max(s.norm_rel for s in all_stats),
+        mismatches=mismatches,
+        total=total,
+        matched_ratio=(total - mismatches) / total if total else 1.0,
+        worst_index=worst.worst_index,
+        nonfinite=sum(s.nonfinite for s in all_stats),
+    )
+
+
 def combine(verdicts: list[Verdict]) -> Verdict:
-    """The worst verdict wins; reasons of all failures are kept."""
-    failed = [v for v in verdicts if v.status != Status.PASS]
-    if not failed:
-        return verdicts[0] if verdicts else Verdict(Status.PASS)
-    return Verdict(failed[0].status, " | ".join(v.reason for v in failed), failed[0].stats)
+    """The most severe status wins; statistics cover every verdict; failure reasons are kept."""
+    if not verdicts:
+        return Verdict(Status.PASS)
+    status = max((v.status for v in verdicts), key=SEVERITY.index)
+    reasons = " | ".join(v.reason for v in verdicts if v.status != Status.PASS and v.reason)
+    return Verdict(status, reasons, merge_stats([v.stats for v in verdicts if v.stats is not None]))

@@ -27,7 +27,20 @@ def _device(text: str) -> torch.device:
         raise HarnessError("--device", "CUDA requested but no CUDA GPU is visible")
     if device.type not in ("cpu", "cuda"):
         raise HarnessError("--device", f"unsupported device type {device.type!r}")
+    if device.type == "cuda":
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise HarnessError("--device", f"{device} does not exist: {torch.cuda.device_count()} CUDA device(s) visible")
+        device = torch.device("cuda", device.index or 0)
+        torch.cuda.set_device(device)  # kernels launched without an explicit device go here too
     return device
+
+
+def _writable_dir(flag: str, folder: Path) -> None:
+    """Fail before any work when an output folder cannot be created."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HarnessError(flag, f"cannot create {folder} ({exc.strerror})") from None
 
 
 def _add_case_args(p: argparse.ArgumentParser) -> None:
@@ -60,13 +73,17 @@ def cmd_run(args, console: Console) -> int:
 
     device = _device(args.device)
     case = _case(args, device)
-    strategies = tuple(args.strategy) if args.strategy else ORDER
+    strategies = tuple(dict.fromkeys(args.strategy)) if args.strategy else ORDER
     for name in strategies:
         if name not in REGISTRY:
             raise HarnessError("--strategy", f"unknown strategy {name!r}; choose from {', '.join(ORDER)}")
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
     if repeats < 0:
         raise HarnessError("--repeats", f"must be >= 0, got {repeats}")
+    if args.json:
+        _writable_dir("--json", args.json.parent)
+    if args.dump_outputs:
+        _writable_dir("--dump-outputs", args.dump_outputs)
     cfg = RunConfig(
         case=case, device=device, backend=args.backend, strategies=strategies, faults=parse_faults(args.plant_fault),
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
@@ -108,14 +125,19 @@ def cmd_golden(args, console: Console) -> int:
         else:
             with progress_bar(console, f"refresh {case.name}", n) as advance:
                 fresh = golden.compute(case, progress=advance)
-            try:
-                stored = golden.load(case.name)
-            except HarnessError as exc:
-                stored, why = None, exc
-            changes = golden.differences(stored, fresh) if stored else []
+            if not (golden.case_dir(case.name) / golden.MANIFEST).exists():
+                stored = None
+            else:
+                try:
+                    stored = golden.load(case.name)
+                except HarnessError as exc:
+                    if not args.force:
+                        raise HarnessError(exc.where, f"{exc.message}; not overwritten (refresh --force replaces it)") from None
+                    stored = golden.GoldenData({}, {})
+            changes = golden.differences(stored, fresh) if stored is not None else []
             if stored is None:
                 golden.write(fresh, case.name)
-                status = f"[green]written[/] (was: {why.message})"
+                status = "[green]written[/] (new case)"
             elif not changes:
                 status = "[green]unchanged[/]"
             elif args.force:
@@ -137,8 +159,8 @@ def cmd_golden(args, console: Console) -> int:
 def cmd_export_inputs(args, console: Console) -> int:
     from harness.export import export_inputs
 
-    device = torch.device("cpu")
-    case = _case(args, device)
+    case = _case(args, _device(args.device))  # the same default scale as `run` on this machine
+    _writable_dir("--out", args.out.parent)
     path = export_inputs(case, args.step, args.layer, args.out)
     console.print(f"wrote {path}")
     return 0
@@ -211,4 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except torch.cuda.OutOfMemoryError as exc:
         print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or 'output'}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -19,8 +19,8 @@ from rich.table import Table
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
+from harness.results import SCHEMA
 
-SCHEMA = "mla-harness-results/1"
 KEY_FIELDS = ("preset", "scale", "scenario", "strategy", "backend", "metric")
 BETTER = ("lower", "higher", None)
 BAD_VERDICTS = ("fail", "error")
@@ -30,6 +30,7 @@ STATUS_STYLE = {
     "improved": "green",
     "fixed": "green",
     "changed": "yellow",
+    "noisy": "yellow",
     "incomparable": "yellow",
     "added": "cyan",
     "removed": "cyan",
@@ -43,7 +44,7 @@ class Change:
     key: tuple
     base: dict | None
     head: dict | None
-    status: str  # regressed, improved, fixed, changed, incomparable, added, removed, unchanged
+    status: str  # regressed, noisy, improved, fixed, changed, incomparable, added, removed, unchanged
     ratio: float | None = None
     beyond_noise: bool | None = None  # None: no IQR on both sides
 

@@ -4,8 +4,10 @@ any problem is one HarnessError line naming the file."""
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
+from typing import Callable
 
 from harness.errors import HarnessError
 
@@ -35,3 +37,17 @@ def read_toml(path: str | Path) -> dict:
         return tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(str(path), f"malformed TOML: {exc}") from None
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call write(tmp) for a temporary file beside `path`, then move it into place: readers never
+    see a half-written file, and a failed write leaves the previous file untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

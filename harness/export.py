@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import safetensors.torch
@@ -11,6 +10,7 @@ import torch
 
 from harness import synth
 from harness.cases import Case
+from harness.datafiles import write_atomic
 from harness.errors import HarnessError
 from harness.reference import step_queries
 
@@ -47,8 +47,4 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
         "scenario": json.dumps(case.scenario.to_dict()),
         "layout": "rows_u8[i] is pool row kv_indices[i] as e4m3 bits; request b reads rows kv_indptr[b]:kv_indptr[b+1]",
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    safetensors.torch.save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, out)
-    return out
+    return write_atomic(out, lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata=meta))

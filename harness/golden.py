@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -158,16 +159,33 @@ def differences(old: GoldenData, new: GoldenData) -> list[str]:
     return changes
 
 
+def spec_mismatch(gold: GoldenData, case: Case) -> str:
+    """'' when the golden was made for exactly this case, else what differs (scale or scenario)."""
+    m = gold.manifest
+    if m.get("scale") != {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}:
+        return f"scale ({m.get('scale')})"
+    if m.get("scenario") != case.scenario.to_dict():
+        return "scenario definition"
+    return ""
+
+
 def write(data: GoldenData, case_name: str, root: Path = GOLDEN_DIR) -> None:
-    """Write atomically: a crash leaves the previous golden intact."""
+    """Write both files into a fresh folder, then swap folders: the pair is never half updated,
+    and until the swap the previous golden is untouched."""
     folder = case_dir(case_name, root)
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        tmp_outputs = Path(tmp) / OUTPUTS
-        safetensors.torch.save_file({k: v.contiguous() for k, v in sorted(data.tensors.items())}, tmp_outputs)
-        data.manifest["outputs_sha256"] = _sha256_file(tmp_outputs)
+    root.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
+    try:
+        safetensors.torch.save_file({k: v.contiguous() for k, v in sorted(data.tensors.items())}, new / OUTPUTS)
+        data.manifest["outputs_sha256"] = _sha256_file(new / OUTPUTS)
         data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        tmp_manifest = Path(tmp) / MANIFEST
-        tmp_manifest.write_text(json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp_outputs, folder / OUTPUTS)
-        os.replace(tmp_manifest, folder / MANIFEST)
+        (new / MANIFEST).write_text(json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.old-"))
+            os.replace(folder, old / case_name)
+            os.replace(new, folder)
+            shutil.rmtree(old)
+        else:
+            os.replace(new, folder)
+    finally:
+        shutil.rmtree(new, ignore_errors=True)

@@ -61,7 +61,7 @@ def kv_rows(seed: int, layer: int, slots, gens, row_width: int, device: torch.de
 
         slots_t = torch.as_tensor(slots, dtype=torch.int64, device=device)
         gens_t = torch.as_tensor(gens, dtype=torch.int64, device=device).expand_as(slots_t)
-        return kv_codes_cuda(seed, layer, slots_t, gens_t, row_width)
+        return kv_codes_cuda(seed, layer, slots_t, gens_t, row_width, device=device)
     return synth.kv_codes(seed, layer, slots, gens, row_width)
 
 

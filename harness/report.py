@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import index_rows
-from harness.datafiles import read_json
+from harness.datafiles import read_json, write_atomic
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
@@ -364,9 +363,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from harness.datafiles import write_atomic
+
 SCHEMA = "mla-harness-results/1"
 
 
@@ -51,6 +53,14 @@ def _git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _smi_id(props, device: torch.device) -> str:
+    """nvidia-smi's id for this GPU: its UUID (an index would count outside CUDA_VISIBLE_DEVICES)."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    if not uuid:
+        return str(device.index or 0)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
 def _gpu_fingerprint(device: torch.device) -> dict:
     props = torch.cuda.get_device_properties(device)
     info = {
@@ -63,7 +73,7 @@ def _gpu_fingerprint(device: torch.device) -> dict:
     try:
         query = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
         out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", f"--id={device.index or 0}"],
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", f"--id={_smi_id(props, device)}"],
             capture_output=True, text=True, timeout=10,
         )
         keys = ["driver", "clock_sm", "clock_mem", "clock_sm_max", "power_limit", "temperature"]
@@ -112,8 +122,4 @@ def write_results(path: str | Path, rows: list[Row], env: dict, repro: str) -> N
         "repro": repro,
         "rows": [asdict(r) for r in rows],
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n"))

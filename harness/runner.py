@@ -13,6 +13,7 @@ from rich.console import Console
 from harness import golden, timing
 from harness.backends import make_backend
 from harness.cases import Case, golden_case_names
+from harness.errors import CheckFailed, HarnessError
 from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
 from harness.decode import DecodeSession, Outputs, make_step_data
 from harness.faults import FAULT_TARGET
@@ -46,25 +47,41 @@ class StrategyResult:
 
 
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
-    use_golden = cfg.reference == "golden" or (cfg.reference == "auto" and cfg.case.name in golden_case_names())
-    if use_golden:
-        return golden.load(cfg.case.name), f"golden/{cfg.case.name}"
-    console.print(f"[yellow]no golden for {cfg.case.name}: checking against a live float64 reference[/]")
+    """The golden of the case when one matches it exactly (same scale and scenario), else a live reference."""
+    case = cfg.case
+    why = f"no golden for {case.name}"
+    if cfg.reference != "live" and case.name in golden_case_names():
+        gold = golden.load(case.name)
+        mismatch = golden.spec_mismatch(gold, case)
+        if not mismatch:
+            return gold, f"golden/{case.name}"
+        why = f"golden/{case.name} is for another {mismatch}"
+    if cfg.reference == "golden":
+        raise HarnessError("--reference", f"{why}; use --reference live (or auto)")
+    console.print(f"[yellow]{why}: checking against a live float64 reference[/]")
     n = len(cfg.case.checked_layers()) * cfg.case.scenario.steps
     with progress_bar(console, "float64 reference", n) as advance:
         return golden.compute(cfg.case, progress=advance), "live float64 reference"
 
 
 def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, stock: Outputs | None, tier) -> Verdict:
+    """Golden check of every checked (step, layer); bitwise equality with stock for the bitwise tier."""
     tol = policy(name, backend_name)
     verdicts = []
+    if tier == "bitwise" and name != "stock" and stock is None:
+        verdicts.append(Verdict(Status.FAIL, "bitwise tier not checked: stock produced no outputs"))
     for step, layer in gold.keys():
         out, lse = outputs[(step, layer)]
         pos = torch.as_tensor(gold.positions(step))
         verdicts.append(check_against_golden(out[pos], lse[pos], gold.out(step, layer), gold.lse(step, layer), tol))
-        if tier == "bitwise" and stock is not None:
+        if tier == "bitwise" and name != "stock" and stock is not None:
             verdicts.append(check_bitwise(out, lse, *stock[(step, layer)], "stock"))
     return combine(verdicts)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Samples], dict[str, str]]:
@@ -93,20 +110,19 @@ def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Sam
         ms["step_eager_ms"] = timing.device_time_ms(lambda: session.step(last), repeats)
         try:
             gplan, graph = session.capture_step(last)
-        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
-            skipped["step_ms"] = f"not graph-capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        else:
+
             def replay():
                 s.replan_step(gplan, last)
                 graph.replay()
 
             ms["step_ms"] = timing.device_time_ms(replay, repeats)
-            del graph
+        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
+            skipped["step_ms"] = f"not graph-capturable: {_one_line(exc)}"
     metrics = {
         k: timing.Samples("ms", tuple(v)) if k.startswith("step") else timing.Samples("us", tuple(t * 1e3 for t in v))
         for k, v in ms.items()
     }
-    if "cast_us" in metrics:
+    if has_cast:
         nbytes = type(s).cast_bytes(s.pool.geometry, last)
         metrics["cast_gbps"] = timing.Samples("GB/s", tuple(nbytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
     return metrics, skipped
@@ -126,14 +142,20 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     backend = make_backend(cfg.backend, device)
     geometry = PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
     runnable, results = [], []
-    for name in cfg.strategies:
+    wanted = list(dict.fromkeys(cfg.strategies))
+    if "stock" not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):
+        wanted.insert(0, "stock")  # the anchor of the bitwise tier always runs
+    for name in wanted:
         reason = REGISTRY[name].unsupported_reason(device, backend)
         if reason:
             results.append(StrategyResult(name, Verdict(Status.UNSUPPORTED, reason)))
         else:
             runnable.append(name)
+    if not runnable:
+        reasons = "; ".join(f"{r.strategy}: {r.verdict.reason}" for r in results)
+        raise CheckFailed(f"no strategy can run here, nothing was checked ({reasons})")
     extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in runnable), default=0)
-    per_slot = case.preset.row_width * case.num_layers * (3 if "shadow" in runnable else 1)
+    per_slot = -(-(geometry.total_bytes + extra) // geometry.slots)  # conservative: all of it scales with slots
     plan = MemoryPlan((("fp8 pool", geometry.total_bytes), ("largest strategy buffer", extra)), per_slot, geometry.slots)
     console.print(f"memory plan: {plan.describe()}")
     plan.check(device)
@@ -155,24 +177,31 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base_mem = torch.cuda.memory_allocated(device)
+        metrics, skipped, peak = {}, {}, None
         try:
             with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
                 outputs = session.run_all(record, progress=advance)
-                metrics, skipped = _measure(session, cfg.repeats) if cfg.repeats else ({}, {})
+                if device.type == "cuda":
+                    peak = torch.cuda.max_memory_allocated(device) - base_mem
+                if cfg.repeats:
+                    try:
+                        metrics, skipped = _measure(session, cfg.repeats)
+                    except torch.cuda.OutOfMemoryError:
+                        raise
+                    except Exception as exc:  # timing trouble never hides a finished verdict
+                        skipped = {"timing": _one_line(exc)}
         except torch.cuda.OutOfMemoryError:
             raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
         except Exception as exc:  # a crashing strategy is a red verdict, the others still run
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            results.append(StrategyResult(name, Verdict(Status.ERROR, reason)))
+            results.append(StrategyResult(name, Verdict(Status.ERROR, _one_line(exc))))
             continue
         if name == "stock":
             stock_outputs = outputs
-        verdict = _verdict(name, backend.name, outputs, gold, stock_outputs if name != "stock" else None, cls.tier)
-        peak = torch.cuda.max_memory_allocated(device) - base_mem if device.type == "cuda" else None
+        verdict = _verdict(name, backend.name, outputs, gold, stock_outputs, cls.tier)
         results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak, skipped))
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{case.name}.{name}.safetensors")
-    order = {n: i for i, n in enumerate(cfg.strategies)}
+    order = {n: i for i, n in enumerate(wanted)}
     results.sort(key=lambda r: order[r.strategy])
     console.print(f"checked against {ref_label}")
     return RunOutcome(results, backend.name, build_s)

@@ -72,3 +72,19 @@ def test_error_stats_matched_ratio():
 def test_policy_table_lookup():
     assert policy("native_fp8", "flashinfer-fa3").max_norm_rel >= policy("stock", "flashinfer-fa3").max_norm_rel
     assert policy("stock", "torch") == policy("default", "torch")
+
+
+def test_combined_verdict_statistics_cover_every_check():
+    from harness.check import combine
+
+    out, lse = _gold()
+    a = out.clone()
+    a[0, 0, 0] += 0.5
+    good = check_against_golden(out, lse, out, lse, TOL)
+    bad = check_against_golden(a, lse, out, lse, TOL)
+    merged = combine([good, bad, good])
+    assert merged.status == Status.FAIL
+    assert merged.stats.total == 3 * out.numel() and merged.stats.mismatches == 1
+    assert abs(merged.stats.max_abs - 0.5) < 1e-6 and merged.stats.worst_index == (0, 0, 0)
+    clean = combine([good, good])
+    assert clean.passed and clean.stats.total == 2 * out.numel()

@@ -131,3 +131,30 @@ def test_export_inputs_reproduce_the_golden(tmp_path):
     out64, _ = mla_decode_f64(StepInputs(range(n), t["l1.q_nope"], t["l1.q_pe"], rows), 512, 1 / 16)
     gold = golden.load("glm5-tp8.ci.ragged-mix")
     assert torch.equal(out64.float()[torch.as_tensor(gold.positions(1))], gold.out(1, 1))
+
+
+def test_overridden_scale_is_checked_against_a_live_reference(tmp_path):
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--layers", "1", "--slots", "20000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "is for another scale" in proc.stdout and "live float64 reference" in proc.stdout
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--layers", "1", "--reference", "golden"), "--reference")
+
+
+def test_refresh_never_replaces_a_corrupt_golden_without_force(tmp_path):
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN_DIR, root)
+    target = root / "glm5-tp8.ci.edge-kv1" / "outputs.safetensors"
+    target.write_bytes(b"corrupt")
+    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
+    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", env=env), "outputs_sha256", "--force")
+    assert target.read_bytes() == b"corrupt"
+    proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", env=env)
+    assert proc.returncode == 0 and "overwritten" in proc.stdout
+    assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", env=env).returncode == 0
+
+
+def test_unwritable_output_fails_before_the_run(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    _one_error_line(harness("run", "--device", "cpu", "--json", str(blocker / "r.json")), "--json")
+    _one_error_line(harness("run", "--device", "cpu", "--dump-outputs", str(blocker / "d")), "--dump-outputs")

@@ -193,3 +193,13 @@ def test_bad_factor_exits_2(write, capsys):
     good = write("good.json", _rows())
     assert main_compare(good, good, "ten") == 2
     assert "--max-regression" in capsys.readouterr().err
+
+
+def test_noisy_change_renders_and_passes(tmp_path, capsys):
+    from harness.compare import main_compare
+
+    base, head = tmp_path / "base.json", tmp_path / "head.json"
+    base.write_text(json.dumps(_doc(_rows(cast_us=10.0, iqr=3.0))))
+    head.write_text(json.dumps(_doc(_rows(cast_us=12.0, iqr=3.0))))
+    assert main_compare(base, head, "10%") == 0
+    assert "noisy" in capsys.readouterr().out

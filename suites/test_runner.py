@@ -32,3 +32,34 @@ def test_stock_runs_first_so_the_bitwise_tier_applies_in_any_order(monkeypatch):
     outcome = run(cfg, Console(quiet=True))
     assert [r.strategy for r in outcome.results] == ["shadow", "stock"]
     assert calls and set(calls) == {"stock"}
+
+
+def test_nothing_runnable_is_a_failed_check_not_a_pass(monkeypatch):
+    from harness.backends.torch_backend import TorchBackend
+    from harness.errors import CheckFailed
+
+    monkeypatch.setattr(TorchBackend, "unsupported_reason", lambda self, device, dtype: "planted: no kernel")
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), strategies=("native_fp8",), repeats=0)
+    try:
+        run(cfg, Console(quiet=True))
+    except CheckFailed as exc:
+        assert "nothing was checked" in str(exc) and "planted: no kernel" in str(exc)
+    else:
+        raise AssertionError("a run that checked nothing passed")
+
+
+def test_bitwise_strategy_brings_stock_along():
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), strategies=("shadow",), repeats=0)
+    outcome = run(cfg, Console(quiet=True))
+    assert [r.strategy for r in outcome.results] == ["stock", "shadow"] and all(r.verdict.passed for r in outcome.results)
+
+
+def test_missing_stock_outputs_fail_the_bitwise_tier():
+    from harness import golden
+    from harness.runner import _verdict
+
+    gold = golden.load("glm5-tp8.ci.b1-l500")
+    outputs = {k: (gold.out(*k).to(torch.bfloat16), gold.lse(*k)) for k in gold.keys()}
+    assert _verdict("shadow", "torch", outputs, gold, outputs, "bitwise").passed
+    verdict = _verdict("shadow", "torch", outputs, gold, None, "bitwise")
+    assert not verdict.passed and "bitwise tier not checked" in verdict.reason
