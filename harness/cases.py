@@ -64,21 +64,21 @@ def checked_positions(batch, request_ids: np.ndarray) -> np.ndarray:
     return np.nonzero(np.isin(batch.request_ids, request_ids))[0]
 
 
+def _case_table() -> dict[str, dict]:
+    """golden/cases.toml as {case name: entry}."""
+    cases = read_toml(CASES_FILE).get("case")
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
+        raise HarnessError(f"{CASES_FILE}: case", "must be [[case]] tables with preset, scale and scenario")
+    return {f"{c['preset']}.{c['scale']}.{c['scenario']}": c for c in cases}
+
+
 def golden_case_names() -> list[str]:
-    return [f"{c['preset']}.{c['scale']}.{c['scenario']}" for c in _case_table()]
-
-
-def _case_table() -> list[dict]:
-    table = read_toml(CASES_FILE)
-    cases = table.get("case")
-    if not isinstance(cases, list):
-        raise HarnessError(f"{CASES_FILE}: case", "missing [[case]] entries")
-    return cases
+    return list(_case_table())
 
 
 def load_case(name: str) -> Case:
     """A case by its name '<preset>.<scale>.<scenario>' as listed in golden/cases.toml."""
-    for entry in _case_table():
-        if f"{entry['preset']}.{entry['scale']}.{entry['scenario']}" == name:
-            return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
-    raise HarnessError("--case", f"no golden case {name!r} in {CASES_FILE}")
+    entry = _case_table().get(name)
+    if entry is None:
+        raise HarnessError("--case", f"no golden case {name!r} in {CASES_FILE}")
+    return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
 import torch
+
+from harness.datafiles import read_toml
 
 POLICY_FILE = Path(__file__).with_name("tolerances.toml")
 
@@ -55,7 +56,7 @@ class Verdict:
 
 def policy(strategy: str, backend: str) -> Tolerance:
     """The tolerance for (strategy, backend) from tolerances.toml; backend families share one row."""
-    table = tomllib.loads(POLICY_FILE.read_text())["tolerance"]
+    table = read_toml(POLICY_FILE)["tolerance"]
     family = backend.split("-")[0]
     for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy, "default"):
         if key in table:

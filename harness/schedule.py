@@ -54,10 +54,6 @@ class Schedule:
     def max_active_rows(self) -> int:
         return max(len(b.kv_indices) for b in self.steps)
 
-    @property
-    def max_batch(self) -> int:
-        return max(b.batch_size for b in self.steps)
-
 
 def slots_needed(scenario: Scenario) -> int:
     """Distinct slots the scenario can hold at once (an upper bound, ignoring reuse)."""

@@ -164,15 +164,6 @@ def test_write_fp8_and_bf16(slot_dtype):
 
 
 @interpreted
-def test_write_fp8():
-    pool = filled_pool(50, WIDTH)
-    slots = torch.tensor([4, 49, 1], dtype=torch.int32)
-    codes = synth.kv_codes(7, 3, [4, 49, 1], 2, WIDTH).view(3, 1, WIDTH)
-    expect = pool.clone()
-    for i, s in enumerate(slots.tolist()):
-        expect[s] = codes[i]
-    assert torch.equal(shadow_write.write_fp8_(pool, slots, codes), expect)
-
 
 @pytest.mark.skipif(INTERPRETED, reason="AOT compilation needs compiled (not interpreted) kernels")
 def test_aot_compile_sm120():

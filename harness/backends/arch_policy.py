@@ -7,13 +7,13 @@ validates and queries it.
 from __future__ import annotations
 
 import functools
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+from harness.datafiles import read_toml
 from harness.errors import HarnessError
 
 POLICY_PATH = Path(__file__).with_name("arch_policy.toml")
@@ -100,11 +100,7 @@ class ArchPolicy:
 
 
 def load_policy(path: Path) -> ArchPolicy:
-    try:
-        table = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise HarnessError(str(path), f"cannot read arch policy: {error}") from error
-    return ArchPolicy(table, str(path))
+    return ArchPolicy(read_toml(path), str(path))
 
 
 @functools.cache

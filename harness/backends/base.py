@@ -18,7 +18,7 @@ import torch
 class AttnProblem:
     """What a plan depends on: the batch's KV index lists and the head layout."""
 
-    kv_indptr: torch.Tensor  # int32 [B+1], on the run device
+    kv_indptr: torch.Tensor  # int32 [B+1], on the host (planning is host work)
     kv_indices: torch.Tensor  # int32 [nnz], rows of the KV buffer the run will get
     num_heads: int
     sm_scale: float
@@ -41,8 +41,12 @@ class Backend(Protocol):
     def unsupported_reason(self, device: torch.device, kv_dtype: torch.dtype) -> Optional[str]:
         """None when this backend can attend on `kv_dtype` KV on `device`, else why not."""
 
-    def plan(self, problem: AttnProblem) -> Any:
-        """Host-side planning for one decode step; the result is reused for every layer."""
+    def plan(self, problem: AttnProblem, graph_capacity: Optional[int] = None) -> Any:
+        """Host-side planning for one decode step; the result is reused for every layer.
+        With `graph_capacity` (max kv_indices) the plan can be captured and `replan`ned in place."""
+
+    def replan(self, plan: Any, problem: AttnProblem) -> None:
+        """Re-plan a graph-capturable plan in place for a new step (raises if the backend cannot)."""
 
     def run(
         self,

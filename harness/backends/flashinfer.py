@@ -31,7 +31,6 @@ from harness.backends import arch_policy
 from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
 
-KERNELS = ("fa3", "fa2")
 FLOAT_WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
@@ -55,8 +54,8 @@ class FlashInferPlan:
 
 class FlashInferBackend:
     def __init__(self, device: torch.device | str, kernel: str):
-        if kernel not in KERNELS:
-            raise HarnessError("kernel", f"expected one of {KERNELS}, got {kernel!r}")
+        if kernel not in arch_policy.KERNELS:
+            raise HarnessError("kernel", f"expected one of {arch_policy.KERNELS}, got {kernel!r}")
         self.device = torch.device(device)
         self.kernel = kernel
         self.name = f"flashinfer-{kernel}"

@@ -37,13 +37,6 @@ def _check(pool_u8, slots, codes_u8):
     return pool, codes
 
 
-def write_fp8_(pool_u8: torch.Tensor, slots: torch.Tensor, codes_u8: torch.Tensor) -> torch.Tensor:
-    """pool_u8[slots[i]] = codes_u8[i] (a plain index write)."""
-    pool, codes = _check(pool_u8, slots, codes_u8)
-    pool.index_copy_(0, slots.to(torch.int64), codes)
-    return pool_u8
-
-
 def write_fp8_and_bf16_(pool_u8: torch.Tensor, shadow_bf16: torch.Tensor, slots: torch.Tensor,
                         codes_u8: torch.Tensor) -> torch.Tensor:
     """pool_u8[slots[i]] = codes_u8[i] and shadow_bf16[slots[i]] = bf16(codes_u8[i]), one kernel.

@@ -72,7 +72,7 @@ class Strategy:
             kv_indices = kv_indices[keep.to(kv_indices.device)]
             indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0).to(torch.int32)])
         return AttnProblem(
-            kv_indptr=indptr.to(self.device),
+            kv_indptr=indptr,
             kv_indices=kv_indices.to(device=self.device, dtype=torch.int32),
             num_heads=self.preset.heads_per_rank,
             sm_scale=self.preset.sm_scale,
@@ -85,10 +85,7 @@ class Strategy:
 
     def begin_step(self, batch: StepBatch, graph_capacity: int | None = None):
         """Plan once for the step; reused by every layer. With `graph_capacity`, a re-plannable plan."""
-        problem = self.problem(batch, self.step_indices(batch))
-        if graph_capacity is None:
-            return self.backend.plan(problem)
-        return self.backend.plan(problem, graph_capacity=graph_capacity)
+        return self.backend.plan(self.problem(batch, self.step_indices(batch)), graph_capacity=graph_capacity)
 
     def replan_step(self, plan, batch: StepBatch) -> None:
         """Re-plan a graph plan in place (same buffers) for `batch`."""

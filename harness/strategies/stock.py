@@ -23,16 +23,8 @@ class Stock(Strategy):
 
 
 @register("stock_vectorized", devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise")
-class StockVectorized(Strategy):
+class StockVectorized(Stock):
     """stock with the cast done by one vectorized Triton pass into a preallocated buffer."""
-
-    @classmethod
-    def extra_bytes(cls, geometry, schedule) -> int:
-        return geometry.layer_bytes * 2
-
-    @classmethod
-    def cast_bytes(cls, geometry, batch) -> int:
-        return geometry.layer_bytes * 3
 
     def setup(self, schedule):
         g = self.pool.geometry

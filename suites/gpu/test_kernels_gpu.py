@@ -148,7 +148,7 @@ def test_write_fp8_and_bf16(k):
         slots = torch.from_numpy(slots_np).to("cuda", dtype)
         codes = synth_fill.kv_codes_cuda(SEED, 0, slots_np, gen, WIDTH)
         expect = pool.clone()
-        shadow_write.write_fp8_(expect, slots, codes)
+        expect.view(rows, WIDTH).index_copy_(0, slots.long(), codes)
         shadow_write.write_fp8_and_bf16_(pool, shadow, slots, codes)
         assert torch.equal(pool, expect)
         assert torch.equal(pool[slots.long(), 0].cpu(), synth.kv_codes(SEED, 0, slots_np, gen, WIDTH))
