@@ -4,7 +4,8 @@ A numeric metric regresses when it moves the wrong way by more than the factor f
 (lower-is-better: head > base * (1 + f); higher-is-better: head * (1 + f) < base).
 A verdict regresses when it goes from pass to fail or error. Rows on one side only
 are reported as added/removed, never as regressions. When both rows carry an IQR,
-the table also says whether the change exceeds iqr_base + iqr_head (informational).
+a change past the factor that stays inside iqr_base + iqr_head is "noisy", not a
+regression (same-commit reruns move that much).
 """
 
 from __future__ import annotations
