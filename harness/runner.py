@@ -44,6 +44,7 @@ class StrategyResult:
     extra_bytes: int | None = None
     peak_bytes: int | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
+    outputs: Outputs | None = None  # (out, lse) of the checked layers, for callers that inspect them
 
 
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
@@ -198,7 +199,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
         if name == "stock":
             stock_outputs = outputs
         verdict = _verdict(name, backend.name, outputs, gold, stock_outputs, cls.tier)
-        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak, skipped))
+        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak, skipped, outputs))
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{case.name}.{name}.safetensors")
     order = {n: i for i, n in enumerate(wanted)}
