@@ -82,7 +82,8 @@ def parse_factor(text: str | float) -> float:
     return value
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """A finite int or float (not a bool): what a numeric metric value may be."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -96,9 +97,9 @@ def _check_row(row, where: str) -> tuple:
         raise HarnessError(f"{where}.value", "missing")
     if row.get("better") not in BETTER:
         raise HarnessError(f"{where}.better", f"must be 'lower', 'higher' or null, got {row.get('better')!r}")
-    if row.get("better") is not None and row["value"] is not None and not _is_number(row["value"]):
+    if row.get("better") is not None and row["value"] is not None and not is_number(row["value"]):
         raise HarnessError(f"{where}.value", f"numeric metric needs a finite number or null, got {row['value']!r}")
-    if row.get("iqr") is not None and not _is_number(row["iqr"]):
+    if row.get("iqr") is not None and not is_number(row["iqr"]):
         raise HarnessError(f"{where}.iqr", f"must be a finite number or null, got {row['iqr']!r}")
     return tuple(row[name] for name in KEY_FIELDS)
 

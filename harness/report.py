@@ -8,7 +8,6 @@ named independent.json (written by ci/independent_timing.py) adds a cross-check 
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from harness.compare import index_rows
+from harness.compare import index_rows, is_number
 from harness.datafiles import read_json, write_atomic
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
@@ -58,10 +57,6 @@ class Run:
         return self.created, self.env.get("git_commit")
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _load_run(path: Path) -> Run:
     doc = read_json(path)
     where = str(path)
@@ -87,7 +82,7 @@ def _load_independent(path: Path) -> dict:
     if not isinstance(doc, dict):
         raise HarnessError(str(path), f"top level must be an object, got {type(doc).__name__}")
     for *_, key in CROSS_CHECKS:
-        if key in doc and not _finite(doc[key]):
+        if key in doc and not is_number(doc[key]):
             raise HarnessError(f"{path}: {key}", f"must be a finite number, got {doc[key]!r}")
     return doc
 
@@ -97,7 +92,7 @@ def _load_independent(path: Path) -> dict:
 POOL = "pool"  # the case-level pseudo-strategy that carries the pool's build time
 
 def _value(cell: Cell | None):
-    return cell[0]["value"] if cell and _finite(cell[0]["value"]) else None
+    return cell[0]["value"] if cell and is_number(cell[0]["value"]) else None
 
 
 def _median_iqr(cell: Cell | None, spec: str) -> str:
@@ -122,12 +117,12 @@ def _verdict(cell: Cell | None) -> tuple[str, str]:
     text = str(row["value"])
     if row["value"] != "pass" and detail.get("reason"):
         text += f": {detail['reason'][:120]}"
-    return text, format(norm_rel, ".2e") if _finite(norm_rel) else "-"
+    return text, format(norm_rel, ".2e") if is_number(norm_rel) else "-"
 
 
 def _iqr_pct(cell: Cell | None) -> str:
     value = _value(cell)
-    return "-" if not value or not _finite(cell[0].get("iqr")) else f"{cell[0]['iqr'] / value * 100:.1f}%"
+    return "-" if not value or not is_number(cell[0].get("iqr")) else f"{cell[0]['iqr'] / value * 100:.1f}%"
 
 
 def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> list[list[str]]:
@@ -141,7 +136,7 @@ def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> l
             name, *_verdict(m.get("verdict")),
             _median_iqr(m.get("cast_us"), ".1f"),
             _median_iqr(cast_gbps, ".0f"),
-            _ratio(_value(cast_gbps), copy_gbps if _finite(copy_gbps) else None, ".0%"),
+            _ratio(_value(cast_gbps), copy_gbps if is_number(copy_gbps) else None, ".0%"),
             _median_iqr(m.get("attn_us"), ".1f"),
             _median_iqr(m.get("step_ms"), ".3f"),
             _median_iqr(m.get("step_eager_ms"), ".3f"),
@@ -195,9 +190,9 @@ def _run_labels(runs: list[Run]) -> list[str]:
 def _trend_value(row: dict | None) -> str:
     if row is None:
         return "-"
-    if not _finite(row["value"]):
+    if not is_number(row["value"]):
         return "n/a" if row["value"] is None else str(row["value"])
-    return f"{row['value']:.4g}" + (f" ±{row['iqr']:.3g}" if _finite(row.get("iqr")) else "")
+    return f"{row['value']:.4g}" + (f" ±{row['iqr']:.3g}" if is_number(row.get("iqr")) else "")
 
 
 def _cross_rows(runs: list[Run], independent: dict) -> list[list[str]]:
@@ -206,7 +201,7 @@ def _cross_rows(runs: list[Run], independent: dict) -> list[list[str]]:
     rows = []
     for what, strategy, metric, ikey in CROSS_CHECKS:
         ours = next((row["value"] for key, row in sorted(latest.items())
-                     if (key[3], key[5]) == (strategy, metric) and _finite(row["value"])), None)
+                     if (key[3], key[5]) == (strategy, metric) and is_number(row["value"])), None)
         theirs = independent.get(ikey)
         cells = [what, f"{strategy} {metric}", ikey, _ratio(ours, 1, ".2f"), _ratio(theirs, 1, ".2f")]
         if ours is None or not theirs:
@@ -235,7 +230,7 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
     for case, strategies in _cases(runs).items():
         used = {id(cell[1]) for m in strategies.values() for cell in m.values()}
         case_runs = [r for r in runs if id(r) in used]
-        copy = [f"{r.env['copy_gbps']:.0f}" for r in case_runs if _finite(r.env.get("copy_gbps"))]
+        copy = [f"{r.env['copy_gbps']:.0f}" for r in case_runs if is_number(r.env.get("copy_gbps"))]
         notes = (f"device copy bandwidth (100% in % copy): {', '.join(copy)} GB/s",) if copy else ()
         pool = strategies.pop(POOL, {})
         if (build := _value(pool.get("build_s"))) is not None:
@@ -313,7 +308,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
         return buf.getvalue()
 
     def positive(row: dict | None) -> bool:
-        return row is not None and _finite(row["value"]) and row["value"] > 0  # log scale
+        return row is not None and is_number(row["value"]) and row["value"] > 0  # log scale
 
     def half_iqr(row: dict) -> float:
         return (row.get("iqr") or 0) / 2

@@ -95,7 +95,8 @@ def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Sam
     q = session.data.queries[(last.step, 0)]
     kv = s.prepare_kv(0)
     fn, tensors = s.cast_call(0)
-    has_cast = type(s).cast_bytes(s.pool.geometry, last) > 0
+    cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
+    has_cast = cast_bytes > 0
     skipped: dict[str, str] = {} if has_cast else {"cast_us": f"{s.name} has no per-step cast kernel"}
     ms: dict[str, list[float]] = {}
     if s.device.type != "cuda":
@@ -124,8 +125,7 @@ def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Sam
         for k, v in ms.items()
     }
     if has_cast:
-        nbytes = type(s).cast_bytes(s.pool.geometry, last)
-        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(nbytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
+        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
     return metrics, skipped
 
 
