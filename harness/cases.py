@@ -11,6 +11,7 @@ import numpy as np
 from harness import synth
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.pool import PoolGeometry, geometry_for
 from harness.presets import ModelPreset, Scale, get_preset, get_scale
 from harness.scenario import Scenario, load_scenario
 from harness.schedule import Schedule, compile_schedule
@@ -35,8 +36,12 @@ class Case:
     def num_layers(self) -> int:
         return self.scale.layers_for(self.preset)
 
+    @property
+    def geometry(self) -> PoolGeometry:
+        return geometry_for(self.preset, self.scale.slots, self.num_layers)
+
     def schedule(self) -> Schedule:
-        return compile_schedule(self.scenario, self.scale.slots)
+        return compile_schedule(self.scenario, self.scale.slots, self.preset.page_size)
 
     def checked_layers(self) -> list[int]:
         """All layers when few; else the first, the last and two seeded picks in between."""

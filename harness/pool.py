@@ -1,8 +1,14 @@
-"""SGLang MLATokenToKVPool layout: per layer a uint8 buffer [slots + 1, 1, 576].
+"""SGLang MLATokenToKVPool layout: per layer a uint8 buffer [slots + page_size, 1, 576].
 
-Row 0 is the reserved dummy slot (zeros); rows 1..slots hold unscaled e4m3 bits
-from the synthetic generator at generation 0. Writes put a slot's bytes of a
-later generation in place.
+SGLang's paged allocator never hands out page 0, so rows 0..page_size-1 stay as
+allocated (zeros; padded tokens of a CUDA-graph batch write row 0); rows
+page_size..slots+page_size-1 hold unscaled e4m3 bits from the synthetic generator
+at generation 0. Writes put a slot's bytes of a later generation in place.
+
+A DSA model (GLM-5) also has, per layer, an index-K cache of
+(slots + page_size + 1) // page_size pages of page_size x 132 bytes
+(DSATokenToKVPool / IndexKeyCache); the decode strategies never read it, so it is
+allocated as zeros: it is there for the memory it takes.
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from harness import synth
+from harness.errors import HarnessError
 
-PAGE_SIZE = 1
 HOST_FILL_ROWS = 8192
 
 
@@ -22,36 +28,62 @@ class PoolGeometry:
     slots: int
     num_layers: int
     row_width: int
+    page_size: int = 1
+    index_k_bytes: int = 0  # DSA index-K bytes per token per layer
+
+    def __post_init__(self):
+        if self.slots % self.page_size:
+            raise HarnessError("--slots", f"{self.slots} is not a whole number of {self.page_size}-token pages")
 
     @property
     def rows(self) -> int:
-        return self.slots + PAGE_SIZE
+        return self.slots + self.page_size
 
     @property
     def layer_bytes(self) -> int:
+        """One layer's KV buffer (what `stock` casts)."""
         return self.rows * self.row_width
 
     @property
-    def total_bytes(self) -> int:
+    def kv_bytes(self) -> int:
         return self.layer_bytes * self.num_layers
 
+    @property
+    def index_k_pages(self) -> int:
+        """Pages of one layer's index-K cache, as SGLang's IndexKeyCache sizes it."""
+        return (self.slots + self.page_size + 1) // self.page_size if self.index_k_bytes else 0
 
-def _fill_layer_host(buf: torch.Tensor, seed: int, layer: int) -> None:
+    @property
+    def index_k_layer_bytes(self) -> int:
+        return self.index_k_pages * self.page_size * self.index_k_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything the pool allocates: KV rows plus the index-K cache."""
+        return self.kv_bytes + self.index_k_layer_bytes * self.num_layers
+
+
+def geometry_for(preset, slots: int, num_layers: int) -> PoolGeometry:
+    """The pool SGLang builds for `preset` with `slots` token slots."""
+    return PoolGeometry(slots, num_layers, preset.row_width, preset.page_size, preset.index_k_bytes)
+
+
+def _fill_layer_host(buf: torch.Tensor, seed: int, layer: int, page_size: int) -> None:
     flat = buf.view(buf.shape[0], -1)
-    flat[0].zero_()
-    for start in range(1, flat.shape[0], HOST_FILL_ROWS):
+    flat[:page_size].zero_()
+    for start in range(page_size, flat.shape[0], HOST_FILL_ROWS):
         stop = min(start + HOST_FILL_ROWS, flat.shape[0])
         flat[start:stop] = synth.kv_codes(seed, layer, range(start, stop), 0, flat.shape[1])
 
 
-def fill_layer(buf: torch.Tensor, seed: int, layer: int) -> None:
-    """Fill one layer buffer with generation-0 content, on its own device."""
+def fill_layer(buf: torch.Tensor, seed: int, layer: int, page_size: int = 1) -> None:
+    """Fill one layer buffer with generation-0 content (first page zero), on its own device."""
     if buf.is_cuda:
         from harness.kernels.synth_fill import fill_layer_
 
-        fill_layer_(buf, seed, layer)
+        fill_layer_(buf, seed, layer, page_size)
     else:
-        _fill_layer_host(buf, seed, layer)
+        _fill_layer_host(buf, seed, layer, page_size)
 
 
 def kv_rows(seed: int, layer: int, slots, gens, row_width: int, device: torch.device) -> torch.Tensor:
@@ -73,10 +105,14 @@ class KVPool:
         self.seed = seed
         self.device = device
         self.buffers: list[torch.Tensor] = []
+        self.index_k: list[torch.Tensor] = []
         for layer in range(geometry.num_layers):
             buf = torch.empty((geometry.rows, 1, geometry.row_width), dtype=torch.uint8, device=device)
-            fill_layer(buf, seed, layer)
+            fill_layer(buf, seed, layer, geometry.page_size)
             self.buffers.append(buf)
+            if geometry.index_k_bytes:
+                shape = (geometry.index_k_pages, geometry.page_size * geometry.index_k_bytes)
+                self.index_k.append(torch.zeros(shape, dtype=torch.uint8, device=device))
             if progress is not None:
                 progress(layer + 1, geometry.num_layers)
 

@@ -18,7 +18,7 @@ from harness.check import Status, Verdict, check_against_golden, check_bitwise, 
 from harness.decode import DecodeSession, Outputs, make_step_data
 from harness.faults import FAULT_TARGET
 from harness.memory import MemoryPlan
-from harness.pool import KVPool, PoolGeometry
+from harness.pool import KVPool
 from harness.progress import progress_bar
 from harness.results import Row
 from harness.strategies import ORDER, REGISTRY
@@ -141,7 +141,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     case, device = cfg.case, cfg.device
     schedule = case.schedule()
     backend = make_backend(cfg.backend, device)
-    geometry = PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
+    geometry = case.geometry
     runnable, results = [], []
     wanted = list(dict.fromkeys(cfg.strategies))
     if "stock" not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):

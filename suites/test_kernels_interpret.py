@@ -75,6 +75,18 @@ def test_fill_layer_matches_synth(width):
 
 
 @interpreted
+def test_fill_layer_paged_matches_the_host_pool():
+    """A 64-token-page pool (GLM-5): the first page zero, then the same bytes as the CPU fill."""
+    from harness.pool import KVPool, PoolGeometry
+
+    host = KVPool(PoolGeometry(128, 1, WIDTH, page_size=64), seed=7, device=torch.device("cpu")).buffers[0]
+    pool = synth_fill.fill_layer_(torch.full((192, 1, WIDTH), 0xAB, dtype=torch.uint8), 7, 0, page_size=64)
+    assert not pool[:64].any() and torch.equal(pool, host)
+    # negative control: the page-1 fill puts slot 1's codes in row 1, not zeros, and shifts nothing
+    assert not torch.equal(synth_fill.fill_layer_(pool.clone(), 7, 0), host)
+
+
+@interpreted
 def test_fill_layer_2d_buffer():
     pool = synth_fill.fill_layer_(torch.ones((40, WIDTH), dtype=torch.uint8), 1, 0)
     assert torch.equal(pool[1:], synth.kv_codes(1, 0, np.arange(1, 40), 0, WIDTH))

@@ -1,11 +1,14 @@
 """Pool layout and the memory plan."""
 
+import math
+
 import pytest
 import torch
 
+from harness import synth
 from harness.errors import HarnessError
 from harness.memory import GIB, MemoryPlan
-from harness.pool import KVPool, PoolGeometry
+from harness.pool import KVPool, PoolGeometry, geometry_for
 from harness.presets import get_preset, get_scale
 
 
@@ -21,15 +24,31 @@ def test_sglang_layout_and_restore():
     assert torch.equal(buf, before)
 
 
-def test_prod_geometry_matches_design():
+def test_paged_layout_first_page_zero():
+    pool = KVPool(PoolGeometry(128, 1, 576, page_size=64, index_k_bytes=132), seed=2, device=torch.device("cpu"))
+    buf = pool.buffers[0].view(192, 576)
+    assert buf.shape[0] == 128 + 64 and not buf[:64].any()
+    assert torch.equal(buf[64:], synth.kv_codes(2, 0, range(64, 192), 0, 576))
+    assert pool.index_k[0].shape == ((128 + 64 + 1) // 64, 64 * 132) and not pool.index_k[0].any()
+
+
+def test_slots_must_be_whole_pages():
+    with pytest.raises(HarnessError, match="--slots"):
+        PoolGeometry(100, 1, 576, page_size=64)
+
+
+def test_prod_geometry_matches_sglang():
     preset, scale = get_preset("glm5-tp8"), get_scale("prod")
-    g = PoolGeometry(scale.slots, scale.layers_for(preset), preset.row_width)
-    assert g.rows == 495_553 and g.num_layers == 78
-    assert abs(g.total_bytes / 1e9 - 22.3) < 0.05  # 22.3 GB of FP8
-    assert abs(g.total_bytes * 2 / 1e9 - 44.6) < 0.1  # the shadow's BF16 copy
+    g = geometry_for(preset, scale.slots, scale.layers_for(preset))
+    assert g.rows == 495_552 + 64 and g.num_layers == 78 and g.index_k_pages == 7_744
+    assert abs(g.kv_bytes / 1e9 - 22.27) < 0.005  # 22.3 GB of FP8 KV rows (20.74 GiB)
+    assert round(g.total_bytes / GIB, 2) == 25.49  # plus the DSA index-K cache: SGLang's (and the articles') pool size
+    assert abs(g.kv_bytes * 2 / 1e9 - 44.5) < 0.1  # the shadow's BF16 copy
     assert preset.heads_per_rank == 8 and abs(preset.sm_scale - 1 / 16) < 1e-12
     ds = get_preset("deepseek-v3-tp8")
-    assert ds.heads_per_rank == 16 and ds.num_layers == 61 and abs(ds.sm_scale - 192**-0.5) < 1e-12
+    assert ds.heads_per_rank == 16 and ds.num_layers == 61 and ds.page_size == 1 and ds.index_k_bytes == 0
+    mscale = 0.1 * math.log(40) + 1
+    assert abs(ds.sm_scale - 192**-0.5 * mscale**2) < 1e-15 and abs(ds.sm_scale - 0.135234) < 1e-6
 
 
 def test_memory_plan_refuses_with_required_available_and_largest_fit():

@@ -10,16 +10,48 @@ from harness.schedule import compile_schedule
 REQUIRED = {"b1-l500", "b1-l4096", "b32-l4096", "b128-l2048", "ragged-mix", "edge-kv1", "edge-pool-tail", "multistep-reuse"}
 
 
-def test_builtins_parse_and_compile_at_prod_scale():
+def _check_paged(schedule, page_size):
+    """SGLang's paged allocator: a request's tokens run consecutively inside a page and
+    move on only to the first slot of a page no other request holds."""
+    for batch in schedule.steps:
+        owner = {}
+        for i in range(batch.batch_size):
+            slots = batch.kv_indices[batch.rows_of(i)].astype(np.int64)
+            for a, b in zip(slots[:-1], slots[1:]):
+                assert b == a + 1 or (a % page_size == page_size - 1 and b % page_size == 0), (a, b)
+            for page in np.unique(slots // page_size):
+                assert owner.setdefault(int(page), i) == i, f"page {page} shared"
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_builtins_parse_and_compile_at_prod_scale(page_size):
     assert REQUIRED <= set(builtin_names())
     for name in builtin_names():
+        if name == "explicit-slots" and page_size == 1:
+            continue  # its slots are placed for a 64-token-page pool
         scenario = load_scenario(name)
-        schedule = compile_schedule(scenario, 495_552 if name != "explicit-slots" else 16_384)
+        schedule = compile_schedule(scenario, 495_552 if name != "explicit-slots" else 16_384, page_size)
         for batch in schedule.steps:
             assert len(np.unique(batch.kv_indices)) == len(batch.kv_indices), "a slot is read twice in one step"
-            assert batch.kv_indices.min() >= 1, "slot 0 is the dummy"
+            assert batch.kv_indices.min() >= page_size, "page 0 is the dummy"
             ends = batch.kv_indptr[1:] - 1
             assert np.array_equal(batch.kv_indices[ends], batch.write_slots), "the new token is each request's last row"
+        if scenario.layout != "explicit":
+            _check_paged(schedule, page_size)
+
+
+def test_paged_check_catches_a_scattered_token():
+    schedule = compile_schedule(load_scenario("b1-l500"), 16_384, 1)  # page-1 schedule seen as 64-token pages
+    with pytest.raises(AssertionError):
+        _check_paged(schedule, 64)
+
+
+def test_page_size_one_keeps_token_scatter_and_64_fills_pages():
+    one = compile_schedule(load_scenario("b1-l500"), 16_384, 1).steps[0].kv_indices
+    paged = compile_schedule(load_scenario("b1-l500"), 16_384, 64).steps[0].kv_indices
+    assert len(np.unique(one // 64)) > 100  # single slots scattered over the pool
+    assert len(np.unique(paged // 64)) == 8  # 500 tokens in ceil(500 / 64) pages
+    assert np.count_nonzero(np.diff(paged) != 1) == 7
 
 
 def test_ragged_mix_has_the_boundary_lengths():
@@ -27,23 +59,33 @@ def test_ragged_mix_has_the_boundary_lengths():
     assert {1, 2, 127, 4097} <= set(lens)
 
 
-def test_multistep_reuse_really_reuses_slots():
-    schedule = compile_schedule(load_scenario("multistep-reuse"), 16_384)
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_multistep_reuse_really_reuses_slots(page_size):
+    schedule = compile_schedule(load_scenario("multistep-reuse"), 16_384, page_size)
     reused = [len(b.reused_slots) for b in schedule.steps]
     assert sum(reused) >= 3
     later = schedule.steps[-1]
     assert later.index_gens.max() == later.write_gen and (later.index_gens > 0).sum() > later.batch_size
 
 
-def test_tail_layout_uses_the_last_slot():
-    schedule = compile_schedule(load_scenario("edge-pool-tail"), 16_384)
-    assert 16_384 in schedule.steps[0].kv_indices
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_tail_layout_uses_the_last_slot(page_size):
+    schedule = compile_schedule(load_scenario("edge-pool-tail"), 16_384, page_size)
+    assert 16_384 + page_size - 1 in schedule.steps[0].kv_indices
 
 
-def test_contiguous_layout_is_consecutive():
-    batch = compile_schedule(load_scenario("contiguous-b4"), 16_384).steps[0]
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_contiguous_layout_is_consecutive(page_size):
+    batch = compile_schedule(load_scenario("contiguous-b4"), 16_384, page_size).steps[0]
     first = batch.kv_indices[: batch.kv_indptr[1] - 1]
-    assert np.array_equal(first, np.arange(1, len(first) + 1))
+    assert np.array_equal(first, np.arange(page_size, page_size + len(first)))
+
+
+def test_explicit_slots_share_a_page_and_extend_within_it():
+    batch = compile_schedule(load_scenario("explicit-slots"), 16_384, 64).steps[0]
+    assert batch.kv_indices.tolist()[:2] == [64, 16447] and batch.kv_indices.tolist()[3] == 65
+    assert batch.write_slots[1] == 66  # request 1's page still has room
+    assert batch.write_slots[0] % 64 == 0 and batch.write_slots[0] // 64 not in (1, 256)  # a fresh page
 
 
 GOOD = {"name": "x", "seed": 1, "steps": 1, "kv_lens": [4, 5]}
@@ -87,8 +129,19 @@ def test_request_longer_than_pool():
 
 def test_explicit_slot_beyond_pool():
     scenario = parse_scenario({**GOOD, "layout": "explicit", "slots": [[1, 2, 99], [4, 5, 6, 7]]}, "s.toml")
-    with pytest.raises(HarnessError, match="beyond the pool's last slot 50"):
+    with pytest.raises(HarnessError, match="slot 99 is outside the pool's slots 1..50"):
         compile_schedule(scenario, 50)
+
+
+def test_explicit_slot_in_the_reserved_page():
+    scenario = parse_scenario({**GOOD, "layout": "explicit", "slots": [[1, 64, 65], [66, 67, 68, 69]]}, "s.toml")
+    with pytest.raises(HarnessError, match="slot 1 is outside the pool's slots 64..16447"):
+        compile_schedule(scenario, 16_384, 64)
+
+
+def test_pool_not_whole_pages():
+    with pytest.raises(HarnessError, match="whole number of 64-token pages"):
+        compile_schedule(parse_scenario(GOOD, "s.toml"), 1000, 64)
 
 
 def test_malformed_toml_names_the_file(tmp_path):

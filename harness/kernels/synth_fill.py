@@ -80,15 +80,15 @@ def _launch(out2d, slots, gens, n, first_slot, seed, layer, slots_from_row):
         num_warps=NUM_WARPS)
 
 
-def fill_layer_(buf_u8: torch.Tensor, seed: int, layer: int) -> torch.Tensor:
-    """Fill a uint8 [rows, 1, width] (or [rows, width]) pool: row 0 zeros, row s the
-    generation-0 codes of slot s, i.e. synth.kv_codes(seed, layer, range(1, rows), 0, width)."""
+def fill_layer_(buf_u8: torch.Tensor, seed: int, layer: int, page_size: int = 1) -> torch.Tensor:
+    """Fill a uint8 [rows, 1, width] (or [rows, width]) pool: the first page_size rows zeros,
+    row s the generation-0 codes of slot s, i.e. synth.kv_codes(seed, layer, range(page_size, rows), 0, width)."""
     if buf_u8.dtype != torch.uint8:
         raise TypeError(f"pool must be uint8, got {buf_u8.dtype}")
     flat = rows_2d(buf_u8)
-    flat[0].zero_()
-    if flat.shape[0] > 1:
-        _launch(flat[1:], flat, flat, flat.shape[0] - 1, 1, seed, layer, True)
+    flat[:page_size].zero_()
+    if flat.shape[0] > page_size:
+        _launch(flat[page_size:], flat, flat, flat.shape[0] - page_size, page_size, seed, layer, True)
     return buf_u8
 
 

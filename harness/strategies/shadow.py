@@ -12,7 +12,7 @@ from harness.strategies.base import Strategy, register
 class Shadow(Strategy):
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
-        return geometry.total_bytes * 2
+        return geometry.kv_bytes * 2
 
     def setup(self, schedule):
         # the shadow exists from server start, so it begins as a cast of the whole pool

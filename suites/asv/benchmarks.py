@@ -22,7 +22,7 @@ def _measure(scenario: str, strategy: str) -> dict:
     from harness.backends import make_backend
     from harness.cases import Case
     from harness.decode import DecodeSession, make_step_data
-    from harness.pool import KVPool, PoolGeometry
+    from harness.pool import KVPool
     from harness.presets import get_preset, get_scale
     from harness.runner import _measure as measure_step
     from harness.scenario import load_scenario
@@ -36,7 +36,7 @@ def _measure(scenario: str, strategy: str) -> dict:
         print(f"skipped {strategy}: {reason}", file=sys.stderr)  # asv shows it with --show-stderr
         raise NotImplementedError(reason)
     schedule = case.schedule()
-    pool = KVPool(PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width), case.scenario.seed, device)
+    pool = KVPool(case.geometry, case.scenario.seed, device)
     data = make_step_data(case.preset, schedule, pool)
     if CUDA:
         torch.cuda.reset_peak_memory_stats(device)

@@ -13,7 +13,7 @@ import torch
 from harness.backends import make_backend
 from harness.cases import load_case
 from harness.decode import DecodeSession, make_step_data
-from harness.pool import KVPool, PoolGeometry
+from harness.pool import KVPool
 from harness.strategies import REGISTRY
 
 pytestmark = [pytest.mark.gpu, pytest.mark.prod]
@@ -24,7 +24,7 @@ STRATEGIES = ("stock", "stock_vectorized", "gather_cast", "shadow", "native_fp8"
 def prod_case(gpu_device):
     case = load_case("glm5-tp8.prod.b1-l4096")
     schedule = case.schedule()
-    pool = KVPool(PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width), case.scenario.seed, gpu_device)
+    pool = KVPool(case.geometry, case.scenario.seed, gpu_device)
     return case, schedule, pool, make_step_data(case.preset, schedule, pool), make_backend("flashinfer", gpu_device)
 
 
