@@ -11,7 +11,12 @@ tests that time kernels take ``gpu_lock``, a file lock per physical GPU in
 ``MLA_HARNESS_LOCK_DIR`` (default <tmp>/mla-harness-gpu-locks, shared by every
 worker and every pytest session on the machine), so timings never overlap.
 Lock names are the parent's CUDA_VISIBLE_DEVICES entries (indices or UUIDs):
-sessions with different masks on one machine should use UUIDs.
+sessions with different masks on one machine should use UUIDs. Workers also get
+CUDA_DEVICE_ORDER=PCI_BUS_ID (unless set), so an index means what nvidia-smi and NVML say.
+
+``--binding-proof DIR`` proves the binding on real GPUs: every test process records
+what it ran on, and the controller checks the records after the workers finish
+(suites/plugins/binding_proof.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,12 +33,17 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from suites.plugins import binding_proof
+
 ENV_NUM_GPUS = "MLA_HARNESS_NUM_GPUS"
 ENV_LOCK_DIR = "MLA_HARNESS_LOCK_DIR"
 CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
 WORKERINPUT_KEY = "mla_harness_gpus"
+PROOF_KEY = "mla_harness_binding_proof"
 BOUND = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
+_RECORD = pytest.StashKey[binding_proof.Record]()
+_VERDICT = pytest.StashKey[binding_proof.Verdict]()
 
 
 def worker_index(worker_id: str | None) -> int | None:
@@ -110,25 +121,138 @@ def _controller_devices(config: pytest.Config) -> list[str]:
     return config.stash[_DEVICES]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("gpu binding").addoption(
+        "--binding-proof", metavar="DIR", default=None,
+        help="record per test process the GPU it ran on and its CUDA contexts in DIR (an empty folder), "
+             "and fail the session unless workers own their GPUs one-to-one")
+
+
+def _proof_dir(config: pytest.Config) -> Path | None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return Path(workerinput[PROOF_KEY]) if workerinput.get(PROOF_KEY) else None
+    option = config.getoption("binding_proof", None)
+    return Path(option).resolve() if option else None
+
+
+def _workers(config: pytest.Config) -> int:
+    """xdist workers this (controller) process starts; 0 without xdist or inside a worker."""
+    return 0 if hasattr(config, "workerinput") else len(config.getoption("tx", None) or [])
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller: hand every worker the one GPU list."""
+    """xdist controller: hand every worker the one GPU list (and the proof folder)."""
     node.workerinput[WORKERINPUT_KEY] = ",".join(_controller_devices(node.config))
+    proof = _proof_dir(node.config)
+    node.workerinput[PROOF_KEY] = str(proof) if proof else ""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """xdist worker: bind to one GPU before anything initialises CUDA."""
+    """xdist worker: bind to one GPU before anything initialises CUDA. Any test process: start its proof record."""
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or WORKERINPUT_KEY not in workerinput:
+    if workerinput is not None and WORKERINPUT_KEY in workerinput:
+        _bind(config, workerinput)
+    proof = _proof_dir(config)
+    if proof is None:
         return
+    if workerinput is None:  # the controller, or the one process without xdist
+        proof.mkdir(parents=True, exist_ok=True)
+        if any(proof.glob("*.json")):
+            raise pytest.UsageError(f"--binding-proof {proof}: holds records of an earlier run; give an empty folder")
+    if _workers(config) == 0:
+        worker = workerinput["workerid"] if workerinput is not None else "master"
+        record = binding_proof.Record(worker, os.getpid(), config.stash.get(BOUND, None))
+        record.timeline["process_start"] = binding_proof.process_start_time()
+        record.timeline["configured"] = time.time()
+        config.stash[_RECORD] = record
+
+
+def _bind(config: pytest.Config, workerinput) -> None:
     device = device_for_worker(workerinput["workerid"], visible_devices(workerinput[WORKERINPUT_KEY], 0))
     if device is None:
         return
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise pytest.UsageError("gpu_binding: CUDA was initialised before the worker could bind to its GPU")
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ[CUDA_VISIBLE] = device
     config.stash[BOUND] = device
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    record = item.config.stash.get(_RECORD, None)
+    if record is not None:
+        record.timeline.setdefault("first_test", time.time())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        return (yield)
+    finally:
+        record = item.config.stash.get(_RECORD, None)
+        if record is not None and "gpu" in item.keywords:
+            record.note_test(binding_proof.PROBE.current_uuid())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    record = item.config.stash.get(_RECORD, None)
+    if record is not None:
+        record.test_seconds += call.duration
+        record.timeline["last_test_end"] = call.stop
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Test process: write its record. Controller (or the one process): check all records."""
+    config, proof = session.config, _proof_dir(session.config)
+    if proof is None:
+        return
+    record = config.stash.get(_RECORD, None)
+    if record is not None:
+        record.timeline["session_end"] = time.time()
+        record.finish(binding_proof.PROBE)
+        record.write(proof)
+    if hasattr(config, "workerinput"):
+        return
+    gpus = binding_proof.PROBE.gpu_uuids()
+    workers = _workers(config)
+    if workers:
+        devices = _controller_devices(config)
+        assignment = plan(workers, devices) or {f"gw{i}": None for i in range(workers)}
+    else:
+        devices = visible_devices(os.environ.get(CUDA_VISIBLE), len(gpus))
+        assignment = {"master": None}
+    expected = binding_proof.expected_uuids(assignment, gpus)
+    visible = {u for u in (binding_proof.resolve(d, gpus) for d in devices) if u is not None}
+    records = binding_proof.load_records(proof)
+    verdict = binding_proof.check(records, expected, visible)
+    start = binding_proof.process_start_time()
+    timeline = binding_proof.timeline_summary(records, start, time.time())
+    binding_proof.write_check(proof, verdict, expected, visible, timeline)
+    config.stash[_VERDICT] = verdict
+    if not verdict.ok and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    verdict = config.stash.get(_VERDICT, None)
+    if verdict is None:
+        return
+    where = _proof_dir(config) / binding_proof.CHECK_FILE
+    terminalreporter.section("gpu binding proof")
+    for worker, uuid in sorted(verdict.ran_on.items()):
+        terminalreporter.write_line(f"{worker}: ran on {uuid or '-'}")
+    for note in verdict.notes:
+        terminalreporter.write_line(f"note: {note}")
+    for problem in verdict.problems:
+        terminalreporter.write_line(f"FAILED: {problem}", red=True)
+    terminalreporter.write_line(f"{'PASSED' if verdict.ok else 'FAILED'}: binding proof ({where})")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
