@@ -38,7 +38,7 @@ def parse_smi_csv(text: str, columns: int) -> list[list[str]]:
     return [row for row in rows if len(row) == columns and all(row)]
 
 
-def _nvidia_smi(*args: str) -> str:
+def nvidia_smi(*args: str) -> str:
     return subprocess.run(["nvidia-smi", *args, "--format=csv,noheader"], capture_output=True, text=True,
                           timeout=30, check=True).stdout
 
@@ -48,7 +48,7 @@ class NvmlProbe:
 
     source = "nvml"
 
-    def __init__(self, smi: Callable[..., str] = _nvidia_smi):
+    def __init__(self, smi: Callable[..., str] = nvidia_smi):
         self._smi = smi
         try:
             import pynvml  # noqa: F401
@@ -143,6 +143,7 @@ class Record:
     context_probe: str = ""
     timeline: dict[str, float | None] = field(default_factory=dict)  # epoch seconds
     test_seconds: float = 0.0  # setup + call + teardown of every test it ran
+    pinned_cpus: list[int] | None = None  # cores it was pinned to (--pin-cpus); None: not pinned
 
     def note_test(self, uuid: str | None) -> None:
         if uuid is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from suites.plugins import binding_proof
+from suites.plugins import binding_proof, cpu_affinity
 
 ENV_NUM_GPUS = "MLA_HARNESS_NUM_GPUS"
 ENV_LOCK_DIR = "MLA_HARNESS_LOCK_DIR"
@@ -43,6 +43,7 @@ PROOF_KEY = "mla_harness_binding_proof"
 BOUND = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
 _RECORD = pytest.StashKey[binding_proof.Record]()
+_PINNED = pytest.StashKey[list]()
 _VERDICT = pytest.StashKey[binding_proof.Verdict]()
 
 
@@ -126,6 +127,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--binding-proof", metavar="DIR", default=None,
         help="record per test process the GPU it ran on and its CUDA contexts in DIR (an empty folder), "
              "and fail the session unless workers own their GPUs one-to-one")
+    parser.getgroup("gpu binding").addoption(
+        "--pin-cpus", action="store_true", default=False,
+        help="xdist workers: pin each to its GPU's NUMA-local cores and one torch thread")
 
 
 def _proof_dir(config: pytest.Config) -> Path | None:
@@ -163,7 +167,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--binding-proof {proof}: holds records of an earlier run; give an empty folder")
     if _workers(config) == 0:
         worker = workerinput["workerid"] if workerinput is not None else "master"
-        record = binding_proof.Record(worker, os.getpid(), config.stash.get(BOUND, None))
+        record = binding_proof.Record(worker, os.getpid(), config.stash.get(BOUND, None),
+                                      pinned_cpus=config.stash.get(_PINNED, None))
         record.timeline["process_start"] = binding_proof.process_start_time()
         record.timeline["configured"] = time.time()
         config.stash[_RECORD] = record
@@ -179,6 +184,8 @@ def _bind(config: pytest.Config, workerinput) -> None:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ[CUDA_VISIBLE] = device
     config.stash[BOUND] = device
+    if config.getoption("pin_cpus", False):
+        config.stash[_PINNED] = sorted(cpu_affinity.pin_to_gpu(device, threads=1))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
