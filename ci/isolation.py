@@ -132,7 +132,7 @@ def _sessions(case, device):
         from harness.runner import _measure as measure
         from harness.strategies import REGISTRY
 
-        backend = make_backend("flashinfer", device)
+        backend = make_backend("auto", device)
         pool = KVPool(PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width), case.scenario.seed, device)
         data = make_step_data(case.preset, case.schedule(), pool)
 
@@ -142,7 +142,7 @@ def _sessions(case, device):
                 yield s
 
         return session, measure
-    prepared = PreparedCase(case, device, "flashinfer").build()
+    prepared = PreparedCase(case, device, "auto").build()
     return prepared.session, measure
 
 
