@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,28 @@ def test_perf_runs_share_one_node_wide_concurrency_group():
     groups = {docs[n]["concurrency"]["group"] for n in ("perf-gate.yml", "asv-publish.yml")}
     assert len(groups) == 1 and "${{" not in groups.pop()
     assert all(docs[n]["concurrency"]["cancel-in-progress"] is False for n in ("perf-gate.yml", "asv-publish.yml"))
+
+
+def _marks_gpu(source: str) -> bool:
+    """Whether code (not a string in it) uses `<x>.mark.gpu`."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "gpu" and isinstance(n.value, ast.Attribute)
+               and n.value.attr == "mark" for n in ast.walk(ast.parse(source)))
+
+
+def _gpu_tests_outside(suites: Path) -> list[str]:
+    """Test files that mark tests `gpu` outside suites/gpu (the GPU workflow runs only suites/gpu)."""
+    return sorted(str(p.relative_to(suites)) for p in suites.rglob("test_*.py")
+                  if p.parent.name != "gpu" and _marks_gpu(p.read_text()))
+
+
+def test_gpu_tests_live_in_suites_gpu():
+    assert "pytest suites/gpu -m gpu" in str(_workflows()["gpu-correctness.yml"]["jobs"]["gpu-suites"]["steps"])
+    assert _gpu_tests_outside(REPO / "suites") == []
+
+
+def test_negative_control_a_stray_gpu_test_is_found(tmp_path):
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "test_ok.py").write_text("import pytest\npytestmark = pytest.mark.gpu\n")
+    (tmp_path / "test_stray.py").write_text("import pytest\n@pytest.mark.gpu\ndef test_x(): pass\n")
+    (tmp_path / "test_quotes_it.py").write_text("TEXT = '@pytest.mark.gpu'\n")  # a string is not a mark
+    assert _gpu_tests_outside(tmp_path) == ["test_stray.py"]
