@@ -42,6 +42,8 @@ def fit(runs: list[tuple[int, float, dict[str, float]]]) -> dict:
     if not serial:
         raise ValueError("fit needs the run without xdist (WORKERS 0)")
     _, _, durations = serial[0]
+    if not durations:
+        raise ValueError("no test ran in the run without xdist (all skipped?): nothing to fit")
     work = sum(durations.values())
     overhead = {str(n): wall - work / max(n, 1) for n, wall, _ in runs}
     return {"work_s": work, "tests": len(durations), "overhead_s": overhead, "durations": durations,
@@ -90,11 +92,16 @@ def main(argv=None) -> int:
     if args[:1] == ["fit"] and "--out" in args:
         i = args.index("--out")
         out, specs = Path(args[i + 1]), args[1:i] + args[i + 2:]
-        runs = []
-        for spec in specs:
-            workers, wall, junit = spec.split(":", 2)
-            runs.append((int(workers), float(wall), junit_durations(Path(junit))))
-        out.write_text(json.dumps(fit(runs), indent=1, sort_keys=True))
+        try:
+            runs = []
+            for spec in specs:
+                workers, wall, junit = spec.split(":", 2)
+                runs.append((int(workers), float(wall), junit_durations(Path(junit))))
+            model = fit(runs)
+        except (ValueError, OSError, ET.ParseError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        out.write_text(json.dumps(model, indent=1, sort_keys=True))
         return 0
     if args[:1] == ["choose"] and "--model" in args and "--gpus" in args:
         rest = args[1:]

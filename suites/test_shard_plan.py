@@ -25,6 +25,8 @@ def test_fit_from_timed_runs(tmp_path):
     assert model["overhead_s"] == {"0": 5.0, "1": 35.0, "2": 32.5}
     with pytest.raises(ValueError, match="WORKERS 0"):
         shard_plan.fit([(2, 40.0, durations)])
+    with pytest.raises(ValueError, match="all skipped"):
+        shard_plan.fit([(0, 20.0, {})])
 
 
 def test_committed_model_keeps_todays_suite_unsharded():

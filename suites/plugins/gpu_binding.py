@@ -1,9 +1,8 @@
 """pytest plugin: one GPU per xdist worker, and an exclusive per-GPU lock for timings.
 
 Under ``pytest -n N`` the controller lists the GPUs once (the parent's
-CUDA_VISIBLE_DEVICES entries, else ``MLA_HARNESS_NUM_GPUS`` or
-``torch.cuda.device_count()``, which counts through NVML without initialising
-CUDA) and hands the list to every worker; worker gwK then sets
+CUDA_VISIBLE_DEVICES entries, else ``MLA_HARNESS_NUM_GPUS``, else the GPUs NVML or
+nvidia-smi list, without importing torch or initialising CUDA) and hands the list to every worker; worker gwK then sets
 CUDA_VISIBLE_DEVICES to entry K % len(list) in its pytest_configure, before any
 test module can touch CUDA. Tests use the ``gpu_device`` fixture (always cuda:0
 of what the worker sees). With more workers than GPUs two workers share a GPU;
@@ -104,12 +103,15 @@ def exclusive_gpu(device: str, directory: Path | None = None, timeout: float = -
 
 
 def detect_devices() -> list[str]:
-    """The run's GPU list: CUDA_VISIBLE_DEVICES, else MLA_HARNESS_NUM_GPUS, else torch's count."""
+    """The run's GPU list: CUDA_VISIBLE_DEVICES, else MLA_HARNESS_NUM_GPUS, else NVML's count (torch's
+    when NVML and nvidia-smi find none)."""
     cuda_visible, count = os.environ.get(CUDA_VISIBLE), os.environ.get(ENV_NUM_GPUS)
     if cuda_visible is None and not count:
-        import torch
+        count = len(binding_proof.PROBE.gpu_uuids())  # NVML / nvidia-smi: the controller never imports torch
+        if not count:
+            import torch
 
-        count = torch.cuda.device_count()
+            count = torch.cuda.device_count()
     try:
         return visible_devices(cuda_visible, int(count or 0))
     except ValueError:
@@ -188,7 +190,8 @@ def _bind(config: pytest.Config, workerinput) -> None:
         config.stash[_PINNED] = sorted(cpu_affinity.pin_to_gpu(device, threads=1))
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> None:
     record = item.config.stash.get(_RECORD, None)
     if record is not None:
         record.timeline.setdefault("first_test", time.time())
