@@ -47,7 +47,7 @@ step isolation python3 -m ci.isolation "$E" --gpus 0,1 --rounds "${ISO_ROUNDS:-3
             "$(grep -E ' in [0-9.]+s' "$E/suite-n$mode.log" | tail -1)" \
             "$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(('ok ' if c['ok'] else 'FAILED ') + json.dumps(c['ran_on']) + ' ' + '; '.join(c['problems'] + c['notes']))" "$E/proof-n$mode/check.json" 2>&1 | tail -1)"
     done
-    python3 - "$E" <<'PY' 2>&1 | tail -8
+    python3 - "$E" <<'PY' 2>&1 | tail -10
 import json, sys
 from pathlib import Path
 e = Path(sys.argv[1])
@@ -57,6 +57,15 @@ for mode in (0, 1, 2):
         print(f"-n {mode} per process: " + "; ".join(f"{w} start-up {v['startup_s']} s, tests {v['test_s']} s" for w, v in sorted(t.items())))
     except Exception as exc:
         print(f"-n {mode}: no timeline ({exc})")
+try:
+    from ci.shard_plan import junit_durations
+    runs = {m: junit_durations(e / f"junit-n{m}.xml") for m in (0, 1, 2)}
+    print("summed test time: " + ", ".join(f"-n {m} {sum(d.values()):.1f} s" for m, d in runs.items()))
+    grown = sorted(runs[0], key=lambda t: runs[0][t] - runs[1].get(t, 0))[:4]
+    print("tests slower under -n 1 than without xdist: " + "; ".join(
+        f"{t.split('::')[-1]} {runs[0][t]:.2f} -> {runs[1].get(t, float('nan')):.2f} s" for t in grown))
+except Exception as exc:
+    print(f"no per-test comparison ({exc})")
 PY
     echo "-- start-up profile (fresh process)"; grep -E " s  " "$E/startup-profile.log" | head -14
     echo "-- isolation"; tail -2 "$E/isolation.log"
