@@ -50,6 +50,11 @@ def test_negative_control_twin_fails_even_when_bindings_cannot_be_resolved():
     assert verdict.problems == ["gw0, gw1 all ran on aaaa-01"]
 
 
+def test_unbound_process_with_several_contexts_is_noted():
+    verdict = check([rec("master", None, ["aaaa-01"], ["aaaa-01", "bbbb-02"], visible_count=2)], {"master": None}, GPUS.values())
+    assert verdict.ok and verdict.notes == ["master: not bound to a GPU; CUDA contexts also on bbbb-02"]
+
+
 def test_negative_control_context_on_a_foreign_gpu_fails():
     records = [rec("gw0", "0", ["aaaa-01"], ["aaaa-01", "bbbb-02"]), rec("gw1", "1", ["bbbb-02"], ["bbbb-02"])]
     verdict = check(records, expected_uuids({"gw0": "0", "gw1": "1"}, GPUS), GPUS.values())

@@ -7,7 +7,7 @@
 #   (b) where a worker's start-up goes (ci/startup_profile.py)
 #   (c) timing isolation: GPU 0 idle vs GPU 1 under a memory-bound neighbour (ci/isolation.py)
 # Writes $EVIDENCE/multigpu/; a failing step is logged and the next one still runs.
-# Knobs: ISO_ROUNDS (3), ISO_REPEATS (20).
+# Knobs: ISO_ROUNDS (3), ISO_REPEATS (15).
 set -uo pipefail
 E="${EVIDENCE:?set EVIDENCE}/multigpu"
 mkdir -p "$E"
@@ -38,7 +38,7 @@ done
 step shard-model python3 -m ci.shard_plan fit --out "$E/shard_model.json" \
     "0:${wall[0]}:$E/junit-n0.xml" "1:${wall[1]}:$E/junit-n1.xml" "2:${wall[2]}:$E/junit-n2.xml"
 step startup-profile python3 -m ci.startup_profile "$E/startup_profile.json"
-step isolation python3 -m ci.isolation "$E" --gpus 0,1 --rounds "${ISO_ROUNDS:-3}" --repeats "${ISO_REPEATS:-20}"
+step isolation python3 -m ci.isolation "$E" --gpus 0,1 --rounds "${ISO_ROUNDS:-3}" --repeats "${ISO_REPEATS:-15}"
 
 {
     echo "== multigpu evidence summary"

@@ -207,7 +207,9 @@ def check(records: Sequence[Record], expected: Mapping[str, str | None], visible
             if gpus:
                 notes.append(f"{r.worker}: contexts not verified ({r.context_probe}); its CUDA runtime saw "
                              f"{r.visible_count} device(s)")
-        elif foreign := sorted(set(r.contexts) - owned):
+        elif (foreign := sorted(set(r.contexts) - owned)) and r.bound is None:
+            notes.append(f"{r.worker}: not bound to a GPU; CUDA contexts also on {', '.join(foreign)}")
+        elif foreign:
             problems.append(f"{r.worker}: CUDA context on GPU(s) it does not own: {', '.join(foreign)}")
         if r.bound is not None and r.visible_count not in (None, 1):
             problems.append(f"{r.worker}: bound to {r.bound} but its CUDA runtime saw {r.visible_count} devices")
