@@ -1,6 +1,6 @@
 """Timing isolation: do GPU A's headline timings move while GPU B runs a memory-bound load?
 
-usage: python -m ci.isolation OUT_DIR [--gpus 0,1] [--rounds 3] [--repeats 20]
+usage: python -m ci.isolation OUT_DIR [--gpus 0,1] [--rounds 3] [--repeats 20] [--scale prod|ci]
                                       [--scenarios b1-l4096,b32-l4096] [--pin auto|off|on]
 
 Three processes. This one (no CUDA) orchestrates; a measuring process bound to GPU A
@@ -15,6 +15,8 @@ spread. With --pin auto, if any metric moved (status regressed or slower), the w
 is repeated with every process pinned to its GPU's NUMA-local cores and one torch thread
 (suites.plugins.cpu_affinity), to see whether host contention explains it.
 Writes OUT_DIR/isolation.json (every sample) and OUT_DIR/isolation.md (the table).
+Without CUDA the same processes run on the CPU (host-timed, --scale ci): a smoke test of the
+protocol, not a GPU measurement.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import numpy as np
 
 SCENARIOS = ("b1-l4096", "b32-l4096")
 STRATEGIES = ("stock", "gather_cast")
-NEIGHBOUR_SLOTS = 495_552  # one production layer, as stock casts it
 MOVED = ("regressed", "slower")
 
 
@@ -153,9 +154,10 @@ def measure_child(args) -> None:
 
     from harness.cases import load_case
 
-    device = torch.device("cuda", 0)
-    prepared = {sc: _sessions(load_case(f"glm5-tp8.prod.{sc}"), device) for sc in args.scenarios.split(",")}
-    print(json.dumps({"ready": True, "pinned": pinned, "gpu": torch.cuda.get_device_name(0)}), flush=True)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    prepared = {sc: _sessions(load_case(f"glm5-tp8.{args.scale}.{sc}"), device) for sc in args.scenarios.split(",")}
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    print(json.dumps({"ready": True, "pinned": pinned, "gpu": name}), flush=True)
     for _ in sys.stdin:
         rows = []
         for scenario, (session_of, measure) in prepared.items():
@@ -180,9 +182,13 @@ def neighbour_child(args) -> None:
     pinned = _pin(args.pin_child)
     import torch
 
-    src = torch.randint(0, 0x7E, (NEIGHBOUR_SLOTS + 1, 1, 576), dtype=torch.uint8, device="cuda")
+    from harness.presets import get_scale
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    src = torch.randint(0, 0x7E, (get_scale(args.scale).slots + 1, 1, 576), dtype=torch.uint8, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     src.view(torch.float8_e4m3fn).to(torch.bfloat16)
-    torch.cuda.synchronize()
+    sync()
     commands: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [*(commands.put(line.strip()) for line in sys.stdin), commands.put("exit")],
                      daemon=True).start()
@@ -195,7 +201,7 @@ def neighbour_child(args) -> None:
         while commands.empty():
             for _ in range(20):
                 src.view(torch.float8_e4m3fn).to(torch.bfloat16)  # stock's cast (harness/strategies/stock.py)
-            torch.cuda.synchronize()
+            sync()
             casts += 20
         seconds = time.perf_counter() - t0
         print(json.dumps({"casts": casts, "seconds": seconds, "gbps": casts * src.numel() * 3 / seconds / 1e9}), flush=True)
@@ -206,7 +212,8 @@ def neighbour_child(args) -> None:
 
 def _spawn(role: str, gpu: str, args, pin: bool) -> subprocess.Popen:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    cmd = [sys.executable, "-m", "ci.isolation", "--role", role, "--scenarios", args.scenarios, "--repeats", str(args.repeats)]
+    cmd = [sys.executable, "-m", "ci.isolation", "--role", role, "--scenarios", args.scenarios, "--repeats", str(args.repeats),
+           "--scale", args.scale]
     cmd += ["--pin-child"] if pin else []
     return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
@@ -255,6 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--scale", choices=("prod", "ci"), default="prod", help="glm5-tp8 case scale (ci: CPU smoke test)")
     parser.add_argument("--tolerance", type=float, default=0.10, help="the gate's max regression (0.10 = 10%%)")
     parser.add_argument("--pin", choices=("auto", "off", "on"), default="auto")
     parser.add_argument("--role", choices=("measure", "neighbour"), help=argparse.SUPPRESS)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -42,3 +46,40 @@ def test_fallback_rule_agrees_with_statuses():
     assert isolation._bootstrap_decide(base, [v * 1.3 for v in base], "lower", 0.10)[0] == "regressed"
     assert isolation._bootstrap_decide(base, [v * 0.7 for v in base], "lower", 0.10)[0] == "improved"
     assert isolation._bootstrap_decide(base, base, "lower", 0.10)[0] == "unchanged"
+
+
+FAKE_METER = """
+import json, sys
+print(json.dumps({"ready": True, "pinned": None, "gpu": "fake"}), flush=True)
+for i, _ in enumerate(sys.stdin):
+    value = 100.0 * (1.3 if open(sys.argv[1]).read() == "run" else 1.0)
+    print(json.dumps({"rows": [{"scenario": "b1-l4096", "strategy": "stock", "metric": "cast_us",
+                                "samples": [value + k * 0.1 for k in range(8)]}]}), flush=True)
+"""
+FAKE_NEIGHBOUR = """
+import json, sys
+print(json.dumps({"ready": True, "pinned": None}), flush=True)
+for line in sys.stdin:
+    open(sys.argv[1], "w").write(line.strip())
+    print(json.dumps({"running": True} if line.strip() == "run" else {"casts": 1, "seconds": 1.0, "gbps": 1.0}), flush=True)
+"""
+
+
+def test_orchestration_with_fake_processes_catches_a_planted_neighbour_effect(tmp_path, monkeypatch):
+    """experiment() drives a measuring and a neighbour process; the fake meter reads 30% slower while the
+    fake neighbour runs, so the loaded blocks must come out regressed."""
+    state = tmp_path / "neighbour-state"
+    state.write_text("")
+    scripts = {"measure": FAKE_METER, "neighbour": FAKE_NEIGHBOUR}
+
+    def spawn(role, gpu, args, pin):
+        return subprocess.Popen([sys.executable, "-c", scripts[role], str(state)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    monkeypatch.setattr(isolation, "_spawn", spawn)
+    args = argparse.Namespace(gpus="0,1", rounds=2, tolerance=0.10)
+    result = isolation.experiment(args, pin=False, log=lambda text: None)
+    assert [b["load"] for b in result["blocks"]] == ["idle", "loaded", "loaded", "idle"]
+    assert len(result["neighbour"]) == 2
+    [row] = result["rows"]
+    assert row["status"] == "regressed" and row["ratio"] == pytest.approx(1.3, rel=0.01)
