@@ -155,6 +155,8 @@ def measure_child(args) -> None:
     from harness.cases import load_case
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cpu" and args.scale == "prod":
+        raise SystemExit("error: --scale prod needs a CUDA device (22 GB pools); use --scale ci on the CPU")
     prepared = {sc: _sessions(load_case(f"glm5-tp8.{args.scale}.{sc}"), device) for sc in args.scenarios.split(",")}
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     print(json.dumps({"ready": True, "pinned": pinned, "gpu": name}), flush=True)
