@@ -231,11 +231,11 @@ def experiment(args, pin: bool, log) -> dict:
     """Interleaved idle / loaded blocks on GPU A; returns {pinned, blocks, neighbour, rows}."""
     gpu_a, gpu_b = args.gpus.split(",")[:2]
     meter, neighbour = _spawn("measure", gpu_a, args, pin), _spawn("neighbour", gpu_b, args, pin)
-    ready = _read(meter, "measuring process")
-    _read(neighbour, "neighbour")
-    log(f"measuring on GPU {gpu_a} ({ready['gpu']}), neighbour on GPU {gpu_b}, pinned: {ready['pinned']}")
     blocks, neighbour_runs = [], []
     try:
+        ready = _read(meter, "measuring process")
+        _read(neighbour, "neighbour")
+        log(f"measuring on GPU {gpu_a} ({ready['gpu']}), neighbour on GPU {gpu_b}, pinned: {ready['pinned']}")
         for i, load in enumerate(abba(args.rounds)):
             if load == "loaded":
                 neighbour.stdin.write("run\n")
