@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -92,8 +93,6 @@ class NvmlProbe:
     @staticmethod
     def current_uuid() -> str | None:
         """UUID of the device this process's torch is using, or None if it never initialised CUDA."""
-        import sys
-
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_initialized():
             return None
@@ -102,8 +101,6 @@ class NvmlProbe:
     @staticmethod
     def visible_count() -> int | None:
         """Devices this process's CUDA runtime sees (None if it never initialised CUDA)."""
-        import sys
-
         torch = sys.modules.get("torch")
         return torch.cuda.device_count() if torch is not None and torch.cuda.is_initialized() else None
 
