@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-pytest_plugins = ["harness.gpu_binding"]
+pytest_plugins = ["suites.plugins.gpu_binding"]
 
 
 def pytest_collection_modifyitems(config, items):

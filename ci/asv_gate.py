@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Perf gate around `asv continuous BASE HEAD`: 0 clean, 1 regression, 2 failure.
 
-usage: python ci/asv_gate.py BASE HEAD [--factor 1.10] [--bench REGEX] [--machine NAME] [ASV ARGS...]
+usage: python -m ci.asv_gate BASE HEAD [--factor 1.10] [--bench REGEX] [--machine NAME] [ASV ARGS...]
 
 The factor is asv's: 1.10 (the default) flags a benchmark that got more than 10%
 slower (asv also requires the change to be statistically significant); "10%" is

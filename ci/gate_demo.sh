@@ -28,7 +28,7 @@ git commit -qam "planted regression: gather_cast launches its kernel twice"
 git checkout -q main
 python3 -m asv machine --yes --machine h200 > /dev/null
 for head in same slow; do
-  python3 ci/asv_gate.py main "$head" --factor 1.10 --machine h200 --bench "${ASV_BENCH:-.}" --show-stderr > "$E/asv-gate-$head.log" 2>&1
+  python3 -m ci.asv_gate main "$head" --factor 1.10 --machine h200 --bench "${ASV_BENCH:-.}" --show-stderr > "$E/asv-gate-$head.log" 2>&1
   echo "asv gate main..$head: exit $?" | tee -a "$E/summary.txt"
   for py in .asv/env/*/bin/python; do
     env -u PYTHONPATH "$py" -c "import torch; from harness.backends.flashinfer import _import_error as e; print('asv env:', torch.cuda.is_available(), e())" 2>&1 | tail -2

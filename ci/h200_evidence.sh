@@ -16,8 +16,8 @@ echo "gpu suite wall: $(( $(date +%s) - start )) s" | tee -a "$E/gpu-suite.log"
 for sc in b1-l500 b1-l4096 b32-l4096 b128-l2048; do
   python3 -m harness run --scenario "$sc" --json "$E/results/glm5-tp8.prod.$sc.json" 2>&1 | grep -v Warning | tee "$E/run-$sc.log" | tail -12
 done
-python3 ci/independent_timing.py "$E/independent.json" > "$E/independent.log" 2>&1; tail -12 "$E/independent.log"
-python3 ci/sm120_build_check.py > "$E/sm120-flashinfer.log" 2>&1; tail -3 "$E/sm120-flashinfer.log"
+python3 -m ci.independent_timing "$E/independent.json" > "$E/independent.log" 2>&1; tail -12 "$E/independent.log"
+python3 -m ci.sm120_build_check > "$E/sm120-flashinfer.log" 2>&1; tail -3 "$E/sm120-flashinfer.log"
 python3 -c "from harness.kernels.sm120_compile import compile_all_for; print('triton sm_120 kernels:', compile_all_for(120))" > "$E/sm120-triton.log" 2>&1; tail -2 "$E/sm120-triton.log"
 tar -czf "$OUT/evidence.tar.gz" -C /tmp evidence
 tar -cf "$OUT/flashinfer-jit.tar" -C "$FLASHINFER_WORKSPACE_BASE" .

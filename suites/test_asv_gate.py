@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -20,13 +19,12 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from ci import asv_gate
+
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("ci_asv_gate", REPO / "ci" / "asv_gate.py")
-asv_gate = sys.modules.setdefault("ci_asv_gate", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(asv_gate)
 
 SPEED = "VALUE = 100\nFAIL = False\n"
 BENCH = '''import speed
@@ -240,6 +238,6 @@ def test_command_passes_options_through():
 
 
 def test_script_runs_standalone():
-    proc = subprocess.run([sys.executable, str(REPO / "ci" / "asv_gate.py"), "--help"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([sys.executable, "-m", "ci.asv_gate", "--help"],
+                          capture_output=True, text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0 and "--factor" in proc.stdout

@@ -1,4 +1,4 @@
-"""`harness.gpu_binding` on CPU: worker -> GPU mapping, the per-GPU lock, and the plugin under real xdist."""
+"""`suites.plugins.gpu_binding` on CPU: worker -> GPU mapping, the per-GPU lock, and the plugin under real xdist."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gpu_binding import (
+from suites.plugins.gpu_binding import (
     assert_no_shared_gpu,
     detect_devices,
     device_for_worker,
@@ -142,7 +142,7 @@ def _run_xdist(tmp_path: Path, workers: int, env_extra: dict) -> tuple[subproces
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER")}
     env.update(env_extra, OUT_DIR=str(out_dir), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.gpu_binding",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "suites.plugins.gpu_binding",
          "-n", str(workers), "--dist", "each", str(tmp_path / "test_inner.py")],  # each: every worker runs it
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )

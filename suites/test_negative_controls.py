@@ -4,7 +4,7 @@ import pytest
 
 from harness.faults import CONTROL_SCENARIO, FAULT_TARGET, Fault
 
-from helpers import run_strategies
+from suites.helpers import run_strategies
 
 CONTROLS = [(fault, f"glm5-tp8.ci.{scenario}") for fault, scenario in CONTROL_SCENARIO.items()]
 

@@ -5,7 +5,7 @@ import torch
 
 from harness.cases import golden_case_names
 
-from helpers import run_strategies
+from suites.helpers import run_strategies
 
 CI_CASES = [n for n in golden_case_names() if ".ci." in n]
 STRATEGIES = ("stock", "gather_cast", "shadow", "native_fp8")

@@ -8,7 +8,7 @@ from harness.cases import golden_case_names
 from harness.faults import CONTROL_SCENARIO, FAULT_TARGET
 from harness.strategies import ORDER, REGISTRY
 
-from helpers import run_strategies
+from suites.helpers import run_strategies
 
 pytestmark = [pytest.mark.gpu]
 

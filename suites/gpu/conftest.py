@@ -1,6 +1,0 @@
-"""GPU suites: shared production-scale fixtures (import torch.cuda lazily)."""
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -1,0 +1,1 @@
+"""pytest plugins of the suites, registered from the root conftest.py."""

@@ -1,0 +1,67 @@
+"""CPU affinity per GPU: pin a process to the cores of its GPU's NUMA node, and its torch to few threads.
+
+A GPU's local cores come from sysfs (/sys/bus/pci/devices/<bus id>/local_cpulist, the
+"CPU Affinity" column of `nvidia-smi topo -m`); the bus id from NVML / nvidia-smi. Used by
+the binding plugin (``--pin-cpus``) and by ci/isolation.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from suites.plugins.binding_proof import nvidia_smi, normalize_uuid, parse_smi_csv, resolve
+
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
+def parse_cpulist(text: str) -> set[int]:
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def sysfs_bus_id(bus_id: str) -> str:
+    """nvidia-smi's '00000000:19:00.0' -> sysfs's '0000:19:00.0'."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:]:0>4}:{rest}"
+
+
+def gpu_bus_ids(smi: Callable[..., str] = nvidia_smi) -> dict[str, tuple[str, str]]:
+    """NVML index -> (normalized UUID, sysfs bus id); {} when nvidia-smi is not there."""
+    try:
+        rows = parse_smi_csv(smi("--query-gpu=index,uuid,pci.bus_id"), 3)
+    except Exception:
+        return {}
+    return {i: (normalize_uuid(u), sysfs_bus_id(b)) for i, u, b in rows}
+
+
+def local_cpus(entry: str, bus_ids: dict[str, tuple[str, str]], devices: Path = PCI_DEVICES) -> set[int]:
+    """Cores local to the GPU a CUDA_VISIBLE_DEVICES entry names; empty when unknown."""
+    uuid = resolve(entry, {i: u for i, (u, _) in bus_ids.items()})
+    bus = next((b for u, b in bus_ids.values() if u == uuid), None)
+    try:
+        return parse_cpulist((devices / bus / "local_cpulist").read_text()) if bus else set()
+    except OSError:
+        return set()
+
+
+def pin_to_gpu(entry: str, threads: int | None = 1, bus_ids=None, devices: Path = PCI_DEVICES,
+               setaffinity=os.sched_setaffinity, getaffinity=os.sched_getaffinity) -> set[int]:
+    """Pin this process to the allowed cores local to GPU `entry` and cap torch's intra-op threads
+    (`threads`, None: leave). Returns the cores pinned to (empty: topology unknown, nothing changed)."""
+    cores = local_cpus(entry, gpu_bus_ids() if bus_ids is None else bus_ids, devices) & set(getaffinity(0))
+    if not cores:
+        return set()
+    setaffinity(0, cores)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    return cores
