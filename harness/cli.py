@@ -85,7 +85,7 @@ def cmd_run(args, console: Console) -> int:
     if args.dump_outputs:
         _writable_dir("--dump-outputs", args.dump_outputs)
     cfg = RunConfig(
-        case=case, device=device, backend=args.backend, strategies=strategies, faults=parse_faults(args.plant_fault),
+        case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=parse_faults(args.plant_fault),
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
     console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run every strategy on one case, check against golden, time")
     _add_case_args(p)
     p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
+    p.add_argument("--kernel", choices=("auto", "fa3", "fa2"), default="auto",
+                   help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
+                        "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
     p.add_argument("--strategy", action="append", help="run only this strategy (repeatable)")
     p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
     p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto")

@@ -5,8 +5,8 @@ import torch
 
 from harness.backends import make_backend
 from harness.cases import golden_case_names
-from harness.faults import CONTROL_SCENARIO, FAULT_TARGET
-from harness.strategies import ORDER, REGISTRY
+from harness.faults import CONTROL_SCENARIO
+from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
 
 from helpers import run_strategies
 

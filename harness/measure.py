@@ -1,0 +1,112 @@
+"""Timing one strategy's decode step (the metrics `harness run`, asv and the perf tests report).
+
+cast_us, attn_us: layer 0's cast/gather kernel and attention kernel alone. On CUDA the step is
+replayed the way SGLang's decode runner does it: one CUDA graph per batch-size bucket, the
+step's inputs copied into the captured buffers and the plan refreshed through FlashInfer's
+fast path before each replay (`decode.BucketGraph`). From that:
+  step_device_ms  the graph replay alone (CUDA events around the replay; the GATING step metric)
+  step_host_ms    host time of the replay preparation and the launch (informational)
+  step_ms         end to end: preparation + replay, from an idle GPU (CUDA events)
+  step_eager_ms   the same layer loop launched eagerly, with a full plan (informational)
+On the CPU there is no graph: step_ms is the host time of one eager step.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from harness import timing
+from harness.decode import DecodeSession
+
+WARMUP_REPLAYS = 10
+LAUNCH_COVER_CYCLES = 200_000  # ~0.1 ms of GPU spin so the replay is queued before its start event fires
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+@contextmanager
+def guarded(device: torch.device):
+    """THE single call point for environment guards around every timing block.
+    TODO(gate): wrap with harness.clocks' guard (clocks, temperature, other GPU processes;
+    re-run a disturbed block once) when that module lands; today it only keeps the GC out."""
+    with timing.no_gc():
+        yield
+
+
+def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, list[float]]:
+    """{step_device_ms, step_host_ms, step_ms} samples of `batch` replayed through its bucket graph."""
+    graph = session.bucket_graph(batch)
+    for _ in range(WARMUP_REPLAYS):
+        graph.load(batch)
+        graph.replay()
+    torch.cuda.synchronize()
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    device, host, whole = [], [], []
+    with guarded(session.strategy.device):
+        marks = []
+        for _ in range(repeats):  # device: the GPU is kept busy while the host prepares and launches
+            graph.load(batch)
+            torch.cuda._sleep(LAUNCH_COVER_CYCLES)
+            start, end = ev(), ev()
+            start.record()
+            graph.replay()
+            end.record()
+            marks.append((start, end))
+        torch.cuda.synchronize()
+        device = [s.elapsed_time(e) for s, e in marks]
+        for _ in range(repeats):  # host and end to end: each step starts from an idle GPU
+            torch.cuda.synchronize()
+            start, end = ev(), ev()
+            start.record()
+            t0 = time.perf_counter()
+            graph.load(batch)
+            graph.replay()
+            host.append((time.perf_counter() - t0) * 1e3)
+            end.record()
+            end.synchronize()
+            whole.append(start.elapsed_time(end))
+    return {"step_device_ms": device, "step_host_ms": host, "step_ms": whole}
+
+
+def measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Samples], dict[str, str]]:
+    """Metrics of the last step. Returns (metrics, {metric: why it was not measured})."""
+    s, last = session.strategy, session.schedule.steps[-1]
+    plan = s.begin_step(last)
+    q = (session.data.steps[last.step].q_nope[0], session.data.steps[last.step].q_pe[0])
+    kv = s.prepare_kv(0)
+    fn, tensors = s.cast_call(0)
+    cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
+    skipped: dict[str, str] = {} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"}
+    ms: dict[str, list[float]] = {}
+    with guarded(s.device):
+        if s.device.type != "cuda":
+            if cast_bytes:
+                ms["cast_us"] = timing.host_time_ms(lambda: fn(*tensors), repeats)
+            ms["attn_us"] = timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
+            ms["step_ms"] = timing.host_time_ms(lambda: session.step(last), repeats)
+        else:
+            if cast_bytes:
+                ms["cast_us"] = timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
+            attend = lambda qn, qp, ckv, kpe: s.attend(plan, qn, qp, (ckv, kpe))  # noqa: E731
+            ms["attn_us"] = timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, *kv))
+            ms["step_eager_ms"] = timing.device_time_ms(lambda: session.step(last), repeats)
+    if s.device.type == "cuda":
+        try:
+            ms.update(bucket_replay_ms(session, last, repeats))
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
+            skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
+    metrics = {
+        k: timing.Samples("ms", tuple(v)) if k.startswith("step") else timing.Samples("us", tuple(t * 1e3 for t in v))
+        for k, v in ms.items()
+    }
+    if cast_bytes:
+        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
+    return metrics, skipped
