@@ -120,24 +120,28 @@ def padded_inputs(data: StepInputs, size: int) -> StepInputs:
 class BucketGraph:
     """One CUDA graph of the whole layer loop for a batch-size bucket, replayed for every step that
     fits it: `load(batch)` copies the step's inputs into the captured buffers and re-plans in
-    place (host work: SGLang's replay preparation), `replay()` launches the graph (device work)."""
+    place (host work: SGLang's replay preparation), `replay()` launches the graph (device work).
+    On the CPU nothing is captured: the same padded buffers run through the eager loop, so the
+    bucket, padding and capacity logic is testable there."""
 
     def __init__(self, session: DecodeSession, bucket: int, capacity: int):
-        s, self.session, self.bucket = session.strategy, session, bucket
+        s, self.session, self.bucket, self.capacity = session.strategy, session, bucket, capacity
         first = next(b for b in session.schedule.steps if bucket_for(b.batch_size) == bucket)
-        padded = pad_batch(first, bucket)
+        self.batch = pad_batch(first, bucket)
         self.inputs = padded_inputs(session.data.steps[first.step], bucket)
         self._copy_inputs(first)
         s.use_graph_capacity(capacity)
-        self.plan = s.begin_step(padded, graph_capacity=capacity)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            session.layers(self.plan, padded, inputs=self.inputs)  # warm-up: compile and allocate outside the capture
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            session.layers(self.plan, padded, inputs=self.inputs)
+        self.plan = s.begin_step(self.batch, graph_capacity=capacity)
+        self.graph = None
+        if s.device.type == "cuda":
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                session.layers(self.plan, self.batch, inputs=self.inputs)  # warm-up: compile and allocate outside the capture
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                session.layers(self.plan, self.batch, inputs=self.inputs)
 
     def _copy_inputs(self, batch: StepBatch) -> None:
         src, dst, n = self.session.data.steps[batch.step], self.inputs, batch.batch_size
@@ -148,8 +152,18 @@ class BucketGraph:
 
     def load(self, batch: StepBatch) -> None:
         """Point the graph at `batch` (same bucket): its inputs, its kv_indices, its plan."""
+        if bucket_for(batch.batch_size) != self.bucket:
+            raise ValueError(f"a batch of {batch.batch_size} belongs to bucket {bucket_for(batch.batch_size)}, not {self.bucket}")
         self._copy_inputs(batch)
-        self.session.strategy.replan_step(self.plan, pad_batch(batch, self.bucket))
+        self.batch = pad_batch(batch, self.bucket)
+        if self.graph is None:
+            self.plan = self.session.strategy.begin_step(self.batch, graph_capacity=self.capacity)
+        else:
+            self.session.strategy.replan_step(self.plan, self.batch)
 
-    def replay(self) -> None:
-        self.graph.replay()
+    def replay(self, record_layers=()) -> Outputs:
+        """Run the loaded step; on the CPU (eager) the outputs of `record_layers`, padding included."""
+        if self.graph is not None:
+            self.graph.replay()
+            return {}
+        return self.session.layers(self.plan, self.batch, record_layers, inputs=self.inputs)
