@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
     p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto")
     p.add_argument("--plant-fault", action="append", help="plant a fault (negative control); repeatable")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.add_argument("--json", type=Path, help="write results JSON here")
     p.add_argument("--dump-outputs", type=Path, help="write each strategy's outputs as safetensors into this folder")
     p.set_defaults(func=cmd_run)
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("refresh", "verify"))
     p.add_argument("--case", help="one case '<preset>.<scale>.<scenario>' (default: all in golden/cases.toml)")
     p.add_argument("--force", action="store_true", help="refresh: overwrite goldens that changed")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.set_defaults(func=cmd_golden)
 
     p = sub.add_parser("export-inputs", help="write the rows, indices and queries one step reads (repro bundle)")
@@ -227,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
+        if getattr(args, "golden_dir", None) is not None:
+            from harness.cases import use_golden_dir
+
+            use_golden_dir(args.golden_dir)
         return args.func(args, console)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

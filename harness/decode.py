@@ -75,15 +75,16 @@ class DecodeSession:
         self.strategy.teardown()
         self.strategy.pool.restore(self.schedule.written_slots)
 
-    def layers(self, plan, batch: StepBatch, record_layers=(), inputs: StepInputs | None = None) -> Outputs:
-        """The per-layer loop of one step (write, prepare KV, attend) under an existing plan."""
+    def layers(self, plan, batch: StepBatch, record_layers=(), inputs: StepInputs | None = None, to_cpu: bool = True) -> Outputs:
+        """The per-layer loop of one step (write, prepare KV, attend) under an existing plan;
+        (out, lse) of `record_layers` copied to the CPU (`to_cpu=False`: the device tensors)."""
         s, d = self.strategy, inputs or self.data.steps[batch.step]
         outputs: Outputs = {}
         for layer in range(s.pool.geometry.num_layers):
             s.write(batch, layer, d.slots, d.rows[layer])
             out, lse = s.attend(plan, d.q_nope[layer], d.q_pe[layer], s.prepare_kv(layer))
             if layer in record_layers:
-                outputs[(batch.step, layer)] = (out.cpu(), lse.float().cpu())
+                outputs[(batch.step, layer)] = (out.cpu(), lse.float().cpu()) if to_cpu else (out, lse)
         return outputs
 
     def step(self, batch: StepBatch, record_layers=()) -> Outputs:
@@ -98,11 +99,11 @@ class DecodeSession:
                 progress()
         return outputs
 
-    def bucket_graph(self, batch: StepBatch) -> "BucketGraph":
-        """The graph of `batch`'s batch-size bucket, captured on first use (CUDA only)."""
+    def bucket_graph(self, batch: StepBatch, record_layers=()) -> "BucketGraph":
+        """The graph of `batch`'s batch-size bucket, captured on first use (eager on the CPU)."""
         bucket = bucket_for(batch.batch_size)
         if bucket not in self._graphs:
-            self._graphs[bucket] = BucketGraph(self, bucket, bucket_capacities(self.schedule)[bucket])
+            self._graphs[bucket] = BucketGraph(self, bucket, bucket_capacities(self.schedule)[bucket], record_layers)
         return self._graphs[bucket]
 
 
@@ -124,8 +125,9 @@ class BucketGraph:
     On the CPU nothing is captured: the same padded buffers run through the eager loop, so the
     bucket, padding and capacity logic is testable there."""
 
-    def __init__(self, session: DecodeSession, bucket: int, capacity: int):
+    def __init__(self, session: DecodeSession, bucket: int, capacity: int, record_layers=()):
         s, self.session, self.bucket, self.capacity = session.strategy, session, bucket, capacity
+        self.record_layers = frozenset(record_layers)
         first = next(b for b in session.schedule.steps if bucket_for(b.batch_size) == bucket)
         self.batch = pad_batch(first, bucket)
         self.inputs = padded_inputs(session.data.steps[first.step], bucket)
@@ -140,8 +142,8 @@ class BucketGraph:
                 session.layers(self.plan, self.batch, inputs=self.inputs)  # warm-up: compile and allocate outside the capture
             torch.cuda.current_stream().wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                session.layers(self.plan, self.batch, inputs=self.inputs)
+            with torch.cuda.graph(self.graph):  # outputs of record_layers stay readable after each replay
+                self.outputs = session.layers(self.plan, self.batch, self.record_layers, self.inputs, to_cpu=False)
 
     def _copy_inputs(self, batch: StepBatch) -> None:
         src, dst, n = self.session.data.steps[batch.step], self.inputs, batch.batch_size
@@ -161,9 +163,10 @@ class BucketGraph:
         else:
             self.session.strategy.replan_step(self.plan, self.batch)
 
-    def replay(self, record_layers=()) -> Outputs:
-        """Run the loaded step; on the CPU (eager) the outputs of `record_layers`, padding included."""
-        if self.graph is not None:
-            self.graph.replay()
-            return {}
-        return self.session.layers(self.plan, self.batch, record_layers, inputs=self.inputs)
+    def replay(self) -> Outputs:
+        """Run the loaded step; the outputs of the record layers (padding rows included), keyed by
+        the step loaded (on CUDA they are copied out only when record layers were asked for)."""
+        if self.graph is None:
+            return self.session.layers(self.plan, self.batch, self.record_layers, self.inputs)
+        self.graph.replay()
+        return {(self.batch.step, layer): (out.cpu(), lse.float().cpu()) for (_, layer), (out, lse) in self.outputs.items()}

@@ -40,9 +40,9 @@ def test_bucket_replay_equals_the_eager_step(prep, strategy):
             eager.update(session.step(batch, layers))
     with prep.session(strategy) as session:
         for batch in prep.schedule.steps:
-            graph = session.bucket_graph(batch)
+            graph = session.bucket_graph(batch, layers)
             graph.load(batch)
-            replayed = graph.replay(layers)
+            replayed = graph.replay()
             for key, (out, lse) in replayed.items():
                 n = batch.batch_size
                 assert torch.equal(out[:n].view(torch.int16), eager[key][0].view(torch.int16)), (strategy, key)
@@ -56,8 +56,8 @@ def test_a_wrong_device_count_is_detected(prep):
     with prep.session("gather_cast") as session:
         eager = session.step(batch, {layer})[(batch.step, layer)][0]
     with prep.session("gather_cast") as session:
-        graph = session.bucket_graph(batch)
+        graph = session.bucket_graph(batch, {layer})
         graph.load(batch)
         session.strategy.count -= 1
-        out = graph.replay({layer})[(batch.step, layer)][0]
+        out = graph.replay()[(batch.step, layer)][0]
     assert not torch.equal(out[: batch.batch_size].view(torch.int16), eager.view(torch.int16))
