@@ -14,7 +14,7 @@ On the CPU there is no graph: step_ms is the host time of one eager step.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,13 +30,23 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-@contextmanager
-def guarded(device: torch.device):
-    """THE single call point for environment guards around every timing block.
-    TODO(gate): wrap with harness.clocks' guard (clocks, temperature, other GPU processes;
-    re-run a disturbed block once) when that module lands; today it only keeps the GC out."""
-    with timing.no_gc():
-        yield
+def guarded(block, device: torch.device):
+    """(block(), guard): THE single call point of the environment guard around every timing block.
+    harness.clocks (helper gate's module) reads clocks, temperature, throttle reasons and other
+    GPU processes before and after, and re-runs a disturbed block once; guard (JSON-ready, or
+    None) goes into the metric rows' detail. Until that module is merged the block runs bare."""
+    try:
+        from harness import clocks
+    except ImportError:
+        return block(), None
+    return clocks.guarded(block, device)
+
+
+@dataclass
+class Measured:
+    metrics: dict[str, timing.Samples] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
 
 
 def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, list[float]]:
@@ -48,7 +58,7 @@ def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, l
     torch.cuda.synchronize()
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     device, host, whole = [], [], []
-    with guarded(session.strategy.device):
+    with timing.no_gc():
         marks = []
         for _ in range(repeats):  # device: the GPU is kept busy while the host prepares and launches
             graph.load(batch)
@@ -74,39 +84,43 @@ def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, l
     return {"step_device_ms": device, "step_host_ms": host, "step_ms": whole}
 
 
-def measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Samples], dict[str, str]]:
-    """Metrics of the last step. Returns (metrics, {metric: why it was not measured})."""
+def measure(session: DecodeSession, repeats: int) -> Measured:
+    """Metrics of the last step, each timing block under the clock guard."""
     s, last = session.strategy, session.schedule.steps[-1]
     plan = s.begin_step(last)
     q = (session.data.steps[last.step].q_nope[0], session.data.steps[last.step].q_pe[0])
     kv = s.prepare_kv(0)
     fn, tensors = s.cast_call(0)
     cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
-    skipped: dict[str, str] = {} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"}
-    ms: dict[str, list[float]] = {}
-    with guarded(s.device):
-        if s.device.type != "cuda":
-            if cast_bytes:
-                ms["cast_us"] = timing.host_time_ms(lambda: fn(*tensors), repeats)
-            ms["attn_us"] = timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
-            ms["step_ms"] = timing.host_time_ms(lambda: session.step(last), repeats)
-        else:
-            if cast_bytes:
-                ms["cast_us"] = timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
-            attend = lambda qn, qp, ckv, kpe: s.attend(plan, qn, qp, (ckv, kpe))  # noqa: E731
-            ms["attn_us"] = timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, *kv))
-            ms["step_eager_ms"] = timing.device_time_ms(lambda: session.step(last), repeats)
-    if s.device.type == "cuda":
+    blocks = {}  # metric -> block returning {metric: ms samples}
+    if s.device.type != "cuda":
+        if cast_bytes:
+            blocks["cast_us"] = lambda: timing.host_time_ms(lambda: fn(*tensors), repeats)
+        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
+        blocks["step_ms"] = lambda: timing.host_time_ms(lambda: session.step(last), repeats)
+    else:
+        if cast_bytes:
+            blocks["cast_us"] = lambda: timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
+        attend = lambda qn, qp, ckv, kpe: s.attend(plan, qn, qp, (ckv, kpe))  # noqa: E731
+        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, *kv))
+        blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
+        blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
+    out = Measured(skipped={} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"})
+    for name, block in blocks.items():
         try:
-            ms.update(bucket_replay_ms(session, last, repeats))
+            samples, guard = guarded(block, s.device)
         except torch.cuda.OutOfMemoryError:
             raise
-        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
-            skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
-    metrics = {
-        k: timing.Samples("ms", tuple(v)) if k.startswith("step") else timing.Samples("us", tuple(t * 1e3 for t in v))
-        for k, v in ms.items()
-    }
+        except Exception as exc:  # only the bucket graph may fail here: a backend or strategy that cannot be captured
+            if name != "step_device_ms":
+                raise
+            out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
+            continue
+        for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
+            unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
+            out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
+            if guard is not None:
+                out.guards[metric] = guard
     if cast_bytes:
-        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
-    return metrics, skipped
+        out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
+    return out

@@ -14,7 +14,7 @@ from harness.cases import Case, golden_case_names
 from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
 from harness.decode import Outputs
 from harness.errors import CheckFailed, HarnessError
-from harness.measure import measure, one_line
+from harness.measure import Measured, measure, one_line
 from harness.prepared import PreparedCase
 from harness.progress import progress_bar
 from harness.results import Row
@@ -43,6 +43,7 @@ class StrategyResult:
     peak_bytes: int | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
     outputs: Outputs | None = None  # (out, lse) of the checked layers, for callers that inspect them
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
 
 
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
@@ -115,24 +116,24 @@ def _build(prep: PreparedCase, console: Console) -> None:
 
 
 def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
-    """(outputs, metrics, skipped, peak bytes) of one strategy; a crash raises, OOM included."""
+    """(outputs, Measured, peak bytes) of one strategy; a crash raises, OOM included."""
     device, record = prep.device, set(prep.case.checked_layers())
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base_mem = torch.cuda.memory_allocated(device)
-    metrics, skipped, peak = {}, {}, None
+    measured, peak = Measured(), None
     with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance, prep.session(name) as session:
         outputs = session.run_all(record, progress=advance)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device) - base_mem
         if cfg.repeats:
             try:
-                metrics, skipped = measure(session, cfg.repeats)
+                measured = measure(session, cfg.repeats)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:  # timing trouble never hides a finished verdict
-                skipped = {"timing": one_line(exc)}
-    return outputs, metrics, skipped, peak
+                measured = Measured(skipped={"timing": one_line(exc)})
+    return outputs, measured, peak
 
 
 def run(cfg: RunConfig, console: Console) -> RunOutcome:
@@ -152,7 +153,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     baseline = None
     for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: the bitwise anchor
         try:
-            outputs, metrics, skipped, peak = _execute(prep, name, cfg, console)
+            outputs, m, peak = _execute(prep, name, cfg, console)
         except torch.cuda.OutOfMemoryError:
             raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
         except Exception as exc:  # a crashing strategy is a red verdict, the others still run
@@ -160,7 +161,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
             continue
         baseline = outputs if name == BASELINE else baseline
         verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, REGISTRY[name].tier)
-        results[name] = StrategyResult(name, verdict, metrics, prep.extra_bytes(name), peak, skipped, outputs)
+        results[name] = StrategyResult(name, verdict, m.metrics, prep.extra_bytes(name), peak, m.skipped, outputs, m.guards)
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
     console.print(f"checked against {ref_label}")
@@ -184,7 +185,9 @@ def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
             better = "higher" if metric.endswith("gbps") else "lower"
-            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr, samples=list(s.values), **ident))
+            guard = {"guard": r.guards[metric]} if metric in r.guards else None
+            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr,
+                            samples=list(s.values), detail=guard, **ident))
         for metric, why in r.skipped.items():
             rows.append(Row(strategy=r.strategy, metric=metric, value=None, detail={"unsupported": why}, **ident))
         if r.extra_bytes is not None:

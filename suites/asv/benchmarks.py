@@ -49,10 +49,10 @@ def _measure_all() -> str:
             with prep.session(strategy) as session:
                 session.run_all(())
                 values = {"peak_bytes": torch.cuda.max_memory_allocated(device) - base} if CUDA else {}
-                metrics, skipped = measure(session, REPEATS)
-            values.update({m: [v * TO_SECONDS[s.unit] for v in s.values] for m, s in metrics.items() if s.unit in TO_SECONDS})
+                measured = measure(session, REPEATS)
+            values.update({m: [v * TO_SECONDS[s.unit] for v in s.values] for m, s in measured.metrics.items() if s.unit in TO_SECONDS})
             per[strategy] = values
-            for metric, why in skipped.items():
+            for metric, why in measured.skipped.items():
                 print(f"{scenario}/{strategy}: {metric} not measured: {why}", file=sys.stderr)
         out[scenario] = {"builds": PreparedCase.builds[prep.case.name], "strategies": per}
         del prep
