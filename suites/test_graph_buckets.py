@@ -8,6 +8,9 @@ import torch
 from harness.cases import load_case
 from harness.graphs import PAD_ROW, bucket_capacities, bucket_for, pad_batch
 from harness.prepared import PreparedCase
+from harness.strategies import ORDER, REGISTRY
+
+CPU_STRATEGIES = [n for n in ORDER if "cpu" in REGISTRY[n].devices]
 
 
 def test_buckets_follow_sglang_defaults():
@@ -31,7 +34,7 @@ def test_padding_reads_and_writes_only_the_dummy_row(prep):
     assert list(caps) == [4] and caps[4] == max(len(pad_batch(b, 4).kv_indices) for b in prep.schedule.steps)
 
 
-@pytest.mark.parametrize("strategy", ["stock", "gather_cast", "shadow", "native_fp8"])
+@pytest.mark.parametrize("strategy", CPU_STRATEGIES)
 def test_bucket_replay_equals_the_eager_step(prep, strategy):
     layers = set(range(prep.geometry.num_layers))
     with prep.session(strategy) as session:

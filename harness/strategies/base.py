@@ -16,15 +16,19 @@ REGISTRY: dict[str, type["Strategy"]] = {}
 TIERS = ("bitwise", "tolerance")
 
 
-def register(name: str, *, order: int, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
-             baseline: bool = False, backends: tuple[str, ...] | None = None, faults: tuple[Fault, ...] = ()):
+def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
+             order: int | None = None, baseline: bool = False, backends: tuple[str, ...] | None = None,
+             faults: tuple[Fault, ...] = ()):
     """Class decorator: add a strategy and what it declares to the registry.
 
-    order: position in runs, tables and test lists; baseline: the one strategy every bitwise-tier
-    strategy must equal (stock: SGLang today); backends: backend families it runs on (None: all);
-    faults: the planted faults whose code path lives in this strategy."""
+    order: position in runs, tables and test lists (default: after every strategy registered so
+    far); baseline: the one strategy every bitwise-tier strategy must equal (stock: SGLang today);
+    backends: backend families it runs on (None: all); faults: the planted faults whose code path
+    lives in this strategy (a fault no strategy claims targets every strategy)."""
 
     def wrap(cls):
+        nonlocal order
+        order = max((c.order for c in REGISTRY.values()), default=0) + 10 if order is None else order
         if name in REGISTRY or any(c.order == order for c in REGISTRY.values()):
             raise ValueError(f"strategy {name!r}: name or order {order} registered twice")
         if tier not in TIERS:
