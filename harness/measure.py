@@ -22,7 +22,7 @@ from harness import timing
 from harness.decode import DecodeSession
 
 WARMUP_REPLAYS = 10
-LAUNCH_COVER_CYCLES = 200_000  # ~0.1 ms of GPU spin so the replay is queued before its start event fires
+LAUNCH_COVER_CYCLES = 1_000_000  # ~0.5 ms of GPU spin so the replay is queued before its start event fires
 
 
 def one_line(exc: BaseException) -> str:

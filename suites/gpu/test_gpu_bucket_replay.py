@@ -2,7 +2,6 @@
 FlashInfer's fast path for each later step, gives the eager step's outputs (fa3 and fa2)."""
 
 import pytest
-import torch
 
 from harness.cases import load_case
 from harness.check import check_against_golden, policy
