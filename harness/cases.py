@@ -16,8 +16,29 @@ from harness.presets import ModelPreset, Scale, get_preset, get_scale
 from harness.scenario import Scenario, load_scenario
 from harness.schedule import Schedule, compile_schedule
 
-GOLDEN_DIR = Path(os.environ.get("MLA_HARNESS_GOLDEN_DIR", Path(__file__).resolve().parent.parent / "golden"))
-CASES_FILE = GOLDEN_DIR / "cases.toml"
+CHECKOUT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN_DIR = Path(os.environ.get("MLA_HARNESS_GOLDEN_DIR", CHECKOUT_GOLDEN_DIR))  # the shipped goldens, for tests
+_golden_dir_flag: Path | None = None
+
+
+def use_golden_dir(path: Path | None) -> None:
+    """Set by the CLI's --golden-dir; wins over the environment and the checkout."""
+    global _golden_dir_flag
+    _golden_dir_flag = path
+
+
+def golden_dir() -> Path:
+    """Where goldens live: --golden-dir, else $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/
+    (a source checkout or an editable install; a non-editable install has none)."""
+    for where, path in (("--golden-dir", _golden_dir_flag), ("MLA_HARNESS_GOLDEN_DIR", os.environ.get("MLA_HARNESS_GOLDEN_DIR"))):
+        if path:
+            if not Path(path).is_dir():
+                raise HarnessError(where, f"{path} is not a directory")
+            return Path(path)
+    if CHECKOUT_GOLDEN_DIR.is_dir():
+        return CHECKOUT_GOLDEN_DIR
+    raise HarnessError("golden", f"no golden directory: {CHECKOUT_GOLDEN_DIR} does not exist (an installed, non-editable "
+                       "harness ships no goldens); pass --golden-dir or set MLA_HARNESS_GOLDEN_DIR to a checkout's golden/")
 MAX_CHECKED_LAYERS = 4
 MAX_CHECKED_REQUESTS = 8
 
@@ -71,9 +92,10 @@ def checked_positions(batch, request_ids: np.ndarray) -> np.ndarray:
 
 def _case_table() -> dict[str, dict]:
     """golden/cases.toml as {case name: entry}."""
-    cases = read_toml(CASES_FILE).get("case")
+    cases_file = golden_dir() / "cases.toml"
+    cases = read_toml(cases_file).get("case")
     if not isinstance(cases, list) or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
-        raise HarnessError(f"{CASES_FILE}: case", "must be [[case]] tables with preset, scale and scenario")
+        raise HarnessError(f"{cases_file}: case", "must be [[case]] tables with preset, scale and scenario")
     return {f"{c['preset']}.{c['scale']}.{c['scenario']}": c for c in cases}
 
 
@@ -85,5 +107,5 @@ def load_case(name: str) -> Case:
     """A case by its name '<preset>.<scale>.<scenario>' as listed in golden/cases.toml."""
     entry = _case_table().get(name)
     if entry is None:
-        raise HarnessError("--case", f"no golden case {name!r} in {CASES_FILE}")
+        raise HarnessError("--case", f"no golden case {name!r} in {golden_dir() / 'cases.toml'}")
     return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))

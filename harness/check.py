@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 
 import torch
 
 from harness.datafiles import read_toml
+from harness.errors import HarnessError
 
 POLICY_FILE = Path(__file__).with_name("tolerances.toml")
 
@@ -54,14 +56,46 @@ class Verdict:
         return {"status": self.status.value, "reason": self.reason, "stats": asdict(self.stats) if self.stats else None}
 
 
+BACKEND_KEYS = ("torch", "flashinfer", "flashinfer-fa2", "flashinfer-fa3")
+
+
+def load_policy(path: Path) -> dict[str, Tolerance]:
+    """{key: Tolerance} of a tolerances TOML, every key checked against the strategy registry:
+    "default", "<strategy>" or "<strategy>.<backend or family>"; a typo is an error naming the key."""
+    from harness.strategies import REGISTRY
+
+    table = read_toml(path).get("tolerance")
+    if not isinstance(table, dict) or "default" not in table:
+        raise HarnessError(f"{path}: tolerance", "needs [tolerance.*] tables including [tolerance.default]")
+    names = {f.name for f in fields(Tolerance)}
+    out = {}
+    for key, entry in table.items():
+        where = f"{path}: tolerance.{key}"
+        strategy, _, backend = key.partition(".")
+        if key != "default" and strategy not in REGISTRY:
+            raise HarnessError(where, f"unknown strategy {strategy!r}; registered: {', '.join(REGISTRY)}")
+        if backend and backend not in BACKEND_KEYS:
+            raise HarnessError(where, f"unknown backend {backend!r}; choose from {', '.join(BACKEND_KEYS)}")
+        if not isinstance(entry, dict) or set(entry) != names or not all(isinstance(v, (int, float)) for v in entry.values()):
+            raise HarnessError(where, f"needs exactly the numbers {', '.join(sorted(names))}")
+        out[key] = Tolerance(**{k: float(v) for k, v in entry.items()})
+    return out
+
+
+@functools.cache
+def default_policy() -> dict[str, Tolerance]:
+    """tolerances.toml, loaded and validated once per process."""
+    return load_policy(POLICY_FILE)
+
+
 def policy(strategy: str, backend: str) -> Tolerance:
     """The tolerance for (strategy, backend) from tolerances.toml; backend families share one row."""
-    table = read_toml(POLICY_FILE)["tolerance"]
+    table = default_policy()
     family = backend.split("-")[0]
-    for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy, "default"):
+    for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy):
         if key in table:
-            return Tolerance(**table[key])
-    raise KeyError(key)
+            return table[key]
+    return table["default"]
 
 
 def error_stats(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> ErrorStats:

@@ -85,7 +85,7 @@ def cmd_run(args, console: Console) -> int:
     if args.dump_outputs:
         _writable_dir("--dump-outputs", args.dump_outputs)
     cfg = RunConfig(
-        case=case, device=device, backend=args.backend, strategies=strategies, faults=parse_faults(args.plant_fault),
+        case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=parse_faults(args.plant_fault),
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
     console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
@@ -186,10 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run every strategy on one case, check against golden, time")
     _add_case_args(p)
     p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
+    p.add_argument("--kernel", choices=("auto", "fa3", "fa2"), default="auto",
+                   help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
+                        "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
     p.add_argument("--strategy", action="append", help="run only this strategy (repeatable)")
     p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
     p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto")
     p.add_argument("--plant-fault", action="append", help="plant a fault (negative control); repeatable")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.add_argument("--json", type=Path, help="write results JSON here")
     p.add_argument("--dump-outputs", type=Path, help="write each strategy's outputs as safetensors into this folder")
     p.set_defaults(func=cmd_run)
@@ -198,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("refresh", "verify"))
     p.add_argument("--case", help="one case '<preset>.<scale>.<scenario>' (default: all in golden/cases.toml)")
     p.add_argument("--force", action="store_true", help="refresh: overwrite goldens that changed")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.set_defaults(func=cmd_golden)
 
     p = sub.add_parser("export-inputs", help="write the rows, indices and queries one step reads (repro bundle)")
@@ -224,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
+        if getattr(args, "golden_dir", None) is not None:
+            from harness.cases import use_golden_dir
+
+            use_golden_dir(args.golden_dir)
         return args.func(args, console)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

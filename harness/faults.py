@@ -16,16 +16,6 @@ class Fault(str, Enum):
     NAN_IN_POOL = "nan-in-pool"  # any: the first token written holds a NaN code
 
 
-# The strategy whose code path a fault lives in (None: every strategy).
-FAULT_TARGET = {
-    Fault.SHADOW_SKIPPED_STEP: "shadow",
-    Fault.REMAP_OFF_BY_ONE: "gather_cast",
-    Fault.SCALE_ERROR: "native_fp8",
-    Fault.STALE_AFTER_REUSE: "shadow",
-    Fault.DROPPED_LAST_TOKEN: None,
-    Fault.NAN_IN_POOL: None,
-}
-
 # The built-in scenario that exercises each fault (slot reuse, several steps, short requests).
 CONTROL_SCENARIO = {
     Fault.SHADOW_SKIPPED_STEP: "multistep-reuse",

@@ -23,7 +23,7 @@ import safetensors.torch
 import torch
 
 from harness import synth
-from harness.cases import GOLDEN_DIR, Case, checked_positions
+from harness.cases import Case, checked_positions, golden_dir
 from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.reference import mla_decode_f64, step_inputs
@@ -54,8 +54,8 @@ class GoldenData:
         return [tuple(k) for k in self.manifest["checked"]]
 
 
-def case_dir(case_name: str, root: Path = GOLDEN_DIR) -> Path:
-    return root / case_name
+def case_dir(case_name: str, root: Path | None = None) -> Path:
+    return (root or golden_dir()) / case_name
 
 
 def compute(case: Case, progress=None) -> GoldenData:
@@ -106,7 +106,7 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def load(case_name: str, root: Path = GOLDEN_DIR) -> GoldenData:
+def load(case_name: str, root: Path | None = None) -> GoldenData:
     """Load and integrity-check a stored golden; any problem is one HarnessError line."""
     folder = case_dir(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
@@ -169,9 +169,10 @@ def spec_mismatch(gold: GoldenData, case: Case) -> str:
     return ""
 
 
-def write(data: GoldenData, case_name: str, root: Path = GOLDEN_DIR) -> None:
+def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders: the pair is never half updated,
     and until the swap the previous golden is untouched."""
+    root = root or golden_dir()
     folder = case_dir(case_name, root)
     root.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))

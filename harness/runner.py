@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,17 +10,15 @@ import torch
 from rich.console import Console
 
 from harness import golden, timing
-from harness.backends import make_backend
 from harness.cases import Case, golden_case_names
-from harness.errors import CheckFailed, HarnessError
 from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
-from harness.decode import DecodeSession, Outputs, make_step_data
-from harness.faults import FAULT_TARGET
-from harness.memory import MemoryPlan
-from harness.pool import KVPool
+from harness.decode import Outputs
+from harness.errors import CheckFailed, HarnessError
+from harness.measure import Measured, measure, one_line
+from harness.prepared import PreparedCase
 from harness.progress import progress_bar
 from harness.results import Row
-from harness.strategies import ORDER, REGISTRY
+from harness.strategies import BASELINE, ORDER, REGISTRY
 
 
 @dataclass
@@ -29,6 +26,7 @@ class RunConfig:
     case: Case
     device: torch.device
     backend: str = "auto"
+    kernel: str = "auto"  # FlashInfer kernel: auto (arch policy), fa3, fa2
     strategies: tuple[str, ...] = ORDER
     faults: frozenset = frozenset()
     repeats: int = 5
@@ -45,13 +43,21 @@ class StrategyResult:
     peak_bytes: int | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
     outputs: Outputs | None = None  # (out, lse) of the checked layers, for callers that inspect them
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
 
 
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
     """The golden of the case when one matches it exactly (same scale and scenario), else a live reference."""
     case = cfg.case
-    why = f"no golden for {case.name}"
-    if cfg.reference != "live" and case.name in golden_case_names():
+    why, names = f"no golden for {case.name}", []
+    if cfg.reference != "live":
+        try:
+            names = golden_case_names()
+        except HarnessError as exc:  # no golden folder at all (a non-editable install): auto goes live
+            if cfg.reference == "golden" or exc.where != "golden":
+                raise
+            why = "no golden directory (--golden-dir, MLA_HARNESS_GOLDEN_DIR)"
+    if case.name in names:
         gold = golden.load(case.name)
         mismatch = golden.spec_mismatch(gold, case)
         if not mismatch:
@@ -65,68 +71,20 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
         return golden.compute(cfg.case, progress=advance), "live float64 reference"
 
 
-def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, stock: Outputs | None, tier) -> Verdict:
-    """Golden check of every checked (step, layer); bitwise equality with stock for the bitwise tier."""
+def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, baseline: Outputs | None, tier) -> Verdict:
+    """Golden check of every checked (step, layer); bitwise equality with the baseline (stock) for the bitwise tier."""
     tol = policy(name, backend_name)
+    anchored = tier == "bitwise" and name != BASELINE
     verdicts = []
-    if tier == "bitwise" and name != "stock" and stock is None:
-        verdicts.append(Verdict(Status.FAIL, "bitwise tier not checked: stock produced no outputs"))
+    if anchored and baseline is None:
+        verdicts.append(Verdict(Status.FAIL, f"bitwise tier not checked: {BASELINE} produced no outputs"))
     for step, layer in gold.keys():
         out, lse = outputs[(step, layer)]
         pos = torch.as_tensor(gold.positions(step))
         verdicts.append(check_against_golden(out[pos], lse[pos], gold.out(step, layer), gold.lse(step, layer), tol))
-        if tier == "bitwise" and name != "stock" and stock is not None:
-            verdicts.append(check_bitwise(out, lse, *stock[(step, layer)], "stock"))
+        if anchored and baseline is not None:
+            verdicts.append(check_bitwise(out, lse, *baseline[(step, layer)], BASELINE))
     return combine(verdicts)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0][:160] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"
-
-
-def _measure(session: DecodeSession, repeats: int) -> tuple[dict[str, timing.Samples], dict[str, str]]:
-    """Metrics of the last step. cast_us and attn_us: layer 0's cast/gather kernel and attention
-    kernel alone. step_ms: one whole decode step (host re-plan + all layers; on CUDA one graph
-    replay of the captured layer loop, as a CUDA-graph server runs it); step_eager_ms: the same
-    loop launched eagerly. Returns (metrics, {metric: why it was not measured})."""
-    s, last = session.strategy, session.schedule.steps[-1]
-    plan = s.begin_step(last)
-    q = session.data.queries[(last.step, 0)]
-    kv = s.prepare_kv(0)
-    fn, tensors = s.cast_call(0)
-    cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
-    has_cast = cast_bytes > 0
-    skipped: dict[str, str] = {} if has_cast else {"cast_us": f"{s.name} has no per-step cast kernel"}
-    ms: dict[str, list[float]] = {}
-    if s.device.type != "cuda":
-        if has_cast:
-            ms["cast_us"] = timing.host_time_ms(lambda: fn(*tensors), repeats)
-        ms["attn_us"] = timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
-        ms["step_ms"] = timing.host_time_ms(lambda: session.step(last), repeats)
-    else:
-        if has_cast:
-            ms["cast_us"] = timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
-        attend = lambda qn, qp, ckv, kpe: s.attend(plan, qn, qp, (ckv, kpe))  # noqa: E731
-        ms["attn_us"] = timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, *kv))
-        ms["step_eager_ms"] = timing.device_time_ms(lambda: session.step(last), repeats)
-        try:
-            gplan, graph = session.capture_step(last)
-
-            def replay():
-                s.replan_step(gplan, last)
-                graph.replay()
-
-            ms["step_ms"] = timing.device_time_ms(replay, repeats)
-        except Exception as exc:  # a backend or strategy that cannot be captured is reported, not fatal
-            skipped["step_ms"] = f"not graph-capturable: {_one_line(exc)}"
-    metrics = {
-        k: timing.Samples("ms", tuple(v)) if k.startswith("step") else timing.Samples("us", tuple(t * 1e3 for t in v))
-        for k, v in ms.items()
-    }
-    if has_cast:
-        metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in metrics["cast_us"].values))
-    return metrics, skipped
 
 
 @dataclass
@@ -136,76 +94,78 @@ class RunOutcome:
     pool_build_s: float
 
 
+def _wanted(cfg: RunConfig) -> list[str]:
+    """The requested strategies, the baseline first when a bitwise-tier strategy needs its anchor."""
+    wanted = list(dict.fromkeys(cfg.strategies))
+    if BASELINE not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):
+        wanted.insert(0, BASELINE)
+    return wanted
+
+
+def _check_memory(prep: PreparedCase, runnable: list[str], console: Console) -> None:
+    plan = prep.memory_plan(runnable)
+    console.print(f"memory plan: {plan.describe()}")
+    plan.check(prep.device)
+
+
+def _build(prep: PreparedCase, console: Console) -> None:
+    g = prep.geometry
+    with progress_bar(console, f"fp8 pool {g.slots:,} slots x {g.num_layers} layers", g.num_layers) as advance:
+        prep.build(progress=lambda *_: advance())
+    console.print(f"pool built in {prep.build_s:.2f} s ({g.total_bytes / 1e9:.1f} GB)")
+
+
+def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
+    """(outputs, Measured, peak bytes) of one strategy; a crash raises, OOM included."""
+    device, record = prep.device, set(prep.case.checked_layers())
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base_mem = torch.cuda.memory_allocated(device)
+    measured, peak = Measured(), None
+    with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance, prep.session(name) as session:
+        outputs = session.run_all(record, progress=advance)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device) - base_mem
+        if cfg.repeats:
+            try:
+                measured = measure(session, cfg.repeats)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # timing trouble never hides a finished verdict
+                measured = Measured(skipped={"timing": one_line(exc)})
+    return outputs, measured, peak
+
+
 def run(cfg: RunConfig, console: Console) -> RunOutcome:
     """Run the configured strategies on one case: per-strategy verdicts and metrics."""
-    case, device = cfg.case, cfg.device
-    schedule = case.schedule()
-    backend = make_backend(cfg.backend, device)
-    geometry = case.geometry
-    runnable, results = [], []
-    wanted = list(dict.fromkeys(cfg.strategies))
-    if "stock" not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):
-        wanted.insert(0, "stock")  # the anchor of the bitwise tier always runs
+    prep = PreparedCase(cfg.case, cfg.device, cfg.backend, cfg.kernel, cfg.faults)
+    wanted, results = _wanted(cfg), {}
     for name in wanted:
-        reason = REGISTRY[name].unsupported_reason(device, backend)
-        if reason:
-            results.append(StrategyResult(name, Verdict(Status.UNSUPPORTED, reason)))
-        else:
-            runnable.append(name)
+        if reason := prep.unsupported_reason(name):
+            results[name] = StrategyResult(name, Verdict(Status.UNSUPPORTED, reason))
+    runnable = [n for n in wanted if n not in results]
     if not runnable:
-        reasons = "; ".join(f"{r.strategy}: {r.verdict.reason}" for r in results)
+        reasons = "; ".join(f"{r.strategy}: {r.verdict.reason}" for r in results.values())
         raise CheckFailed(f"no strategy can run here, nothing was checked ({reasons})")
-    extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in runnable), default=0)
-    per_slot = -(-(geometry.total_bytes + extra) // geometry.slots)  # conservative: all of it scales with slots
-    plan = MemoryPlan((("fp8 pool", geometry.total_bytes), ("largest strategy buffer", extra)), per_slot, geometry.slots)
-    console.print(f"memory plan: {plan.describe()}")
-    plan.check(device)
+    _check_memory(prep, runnable, console)
     gold, ref_label = _reference(cfg, console)
-    with progress_bar(console, f"fp8 pool {geometry.slots:,} slots x {geometry.num_layers} layers", geometry.num_layers) as advance:
-        t0 = time.perf_counter()
-        pool = KVPool(geometry, case.scenario.seed, device, progress=lambda *_: advance())
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        build_s = time.perf_counter() - t0
-    console.print(f"pool built in {build_s:.2f} s ({geometry.total_bytes / 1e9:.1f} GB)")
-    data = make_step_data(case.preset, schedule, pool, cfg.faults)
-    record = set(case.checked_layers())
-    stock_outputs = None
-    for name in sorted(runnable, key=lambda n: n != "stock"):  # stock first: the bitwise anchor
-        cls = REGISTRY[name]
-        faults = frozenset(f for f in cfg.faults if FAULT_TARGET[f] in (None, name))
-        strategy = cls(pool, backend, case.preset, faults)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-            base_mem = torch.cuda.memory_allocated(device)
-        metrics, skipped, peak = {}, {}, None
+    _build(prep, console)
+    baseline = None
+    for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: the bitwise anchor
         try:
-            with progress_bar(console, f"{name}: decode", len(schedule.steps)) as advance, DecodeSession(strategy, schedule, data) as session:
-                outputs = session.run_all(record, progress=advance)
-                if device.type == "cuda":
-                    peak = torch.cuda.max_memory_allocated(device) - base_mem
-                if cfg.repeats:
-                    try:
-                        metrics, skipped = _measure(session, cfg.repeats)
-                    except torch.cuda.OutOfMemoryError:
-                        raise
-                    except Exception as exc:  # timing trouble never hides a finished verdict
-                        skipped = {"timing": _one_line(exc)}
+            outputs, m, peak = _execute(prep, name, cfg, console)
         except torch.cuda.OutOfMemoryError:
             raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
         except Exception as exc:  # a crashing strategy is a red verdict, the others still run
-            results.append(StrategyResult(name, Verdict(Status.ERROR, _one_line(exc))))
+            results[name] = StrategyResult(name, Verdict(Status.ERROR, one_line(exc)))
             continue
-        if name == "stock":
-            stock_outputs = outputs
-        verdict = _verdict(name, backend.name, outputs, gold, stock_outputs, cls.tier)
-        results.append(StrategyResult(name, verdict, metrics, cls.extra_bytes(geometry, schedule), peak, skipped, outputs))
+        baseline = outputs if name == BASELINE else baseline
+        verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, REGISTRY[name].tier)
+        results[name] = StrategyResult(name, verdict, m.metrics, prep.extra_bytes(name), peak, m.skipped, outputs, m.guards)
         if cfg.dump_outputs is not None:
-            dump(outputs, cfg.dump_outputs / f"{case.name}.{name}.safetensors")
-    order = {n: i for i, n in enumerate(wanted)}
-    results.sort(key=lambda r: order[r.strategy])
+            dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
     console.print(f"checked against {ref_label}")
-    return RunOutcome(results, backend.name, build_s)
+    return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s)
 
 
 def dump(outputs: Outputs, path: Path) -> None:
@@ -225,7 +185,9 @@ def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
             better = "higher" if metric.endswith("gbps") else "lower"
-            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr, samples=list(s.values), **ident))
+            guard = {"guard": r.guards[metric]} if metric in r.guards else None
+            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr,
+                            samples=list(s.values), detail=guard, **ident))
         for metric, why in r.skipped.items():
             rows.append(Row(strategy=r.strategy, metric=metric, value=None, detail={"unsupported": why}, **ident))
         if r.extra_bytes is not None:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from harness.faults import CONTROL_SCENARIO, FAULT_TARGET, Fault
+from harness.faults import CONTROL_SCENARIO, Fault
+from harness.strategies import FAULT_TARGET
 
 from suites.helpers import run_strategies
 

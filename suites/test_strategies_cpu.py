@@ -1,14 +1,16 @@
-"""Every strategy matches the goldens on CPU; stock, gather_cast and shadow agree bit for bit."""
+"""Every CPU strategy matches the goldens; the bitwise tier equals the baseline (stock) bit for bit; the registry."""
 
 import pytest
 import torch
 
 from harness.cases import golden_case_names
+from harness.strategies import BASELINE, ORDER, REGISTRY
 
 from suites.helpers import run_strategies
 
 CI_CASES = [n for n in golden_case_names() if ".ci." in n]
-STRATEGIES = ("stock", "gather_cast", "shadow", "native_fp8")
+STRATEGIES = tuple(n for n in ORDER if "cpu" in REGISTRY[n].devices)
+BITWISE = tuple(n for n in STRATEGIES if REGISTRY[n].tier == "bitwise" and n != BASELINE)
 
 
 @pytest.mark.parametrize("case_name", CI_CASES)
@@ -16,8 +18,62 @@ def test_all_strategies_pass_golden(case_name):
     results = run_strategies(case_name, STRATEGIES)
     for name, (_, verdict) in results.items():
         assert verdict.passed, f"{name}: {verdict.reason}"
-    stock = results["stock"][0]
-    for name in ("gather_cast", "shadow"):
+    stock = results[BASELINE][0]
+    for name in BITWISE:
         for key, (out, lse) in results[name][0].items():
             assert torch.equal(out.view(torch.int16), stock[key][0].view(torch.int16)), f"{name} {key}"
             assert torch.equal(lse, stock[key][1])
+
+
+def test_registry_declares_order_baseline_and_fault_targets():
+    from harness.faults import Fault
+    from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
+
+    assert ORDER[0] == BASELINE == "stock" and [REGISTRY[n].baseline for n in ORDER].count(True) == 1
+    assert list(ORDER) == sorted(REGISTRY, key=lambda n: REGISTRY[n].order)
+    assert FAULT_TARGET[Fault.REMAP_OFF_BY_ONE] == "gather_cast" and FAULT_TARGET[Fault.NAN_IN_POOL] is None
+    assert set(FAULT_TARGET) == set(Fault)
+
+
+def test_registering_a_duplicate_or_second_baseline_fails():
+    from harness.strategies.base import REGISTRY, Strategy, register
+
+    before = dict(REGISTRY)
+    with pytest.raises(ValueError, match="twice"):
+        register("stock", order=999, devices=("cpu",), kv_dtype=torch.bfloat16, tier="bitwise")(type("X", (Strategy,), {}))
+    with pytest.raises(ValueError, match="second baseline"):
+        register("x2", order=998, devices=("cpu",), kv_dtype=torch.bfloat16, tier="bitwise", baseline=True)(type("X2", (Strategy,), {}))
+    assert REGISTRY == before
+
+
+def test_shipped_tolerances_validate_against_the_registry():
+    from harness.check import POLICY_FILE, load_policy
+
+    table = load_policy(POLICY_FILE)
+    assert "default" in table and "native_fp8.flashinfer" in table
+
+
+@pytest.mark.parametrize("key, message", [
+    ('"nativ_fp8.flashinfer"', "unknown strategy 'nativ_fp8'"),
+    ('"native_fp8.flashinfr"', "unknown backend 'flashinfr'"),
+])
+def test_tolerance_key_typo_is_an_error_naming_file_and_key(tmp_path, key, message):
+    """Planted twin: the shipped file with one key misspelt must not load."""
+    from harness.check import POLICY_FILE, load_policy
+    from harness.errors import HarnessError
+
+    bad = tmp_path / "tolerances.toml"
+    bad.write_text(POLICY_FILE.read_text().replace('"native_fp8.flashinfer"', key))
+    with pytest.raises(HarnessError) as err:
+        load_policy(bad)
+    assert str(bad) in str(err.value) and "tolerance." + key.strip('"') in str(err.value) and message in str(err.value)
+
+
+def test_kernel_flag_is_checked_before_any_work():
+    from harness.backends import make_backend
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match="--kernel"):
+        make_backend("torch", torch.device("cpu"), "fa2")
+    with pytest.raises(HarnessError, match="--kernel"):
+        make_backend("auto", torch.device("cpu"), "fa4")

@@ -17,6 +17,13 @@ tensors live. A plan made with `graph_capacity` owns fixed-size metadata buffers
 same batch size, heads, dtype and sm_scale, so a captured graph stays valid
 (FA2/FA3 allow graph re-planning; the int workspace, grid and workspace offsets
 do not change). sm_scale, kv_scale and tensor addresses are baked into a capture.
+
+`replan` takes FlashInfer's fast path where the planned backend publishes one (FA2/FA3
+mirror `_cached_module` onto the wrapper), as SGLang's `fast_mla_decode_plan` does: a
+device-to-device copy of the new kv_indices into the captured buffer, then the module's
+own scheduler on host-side indptr/lengths, with no blocking device-to-host copy and none
+of `plan()`'s validation clones. The scheduler's plan info must equal the captured one
+(it is baked into the graph); a change is an error, never a silent mis-replay.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class FlashInferPlan:
     wrapper: Any  # flashinfer.mla.BatchMLAPagedAttentionWrapper
     problem: AttnProblem
     graph_capacity: Optional[int] = None  # kv_indices capacity of a CUDA-graph plan
+    kv_indices_buf: Optional[torch.Tensor] = None  # the graph plan's fixed kv_indices buffer
 
 
 class FlashInferBackend:
@@ -93,7 +101,7 @@ class FlashInferBackend:
             )
         wrapper = BatchMLAPagedAttentionWrapper(self._workspace, backend=self.kernel, **buffers)
         wrapper.plan(**self._plan_kwargs(problem))
-        return FlashInferPlan(wrapper, problem, graph_capacity)
+        return FlashInferPlan(wrapper, problem, graph_capacity, buffers.get("kv_indices"))
 
     def replan(self, plan: FlashInferPlan, problem: AttnProblem) -> None:
         """Re-plan a graph plan in place for a new step; graphs captured over it stay valid."""
@@ -105,8 +113,25 @@ class FlashInferBackend:
         if changed:
             raise HarnessError("replan", f"a graph plan cannot change {', '.join(changed)}")
         self._check_capacity(problem, plan.graph_capacity)
-        plan.wrapper.plan(**self._plan_kwargs(problem))
+        if getattr(plan.wrapper, "_cached_module", None) is None:
+            plan.wrapper.plan(**self._plan_kwargs(problem))  # no fast path for this kernel
+        else:
+            self._fast_replan(plan, problem)
         plan.problem = problem
+
+    def _fast_replan(self, plan: FlashInferPlan, problem: AttnProblem) -> None:
+        """SGLang's fast_mla_decode_plan: refill kv_indices on the device, re-run the scheduler on host arrays."""
+        w = plan.wrapper
+        indptr = problem.kv_indptr.to("cpu", torch.int32)
+        n = problem.kv_indices.numel()
+        plan.kv_indices_buf[:n].copy_(problem.kv_indices, non_blocking=True)
+        info = w._cached_module.plan(
+            w._float_workspace_buffer, w._int_workspace_buffer, w._pin_memory_int_workspace_buffer,
+            torch.arange(problem.batch_size + 1, dtype=torch.int32), indptr, indptr[1:] - indptr[:-1],
+            problem.num_heads, problem.head_dim_ckv, False,
+        )
+        if not _same_plan_info(info, w._plan_info):
+            raise HarnessError("replan", "FlashInfer's scheduler changed its plan info; a captured graph cannot follow")
 
     def run(
         self,
@@ -165,3 +190,9 @@ class FlashInferBackend:
             lse_mode="basee",
             scale_mode=found.scale_mode,
         )
+
+
+def _same_plan_info(a, b) -> bool:
+    """Plan infos (sequences of ints from FlashInfer's scheduler) are equal."""
+    as_ints = lambda info: [int(x) for x in (info.tolist() if isinstance(info, torch.Tensor) else info)]  # noqa: E731
+    return as_ints(a) == as_ints(b)

@@ -13,13 +13,30 @@ from harness.presets import ModelPreset
 from harness.schedule import Schedule, StepBatch
 
 REGISTRY: dict[str, type["Strategy"]] = {}
+TIERS = ("bitwise", "tolerance")
 
 
-def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str):
-    """Class decorator: add a strategy with its capabilities to the registry."""
+def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
+             order: int | None = None, baseline: bool = False, backends: tuple[str, ...] | None = None,
+             faults: tuple[Fault, ...] = ()):
+    """Class decorator: add a strategy and what it declares to the registry.
+
+    order: position in runs, tables and test lists (default: after every strategy registered so
+    far); baseline: the one strategy every bitwise-tier strategy must equal (stock: SGLang today);
+    backends: backend families it runs on (None: all); faults: the planted faults whose code path
+    lives in this strategy (a fault no strategy claims targets every strategy)."""
 
     def wrap(cls):
-        cls.name, cls.devices, cls.kv_dtype, cls.tier = name, devices, kv_dtype, tier
+        nonlocal order
+        order = max((c.order for c in REGISTRY.values()), default=0) + 10 if order is None else order
+        if name in REGISTRY or any(c.order == order for c in REGISTRY.values()):
+            raise ValueError(f"strategy {name!r}: name or order {order} registered twice")
+        if tier not in TIERS:
+            raise ValueError(f"strategy {name!r}: tier must be one of {TIERS}, got {tier!r}")
+        if baseline and any(c.baseline for c in REGISTRY.values()):
+            raise ValueError(f"strategy {name!r}: a second baseline")
+        cls.name, cls.order, cls.devices, cls.kv_dtype, cls.tier = name, order, devices, kv_dtype, tier
+        cls.baseline, cls.backends, cls.faults_owned = baseline, backends, tuple(faults)
         REGISTRY[name] = cls
         return cls
 
@@ -32,7 +49,11 @@ class Strategy:
     name: ClassVar[str]
     devices: ClassVar[tuple[str, ...]]
     kv_dtype: ClassVar[torch.dtype]
-    tier: ClassVar[str]  # "bitwise": must equal stock bit for bit; "tolerance": held to a policy
+    tier: ClassVar[str]  # "bitwise": must equal the baseline bit for bit; "tolerance": held to a policy
+    order: ClassVar[int]
+    baseline: ClassVar[bool]
+    backends: ClassVar[Optional[tuple[str, ...]]]
+    faults_owned: ClassVar[tuple[Fault, ...]]
 
     def __init__(self, pool: KVPool, backend, preset: ModelPreset, faults: frozenset[Fault] = frozenset()):
         self.pool = pool
@@ -46,6 +67,8 @@ class Strategy:
     def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:
         if device.type not in cls.devices:
             return f"{cls.name} runs on {', '.join(cls.devices)} only"
+        if cls.backends is not None and backend.name.split("-")[0] not in cls.backends:
+            return f"{cls.name} runs on the {', '.join(cls.backends)} backend(s) only"
         return backend.unsupported_reason(device, cls.kv_dtype)
 
     @classmethod
@@ -63,6 +86,9 @@ class Strategy:
 
     def teardown(self) -> None:
         """Release what setup allocated."""
+
+    def use_graph_capacity(self, capacity: int) -> None:
+        """Size per-step buffers for a CUDA graph that replays steps of up to `capacity` KV rows."""
 
     def problem(self, batch: StepBatch, kv_indices: torch.Tensor) -> AttnProblem:
         indptr = torch.as_tensor(batch.kv_indptr, dtype=torch.int32)

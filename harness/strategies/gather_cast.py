@@ -1,7 +1,9 @@
 """gather_cast: per layer, gather the active rows and cast them into a compact BF16 buffer.
 
 The plan is made once per step with sequential indices [0, nnz) into the compact
-buffer and shared by every layer; the pool indices are kept for the gathers.
+buffer and shared by every layer; the pool indices are kept for the gathers. Under a
+bucket graph the gather reads a capacity-sized index buffer and a device-side row
+count, both refilled per step without a host sync.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from harness.faults import Fault
 from harness.strategies.base import Strategy, register
 
 
-@register("gather_cast", devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+@register("gather_cast", order=30, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
+          faults=(Fault.REMAP_OFF_BY_ONE,))
 class GatherCast(Strategy):
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
@@ -22,10 +25,17 @@ class GatherCast(Strategy):
         rows = schedule.max_active_rows + 1  # +1: room for an off-by-one to read garbage, not fault
         self.compact = torch.empty((rows, 1, self.pool.geometry.row_width), dtype=torch.bfloat16, device=self.device)
         self.gather_indices = None
+        self.count = None  # device-side row count (int32 [1]) under a bucket graph
 
     def teardown(self):
         del self.compact
-        self.gather_indices = None
+        self.gather_indices = self.count = None
+
+    def use_graph_capacity(self, capacity):
+        if capacity + 1 > self.compact.shape[0]:
+            self.compact = torch.empty((capacity + 1, *self.compact.shape[1:]), dtype=torch.bfloat16, device=self.device)
+        self.gather_indices = torch.zeros(capacity, dtype=torch.int32, device=self.device)
+        self.count = torch.zeros(1, dtype=torch.int32, device=self.device)
 
     @classmethod
     def cast_bytes(cls, geometry, batch) -> int:
@@ -34,24 +44,27 @@ class GatherCast(Strategy):
     def step_indices(self, batch):
         """Sequential indices into the compact buffer; the pool rows are kept for the gather."""
         pool_rows = torch.as_tensor(batch.kv_indices, dtype=torch.int32).to(self.device)
-        if self.gather_indices is not None and self.gather_indices.shape == pool_rows.shape:
-            self.gather_indices.copy_(pool_rows)  # in place: a captured graph keeps reading this tensor
+        if self.count is not None:  # in place: a captured graph keeps reading these tensors
+            self.gather_indices[: len(pool_rows)].copy_(pool_rows)
+            self.count.fill_(len(pool_rows))
         else:
             self.gather_indices = pool_rows
         start = 1 if Fault.REMAP_OFF_BY_ONE in self.faults else 0
         return torch.arange(start, start + len(batch.kv_indices), dtype=torch.int32)
 
     def cast_call(self, layer):
-        return _gather_cast, (self.pool.buffers[layer], self.gather_indices, self.compact)
+        return _gather_cast, (self.pool.buffers[layer], self.gather_indices, self.compact, self.count)
 
 
-def _gather_cast(pool_u8: torch.Tensor, indices: torch.Tensor, compact: torch.Tensor) -> torch.Tensor:
-    """compact[i] = bf16(pool[indices[i]]): one fused Triton kernel on CUDA, index_select + cast on CPU."""
+def _gather_cast(pool_u8: torch.Tensor, indices: torch.Tensor, compact: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
+    """compact[i] = bf16(pool[indices[i]]) for i < count (default: all indices): one fused Triton
+    kernel on CUDA (the count read on the device), index_select + cast on CPU."""
     if pool_u8.is_cuda:
         from harness.kernels.gather_cast import gather_cast_
 
-        gather_cast_(pool_u8, indices, compact)
+        gather_cast_(pool_u8, indices, compact, count)
     else:
-        rows = pool_u8.view(torch.float8_e4m3fn).index_select(0, indices.to(torch.int64))
-        compact[: indices.numel()] = rows.to(torch.bfloat16)
+        n = indices.numel() if count is None else int(count)
+        rows = pool_u8.view(torch.float8_e4m3fn).index_select(0, indices[:n].to(torch.int64))
+        compact[:n] = rows.to(torch.bfloat16)
     return compact

@@ -8,7 +8,8 @@ from harness.faults import Fault
 from harness.strategies.base import Strategy, register
 
 
-@register("shadow", devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+@register("shadow", order=40, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
+          faults=(Fault.SHADOW_SKIPPED_STEP, Fault.STALE_AFTER_REUSE))
 class Shadow(Strategy):
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:

@@ -7,7 +7,7 @@ import torch
 from harness.strategies.base import Strategy, register
 
 
-@register("stock", devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+@register("stock", order=10, baseline=True, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
 class Stock(Strategy):
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
@@ -22,7 +22,7 @@ class Stock(Strategy):
         return _torch_cast, (self.pool.buffers[layer],)
 
 
-@register("stock_vectorized", devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise")
+@register("stock_vectorized", order=20, devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise")
 class StockVectorized(Stock):
     """stock with the cast done by one vectorized Triton pass into a preallocated buffer."""
 

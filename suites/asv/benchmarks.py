@@ -1,11 +1,18 @@
-"""asv benchmarks: per-commit cast µs, decode step ms and peak memory per strategy x scenario.
+"""asv benchmarks: per-commit device-timed samples per strategy x scenario, and peak memory.
 
-Values are device-timed by the harness's own timing module (flashinfer.testing on CUDA, host
-timers on CPU) and reported as `track_` values, so asv compares exactly what `harness run`
-reports. On CUDA: glm5-tp8 at production scale; on CPU: ci scale (so CI can exercise them).
-MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists) narrow the matrix.
+One `setup_cache` (run once per commit, in one process) prepares each scenario's case once
+(`PreparedCase`: one pool build per scenario) and measures every strategy and metric from it
+with the harness's own timing (`harness.measure`: CUDA events / flashinfer.testing on CUDA,
+host timers on CPU), returning JSON. The `time_` benchmarks hand those samples to asv through
+a sample clock (`timer`): each timed call advances the clock by one measured sample, so asv
+stores the real distribution (median, IQR, CI) and `asv continuous` / `asv compare` apply their
+own statistical test instead of judging one number per commit. `PoolBuilds.track_pool_builds`
+records how many pools setup_cache built per scenario (1 when the pool is shared).
+On CUDA: glm5-tp8 at production scale; on CPU: ci scale (so CI can exercise them).
+MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists) narrow the matrix; MLA_ASV_REPEATS sets samples.
 """
 
+import json
 import os
 import sys
 
@@ -15,80 +22,156 @@ CUDA = torch.cuda.is_available()
 SCENARIOS = os.environ.get("MLA_ASV_SCENARIOS", "b1-l4096,b32-l4096" if CUDA else "b1-l500").split(",")
 STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", "stock,gather_cast,shadow,native_fp8").split(",")
 REPEATS = int(os.environ.get("MLA_ASV_REPEATS", "30" if CUDA else "3"))
+TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 
 
-def _measure(scenario: str, strategy: str) -> dict:
-    """{metric: value} of one strategy on one scenario, measured the way `harness run` does."""
-    from harness.backends import make_backend
+def _measure_all() -> str:
+    """JSON {scenario: {"builds": n, "strategies": {strategy: {metric: [seconds...]} | {"skipped": why}}}}."""
     from harness.cases import Case
-    from harness.decode import DecodeSession, make_step_data
-    from harness.pool import KVPool
+    from harness.measure import measure
+    from harness.prepared import PreparedCase
     from harness.presets import get_preset, get_scale
-    from harness.runner import _measure as measure_step
     from harness.scenario import load_scenario
-    from harness.strategies import REGISTRY
 
     device = torch.device("cuda" if CUDA else "cpu")
-    case = Case(get_preset("glm5-tp8"), get_scale("prod" if CUDA else "ci"), load_scenario(scenario))
-    backend = make_backend("auto", device)
-    cls = REGISTRY[strategy]
-    if reason := cls.unsupported_reason(device, backend):
-        print(f"skipped {strategy}: {reason}", file=sys.stderr)  # asv shows it with --show-stderr
-        raise NotImplementedError(reason)
-    schedule = case.schedule()
-    pool = KVPool(case.geometry, case.scenario.seed, device)
-    data = make_step_data(case.preset, schedule, pool)
-    if CUDA:
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    with DecodeSession(cls(pool, backend, case.preset), schedule, data) as session:
-        session.run_all(())
-        metrics, _ = measure_step(session, REPEATS)
-    values = {k: s.median for k, s in metrics.items()}
-    if CUDA:
-        values["peak_bytes"] = torch.cuda.max_memory_allocated(device) - base
-    return values
+    out = {}
+    for scenario in SCENARIOS:
+        prep = PreparedCase(Case(get_preset("glm5-tp8"), get_scale("prod" if CUDA else "ci"), load_scenario(scenario)), device)
+        runnable = [s for s in STRATEGIES if not prep.unsupported_reason(s)]
+        per = {s: {"skipped": prep.unsupported_reason(s)} for s in STRATEGIES if s not in runnable}
+        if runnable:
+            prep.memory_plan(runnable).check(device)
+            prep.build()
+        for strategy in runnable:
+            if CUDA:
+                torch.cuda.reset_peak_memory_stats(device)
+                base = torch.cuda.memory_allocated(device)
+            with prep.session(strategy) as session:
+                session.run_all(())
+                values = {"peak_bytes": torch.cuda.max_memory_allocated(device) - base} if CUDA else {}
+                measured = measure(session, REPEATS)
+            values.update({m: [v * TO_SECONDS[s.unit] for v in s.values] for m, s in measured.metrics.items() if s.unit in TO_SECONDS})
+            per[strategy] = values
+            for metric, why in measured.skipped.items():
+                print(f"{scenario}/{strategy}: {metric} not measured: {why}", file=sys.stderr)
+        out[scenario] = {"builds": PreparedCase.builds[prep.case.name], "strategies": per}
+        del prep
+    return json.dumps(out)
+
+
+class _SampleClock:
+    """An asv `timer` over measured samples: each timed call moves it on by the next sample (s)."""
+
+    def __init__(self):
+        self.now, self.samples, self.next, self.key = 0.0, (), 0, None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def load(self, key, samples) -> None:
+        if key != self.key:  # asv re-runs setup before every sample: keep the position
+            self.key, self.samples, self.next = key, tuple(samples), 0
+
+    def tick(self) -> None:
+        if self.next >= len(self.samples):
+            raise RuntimeError(f"asv asked for sample {self.next + 1} of {len(self.samples)} measured")
+        self.now += self.samples[self.next]
+        self.next += 1
+
+
+CLOCK = _SampleClock()
 
 
 class _Measured:
-    """One metric per class, so asv skips (n/a) what a strategy/device does not measure."""
+    """Shared by every benchmark: one setup_cache (one pool per scenario), one metric per class."""
 
     params = (SCENARIOS, STRATEGIES)
     param_names = ["scenario", "strategy"]
-    timeout = 900
-    number = 1
-    repeat = 1
+    timeout = 3600
     metric = ""
 
-    def setup(self, scenario, strategy):
-        values = _measure(scenario, strategy)
+    def setup_cache(self):
+        return _measure_all()
+
+    setup_cache.timeout = 3600
+
+    def _values(self, cache, scenario, strategy):
+        values = json.loads(cache)[scenario]["strategies"][strategy]
+        if "skipped" in values:
+            raise NotImplementedError(values["skipped"])
         if self.metric not in values:
             raise NotImplementedError(f"{self.metric} is not measured for {strategy} on this device")
-        self.value = values[self.metric]
+        return values[self.metric]
 
 
-class CastUs(_Measured):
+class _Timed(_Measured):
+    number = 1
+    rounds = 1  # the samples were taken once; a second round would hand asv the same samples again
+    warmup_time = 0
+    repeat = (REPEATS, REPEATS, 1e9)
+    timer = CLOCK
+
+    def setup(self, cache, scenario, strategy):
+        CLOCK.load((type(self).__name__, scenario, strategy), self._values(cache, scenario, strategy))
+
+
+class CastUs(_Timed):
     metric = "cast_us"
 
-    def track_cast_us(self, scenario, strategy):
-        return self.value
-
-    track_cast_us.unit = "us"
+    def time_cast(self, cache, scenario, strategy):
+        CLOCK.tick()
 
 
-class StepMs(_Measured):
+class AttnUs(_Timed):
+    metric = "attn_us"
+
+    def time_attn(self, cache, scenario, strategy):
+        CLOCK.tick()
+
+
+class StepDeviceMs(_Timed):
+    metric = "step_device_ms"
+
+    def time_step_device(self, cache, scenario, strategy):
+        CLOCK.tick()
+
+
+class StepHostMs(_Timed):
+    metric = "step_host_ms"
+
+    def time_step_host(self, cache, scenario, strategy):
+        CLOCK.tick()
+
+
+class StepMs(_Timed):
     metric = "step_ms"
 
-    def track_step_ms(self, scenario, strategy):
-        return self.value
-
-    track_step_ms.unit = "ms"
+    def time_step(self, cache, scenario, strategy):
+        CLOCK.tick()
 
 
 class PeakBytes(_Measured):
     metric = "peak_bytes"
 
-    def track_peak_bytes(self, scenario, strategy):
+    def setup(self, cache, scenario, strategy):  # asv skips (n/a) what setup refuses
+        self.value = self._values(cache, scenario, strategy)
+
+    def track_peak_bytes(self, cache, scenario, strategy):
         return self.value
 
     track_peak_bytes.unit = "bytes"
+
+
+class PoolBuilds:
+    """How many pools setup_cache built for each scenario: 1 = every metric came from one pool."""
+
+    params = (SCENARIOS,)
+    param_names = ["scenario"]
+    timeout = 3600
+
+    setup_cache = _Measured.setup_cache
+
+    def track_pool_builds(self, cache, scenario):
+        return json.loads(cache)[scenario]["builds"]
+
+    track_pool_builds.unit = "builds"

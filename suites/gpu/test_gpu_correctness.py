@@ -5,8 +5,8 @@ import torch
 
 from harness.backends import make_backend
 from harness.cases import golden_case_names
-from harness.faults import CONTROL_SCENARIO, FAULT_TARGET
-from harness.strategies import ORDER, REGISTRY
+from harness.faults import CONTROL_SCENARIO
+from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
 
 from suites.helpers import run_strategies
 
@@ -15,19 +15,20 @@ pytestmark = [pytest.mark.gpu]
 PROD_CASES = [n for n in golden_case_names() if ".prod." in n]
 
 
-def _supported(device):
-    backend = make_backend("flashinfer", device)
+def _supported(device, kernel="auto"):
+    backend = make_backend("flashinfer", device, kernel)
     return [n for n in ORDER if REGISTRY[n].unsupported_reason(device, backend) is None]
 
 
 @pytest.mark.prod
+@pytest.mark.parametrize("kernel", ["fa3", "fa2"])  # fa2: the kernel SGLang's backend="auto" runs on SM120
 @pytest.mark.parametrize("case_name", PROD_CASES)
-def test_prod_strategies_match_golden(case_name, gpu_device):
-    results = run_strategies(case_name, _supported(gpu_device), device=gpu_device, backend="flashinfer")
+def test_prod_strategies_match_golden(case_name, kernel, gpu_device):
+    results = run_strategies(case_name, _supported(gpu_device, kernel), device=gpu_device, backend="flashinfer", kernel=kernel)
     for name, (_, verdict) in results.items():
         assert verdict.passed, f"{name}: {verdict.reason}"
-    stock = results["stock"][0]
-    for name in ("stock_vectorized", "gather_cast", "shadow"):
+    stock = results[BASELINE][0]
+    for name in (n for n in ORDER if REGISTRY[n].tier == "bitwise" and n != BASELINE):
         if name in results:
             for key, (out, lse) in results[name][0].items():
                 assert torch.equal(out.view(torch.int16), stock[key][0].view(torch.int16)), f"{name} {key} not bitwise"

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from harness import synth
-from harness.decode import make_step_data
-from harness.pool import KVPool, PoolGeometry, kv_rows
-from harness.reference import step_queries
 from harness.cases import load_case
+from harness.pool import KVPool, PoolGeometry, kv_rows
+from harness.prepared import PreparedCase
+from harness.reference import step_queries
 
 pytestmark = pytest.mark.gpu
 
@@ -27,10 +27,8 @@ def test_prod_layer_fill_matches_cpu_generator(gpu_device):
 
 def test_written_rows_and_queries_match_cpu(gpu_device):
     case = load_case("glm5-tp8.ci.multistep-reuse")
-    schedule = case.schedule()
-    geometry = PoolGeometry(case.scale.slots, case.num_layers, 576)
-    gpu = make_step_data(case.preset, schedule, KVPool(geometry, case.scenario.seed, gpu_device))
-    for batch in schedule.steps:
+    gpu = PreparedCase(case, gpu_device, "torch").build().data
+    for batch in case.schedule().steps:
         for layer in range(case.num_layers):
             q_nope, q_pe = step_queries(case.preset, case.scenario.seed, batch, layer)
             assert torch.equal(gpu.queries[(batch.step, layer)][0].cpu(), q_nope)

@@ -1,5 +1,6 @@
-"""pytest-benchmark perf tests (GPU, glm5-tp8 prod, b1-l4096): one decode step and one layer's cast
-per strategy, host-clocked around a synchronized call (plan, writes and launches included).
+"""pytest-benchmark perf tests (GPU, glm5-tp8 prod, b1-l4096): one decode step (eager, and replayed
+through its SGLang-style bucket graph) and one layer's cast per strategy, host-clocked around a
+synchronized call. The case is prepared once per kernel (one pool build) for every test here.
 
 Targets are not asserted here; gate them by comparing saved runs:
   pytest suites/gpu/test_perf.py -m gpu --benchmark-enable --benchmark-save=base
@@ -10,30 +11,22 @@ Targets are not asserted here; gate them by comparing saved runs:
 import pytest
 import torch
 
-from harness.backends import make_backend
 from harness.cases import load_case
-from harness.decode import DecodeSession, make_step_data
-from harness.pool import KVPool
-from harness.strategies import REGISTRY
+from harness.prepared import PreparedCase
+from harness.strategies import ORDER, REGISTRY
 
 pytestmark = [pytest.mark.gpu, pytest.mark.prod]
-STRATEGIES = ("stock", "stock_vectorized", "gather_cast", "shadow", "native_fp8")
 
 
 @pytest.fixture(scope="module")
-def prod_case(gpu_device):
-    case = load_case("glm5-tp8.prod.b1-l4096")
-    schedule = case.schedule()
-    pool = KVPool(case.geometry, case.scenario.seed, gpu_device)
-    return case, schedule, pool, make_step_data(case.preset, schedule, pool), make_backend("flashinfer", gpu_device)
+def prep(gpu_device):
+    return PreparedCase(load_case("glm5-tp8.prod.b1-l4096"), gpu_device, "flashinfer").build()
 
 
-def _session(prod_case, strategy):
-    case, schedule, pool, data, backend = prod_case
-    cls = REGISTRY[strategy]
-    if reason := cls.unsupported_reason(pool.device, backend):
+def _session(prep, strategy):
+    if reason := prep.unsupported_reason(strategy):
         pytest.skip(reason)
-    return DecodeSession(cls(pool, backend, case.preset), schedule, data)
+    return prep.session(strategy)
 
 
 def _synced(fn):
@@ -44,16 +37,32 @@ def _synced(fn):
     return call
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_decode_step(benchmark, prod_case, strategy):
-    with _session(prod_case, strategy) as session:
+@pytest.mark.parametrize("strategy", ORDER)
+def test_decode_step(benchmark, prep, strategy):
+    with _session(prep, strategy) as session:
         last = session.schedule.steps[-1]
         session.run_all(())
         benchmark.pedantic(_synced(lambda: session.step(last)), rounds=20, warmup_rounds=3)
 
 
-@pytest.mark.parametrize("strategy", ("stock", "stock_vectorized", "gather_cast"))
-def test_layer_cast(benchmark, prod_case, strategy):
-    with _session(prod_case, strategy) as session:
+@pytest.mark.parametrize("strategy", ORDER)
+def test_decode_step_bucket_replay(benchmark, prep, strategy):
+    with _session(prep, strategy) as session:
+        last = session.schedule.steps[-1]
+        session.run_all(())
+        graph = session.bucket_graph(last)
+
+        def step():
+            graph.load(last)
+            graph.replay()
+
+        benchmark.pedantic(_synced(step), rounds=20, warmup_rounds=3)
+
+
+@pytest.mark.parametrize("strategy", ORDER)
+def test_layer_cast(benchmark, prep, strategy):
+    if not REGISTRY[strategy].cast_bytes(prep.geometry, prep.schedule.steps[-1]):
+        pytest.skip(f"{strategy} has no per-step cast kernel")
+    with _session(prep, strategy) as session:
         session.run_all(())
         benchmark.pedantic(_synced(lambda: session.strategy.prepare_kv(0)), rounds=50, warmup_rounds=5)
