@@ -18,6 +18,7 @@ from harness.check import Status, Verdict, check_against_golden, check_bitwise, 
 from harness.decode import DecodeSession, Outputs, make_step_data
 from harness.faults import FAULT_TARGET
 from harness.memory import MemoryPlan
+from harness.metrics import spec as metric_spec
 from harness.pool import KVPool, PoolGeometry
 from harness.progress import progress_bar
 from harness.results import Row
@@ -224,7 +225,7 @@ def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
     for r in outcome.results:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
-            better = "higher" if metric.endswith("gbps") else "lower"
+            better = metric_spec(metric).better
             rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr, samples=list(s.values), **ident))
         for metric, why in r.skipped.items():
             rows.append(Row(strategy=r.strategy, metric=metric, value=None, detail={"unsupported": why}, **ident))
