@@ -48,14 +48,20 @@ class Decision:
     note: str = ""
 
 
+def _bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Medians of `resamples` resamples with replacement. On sorted values, the k-th smallest
+    drawn index picks the k-th smallest drawn value, so sorting indices replaces sorting values."""
+    ordered, n = np.sort(values), values.size
+    picks = np.sort(rng.integers(0, n, (resamples, n)), axis=1)
+    return (ordered[picks[:, (n - 1) // 2]] + ordered[picks[:, n // 2]]) / 2
+
+
 def ratio_interval(base, head, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> tuple[float, float, float]:
     """(point, low, high) of median(head) / median(base) by a percentile bootstrap."""
     a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
     rng = np.random.default_rng(seed)
-    med_a = np.median(a[rng.integers(0, a.size, (resamples, a.size))], axis=1)
-    med_b = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
-    ratios = med_b / med_a
+    ratios = _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(np.median(b) / np.median(a)), float(low), float(high)
