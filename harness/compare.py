@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -277,7 +277,7 @@ def compare_results(base: dict, head: dict, max_regression: float, inconclusive:
         change = _change(key, b.get(key), h.get(key), max_regression)
         metric = METRICS.get(key[5])
         gating = metric is not None and metric.gates(gates_here) and change.status not in ("added", "removed")
-        changes.append(Change(**{**change.__dict__, "gating": gating}))
+        changes.append(replace(change, gating=gating))
     differs = environment_difference(base, head, b, h, max_regression)
     return Comparison(changes, max_regression, differs, inconclusive)
 
