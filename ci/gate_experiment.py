@@ -256,13 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # one scenario failing must not lose the others' evidence
             print(f"{name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
             results.append({"scenario": name, "aa": [], "planted": [], "spread": [], "error": f"{type(exc).__name__}: {exc}"})
+        failed = write(args, env, cycles_per_ms, results)  # after each scenario: a timeout keeps what was done
+    print((args.out / "gate-experiment.md").read_text())
+    return 1 if failed else 0
+
+
+def write(args, env: dict, cycles_per_ms: float | None, results: list[dict]) -> list[str]:
+    """Write the markdown and JSON for the scenarios done so far; return the failed criteria."""
     failed = criteria(results) + [f"{r['scenario']}: {r['error']}" for r in results if "error" in r]
     (args.out / "gate-experiment.json").write_text(json.dumps(
         {"cycles_per_ms": cycles_per_ms, "environment": env, "results": results, "failed": failed}, indent=1, default=str))
-    text = markdown(results, args, env, failed)
-    (args.out / "gate-experiment.md").write_text(text)
-    print(text)
-    return 1 if failed else 0
+    (args.out / "gate-experiment.md").write_text(markdown(results, args, env, failed))
+    return failed
 
 
 if __name__ == "__main__":
