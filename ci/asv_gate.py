@@ -18,15 +18,28 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   "PERFORMANCE INCREASED." or "BENCHMARKS NOT SIGNIFICANTLY CHANGED." (exit 0);
 - a user error (unknown commit, build failure, no results) or a crash also
   exits 1, but without a summary line, so the gate reads that as a failure.
+
+Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
+`is_different`): when both commits have stats from more than one repeat, asv first
+requires a significant difference: a Mann-Whitney U test (p < 0.002) on the recorded
+samples (`asv continuous` records them by default) when there are enough for the test
+to reach that p, else non-overlapping 99% confidence intervals; only then the factor.
+A benchmark with one value per commit (a `track_` benchmark, or repeat = 1) is judged
+by the factor alone. After asv's verdict the gate reads both commits' asv results and
+prints, per benchmark, which of these decided (`asv-gate: decided by ...`).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import math
 import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
 DECREASED = "PERFORMANCE DECREASED."
@@ -70,6 +83,78 @@ def classify(returncode: int, output: str) -> Outcome:
     if returncode != 0:
         return Outcome(FAILURE, f"asv exited non-zero although it reported {summary!r}")
     return Outcome(CLEAN, summary)
+
+
+MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY = ("Mann-Whitney U (p < 0.002) on recorded samples, then the factor",
+                                         "non-overlapping 99% CIs of asv's stats, then the factor",
+                                         "the factor alone (one value per commit: no spread to test)")
+
+
+def deciding_test(base: tuple, head: tuple) -> str:
+    """Which test asv 0.6 applies to one benchmark; base/head are its (stats, samples) per commit."""
+    (stats_a, samples_a), (stats_b, samples_b) = base, head
+    if not (stats_a and stats_b) or 1 in (stats_a.get("repeat", 0), stats_b.get("repeat", 0)):
+        return FACTOR_ONLY
+    if samples_a and samples_b and 1 / math.comb(len(samples_a) + len(samples_b), min(len(samples_a), len(samples_b))) < 0.002:
+        return MANN_WHITNEY  # asv's p_min check: the test can reach p < 0.002 with this many samples
+    return CI_OVERLAP
+
+
+def _config_path(extra: list[str]) -> Path:
+    for i, arg in enumerate(extra):
+        if arg == "--config" and i + 1 < len(extra):
+            return Path(extra[i + 1])
+        if arg.startswith("--config="):
+            return Path(arg.split("=", 1)[1])
+    return Path("asv.conf.json")
+
+
+def _stats_by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[str, tuple]:
+    """{benchmark (with params, as asv names it): (stats, samples)} from asv's stored results
+    of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per field)."""
+    out = {}
+    for path in sorted(results_dir.glob(f"{machine or '*'}/{commit[:8]}-*.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("commit_hash") != commit:
+            continue
+        for key, row in doc["results"].items():
+            entry = dict(zip(doc["result_columns"], row))
+            combos = list(itertools.product(*(entry.get("params") or [])))
+            repeats, samples = entry.get("stats_repeat") or [], entry.get("samples") or []
+            for i, combo in enumerate(combos):
+                name = f"{key}({', '.join(combo)})" if combo else key
+                repeat = repeats[i] if i < len(repeats) else None
+                out[name] = ({"repeat": repeat} if repeat is not None else None, samples[i] if i < len(samples) else None)
+    return out
+
+
+def decided_by(base: str, head: str, machine: str | None, extra: list[str]) -> dict[str, str]:
+    """{benchmark: the test that decided it} for every benchmark both commits have results for."""
+    config = _config_path(extra)
+    conf = json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
+    root = config.parent
+    repo = root / conf.get("repo", ".")
+    hashes = [subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=repo, capture_output=True,
+                             text=True, check=True).stdout.strip() for ref in (base, head)]
+    results_dir = root / conf.get("results_dir", "results")
+    a, b = (_stats_by_benchmark(results_dir, machine, h) for h in hashes)
+    return {name: deciding_test(a[name], b[name]) for name in sorted(a.keys() & b.keys())}
+
+
+def print_decided_by(args: argparse.Namespace, extra: list[str], outcome: Outcome) -> None:
+    """One line per test used (with its benchmark count), and the test behind each regression."""
+    try:
+        tests = decided_by(args.base, args.head, args.machine, extra)
+    except Exception as exc:  # reading asv's results is a report, never a verdict
+        print(f"asv-gate: decided by: unknown (asv results not readable: {type(exc).__name__}: {exc})")
+        return
+    for test in (MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY):
+        names = [n for n, t in tests.items() if t == test]
+        if names:
+            print(f"asv-gate: decided by {test}: {len(names)} benchmark(s)")
+    for item in outcome.regressions:
+        name = item.split(" (")[0]
+        print(f"asv-gate:   {name}: {tests.get(name, 'unknown (no stored results)')}")
 
 
 def run_streaming(cmd: list[str]) -> tuple[int, str]:
@@ -126,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asv-gate:   slower: {item}")
     for item in outcome.failures:
         print(f"asv-gate:   failed: {item}")
+    if outcome.code != FAILURE:
+        print_decided_by(args, extra, outcome)
     return outcome.code
 
 

@@ -97,7 +97,10 @@ def cmd_run(args, console: Console) -> int:
             from harness.timing import copy_bandwidth_gbps
 
             env["copy_gbps"] = copy_bandwidth_gbps(device)
-        write_results(args.json, to_rows(case, outcome), env, repro_command())
+        from harness.control import control_row
+
+        ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
+        write_results(args.json, to_rows(case, outcome) + [control_row(ident, device)], env, repro_command())
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:
@@ -176,7 +179,7 @@ def cmd_report(args, console: Console) -> int:
 def cmd_compare(args, console: Console) -> int:
     from harness.compare import main_compare
 
-    return main_compare(args.base, args.head, args.max_regression)
+    return main_compare(args.base, args.head, args.max_regression, args.inconclusive)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="compare two results JSON files; exit 1 on regression")
     p.add_argument("base", type=Path)
     p.add_argument("head", type=Path)
-    p.add_argument("--max-regression", default="10%")
+    p.add_argument("--max-regression", default="5%", help="tolerance: a gating metric regresses when its whole 99%% CI lies beyond it")
+    p.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
+                   help="what an inconclusive or clock-disturbed gating metric does: pass (loud line, exit 0) or fail (exit 1)")
     p.set_defaults(func=cmd_compare)
     return parser
 

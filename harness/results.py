@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from harness.datafiles import write_atomic
+from harness.metrics import METRICS, validate_rows
 
 SCHEMA = "mla-harness-results/1"
 
@@ -35,6 +36,13 @@ class Row:
     iqr: float | None = None
     samples: list[float] = field(default_factory=list)
     detail: dict | None = None
+
+    def __post_init__(self):
+        """Unit and direction come from the metric table (harness/metrics.py) when not given."""
+        declared = METRICS.get(self.metric)
+        if declared is not None:
+            self.better = self.better or declared.better
+            self.unit = self.unit or declared.unit
 
     @property
     def key(self) -> tuple:
@@ -115,11 +123,15 @@ def repro_command(argv: list[str] | None = None) -> str:
 
 
 def write_results(path: str | Path, rows: list[Row], env: dict, repro: str) -> None:
+    """Write the results document; every row's metric must be declared in the metric table.
+    Each row records whether it gates on this device (the table's `gates_on`)."""
+    validate_rows(rows)
+    device_type = str(env.get("device") or "cpu").split(":")[0]
     doc = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "environment": env,
         "repro": repro,
-        "rows": [asdict(r) for r in rows],
+        "rows": [{**asdict(r), "gating": METRICS[r.metric].gates(device_type)} for r in rows],
     }
     write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n"))

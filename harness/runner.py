@@ -16,6 +16,7 @@ from harness.decode import Outputs
 from harness.errors import CheckFailed, HarnessError
 from harness.measure import Measured, measure, one_line
 from harness.prepared import PreparedCase
+from harness.metrics import spec as metric_spec
 from harness.progress import progress_bar
 from harness.results import Row
 from harness.strategies import BASELINE, ORDER, REGISTRY
@@ -184,7 +185,7 @@ def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
     for r in outcome.results:
         rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
         for metric, s in r.metrics.items():
-            better = "higher" if metric.endswith("gbps") else "lower"
+            better = metric_spec(metric).better
             guard = {"guard": r.guards[metric]} if metric in r.guards else None
             rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr,
                             samples=list(s.values), detail=guard, **ident))

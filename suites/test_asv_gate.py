@@ -1,7 +1,8 @@
 """ci/asv_gate.py against real `asv continuous` runs (asv 0.6.x) on a throwaway git project.
 
-The project's benchmarks are `track_` benchmarks (values, not timings), so which
-ones regress is deterministic. Its asv environment is a virtualenv built offline:
+The project's `track_` benchmarks (values, not timings) regress deterministically and are
+judged by the factor alone; `time_sleep` (a sleep of 20 ms, 40 ms on the `slow` branch) has
+recorded samples, so asv judges it by its Mann-Whitney test first. Its asv environment is a virtualenv built offline:
 a tiny asv plugin copies asv_runner in instead of pip-installing it.
 """
 
@@ -26,8 +27,19 @@ pytest.importorskip("virtualenv")
 
 REPO = Path(__file__).resolve().parents[1]
 
-SPEED = "VALUE = 100\nFAIL = False\n"
-BENCH = '''import speed
+SPEED = "VALUE = 100\nSLEEP = 0.02\nFAIL = False\n"
+BENCH = '''import time
+
+import speed
+
+
+def time_sleep():
+    time.sleep(speed.SLEEP)
+
+
+time_sleep.number = 1
+time_sleep.repeat = 10
+time_sleep.warmup_time = 0
 
 
 def track_value():
@@ -100,8 +112,8 @@ def _make_project(root: Path) -> Path:
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "base")
     _git(root, "tag", "base")
-    for branch, speed in [("slow", "VALUE = 150\nFAIL = False\n"), ("same", SPEED + "# comment\n"),
-                          ("broken", "VALUE = 100\nFAIL = True\n")]:
+    for branch, speed in [("slow", "VALUE = 150\nSLEEP = 0.04\nFAIL = False\n"),
+                          ("same", SPEED + "# comment\n"), ("broken", "VALUE = 100\nSLEEP = 0.02\nFAIL = True\n")]:
         _git(root, "checkout", "-q", "-b", branch, "base")
         (root / "speed.py").write_text(speed)
         _git(root, "commit", "-qam", branch)
@@ -158,6 +170,28 @@ def test_regression_exits_1(runs):
     assert "asv-gate: REGRESSION" in printed
     assert "asv-gate:   slower: bench.track_value (100 -> 150, ratio 1.5)" in printed
     assert "track_param" not in printed.split("asv-gate: REGRESSION")[1]  # unchanged: not listed
+    assert "asv-gate:   slower: bench.time_sleep" in printed
+
+
+def test_gate_names_the_test_that_decided(runs):
+    _, printed = runs["slow"]
+    assert f"asv-gate:   bench.time_sleep: {asv_gate.MANN_WHITNEY}" in printed
+    assert f"asv-gate:   bench.track_value: {asv_gate.FACTOR_ONLY}" in printed
+    assert f"asv-gate: decided by {asv_gate.MANN_WHITNEY}: 1 benchmark(s)" in printed
+    assert f"asv-gate: decided by {asv_gate.FACTOR_ONLY}: 4 benchmark(s)" in printed  # track_value, track_param x3
+    _, same = runs["same"]
+    assert f"asv-gate: decided by {asv_gate.MANN_WHITNEY}: 1 benchmark(s)" in same
+
+
+@pytest.mark.parametrize("base, head, test", [
+    (({"repeat": 10}, [1.0] * 10), ({"repeat": 10}, [1.0] * 10), "MANN_WHITNEY"),
+    (({"repeat": 10}, [1.0] * 3), ({"repeat": 10}, [1.0] * 3), "CI_OVERLAP"),  # too few for p < 0.002
+    (({"repeat": 10}, None), ({"repeat": 10}, None), "CI_OVERLAP"),
+    (({"repeat": 1}, [1.0]), ({"repeat": 10}, [1.0] * 10), "FACTOR_ONLY"),
+    ((None, None), (None, None), "FACTOR_ONLY"),
+])
+def test_deciding_test_follows_asv(base, head, test):
+    assert asv_gate.deciding_test(base, head) == getattr(asv_gate, test)
 
 
 def test_failed_benchmark_exits_2(runs):
@@ -194,7 +228,8 @@ def test_classify_survives_colour_codes(runs):
     status, output = _asv_part(runs["slow"][1])
     coloured = "\n".join(f"\x1b[31m{line}\x1b[0m" for line in output.splitlines())
     outcome = asv_gate.classify(status, coloured)
-    assert outcome.code == 1 and outcome.regressions == ["bench.track_value (100 -> 150, ratio 1.5)"]
+    assert outcome.code == 1 and outcome.regressions[1] == "bench.track_value (100 -> 150, ratio 1.5)"
+    assert outcome.regressions[0].startswith("bench.time_sleep (") and len(outcome.regressions) == 2
 
 
 def test_classify_failure_wins_even_if_exit_status_is_lost(runs):

@@ -1,0 +1,92 @@
+"""The gate's decision rule: a bootstrap confidence interval on the ratio of medians.
+
+For one metric, base and head each carry their repeated samples. The ratio
+head median / base median gets a percentile-bootstrap interval (CONFIDENCE,
+RESAMPLES resamples of each side, fixed seed: the same inputs always give the same
+answer). With "worse" the ratio oriented so that > 1 is a slowdown (head/base for
+lower-is-better, base/head for higher-is-better) and t the tolerance
+(--max-regression):
+
+- regressed:    the whole interval lies above 1 + t;
+- inconclusive: the interval straddles 1 + t (the samples cannot tell; the MDE says
+                what they can resolve);
+- slower:       the whole interval lies above 1 but below 1 + t (a real slowdown
+                within the tolerance: reported, never gating);
+- improved:     the whole interval lies below 1 / (1 + t);
+- unchanged:    anything else (the interval holds 1 and stays below 1 + t).
+
+False-alarm rate: a change exactly at the tolerance is called a regression only when
+the lower end of a 99% two-sided interval clears it, i.e. with probability <= 0.5%
+(the interval's one-sided miss rate); no change at all (A/A) needs the interval to
+clear 1 + t, which the A/A tests in suites/test_decision_rule.py never saw.
+MDE (minimum detectable change): half the interval's width as a relative change,
+exp((ln hi - ln lo) / 2) - 1: a shift smaller than this cannot be told from noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.99
+RESAMPLES = 2000
+MIN_SAMPLES = 5  # fewer timed samples on either side: no interval, inconclusive
+SEED = 20240611
+
+REGRESSED, INCONCLUSIVE, SLOWER, UNCHANGED, IMPROVED = "regressed", "inconclusive", "slower", "unchanged", "improved"
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str
+    ratio: float  # head median / base median
+    low: float | None  # the interval on head/base; None without enough samples
+    high: float | None
+    mde: float | None  # relative (0.02 = 2%)
+    note: str = ""
+
+
+def _bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Medians of `resamples` resamples with replacement. On sorted values, the k-th smallest
+    drawn index picks the k-th smallest drawn value, so sorting indices replaces sorting values."""
+    ordered, n = np.sort(values), values.size
+    picks = np.sort(rng.integers(0, n, (resamples, n)), axis=1)
+    return (ordered[picks[:, (n - 1) // 2]] + ordered[picks[:, n // 2]]) / 2
+
+
+def ratio_interval(base, head, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float, float]:
+    """(point, low, high) of median(head) / median(base) by a percentile bootstrap."""
+    a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
+    rng = np.random.default_rng(seed)
+    ratios = _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(np.median(b) / np.median(a)), float(low), float(high)
+
+
+def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE) -> Decision:
+    """Judge head's samples against base's for a metric where `better` is "lower" or "higher"."""
+    if min(len(base), len(head)) < MIN_SAMPLES:
+        ratio = float(np.median(head) / np.median(base)) if len(base) and len(head) else math.nan
+        return Decision(INCONCLUSIVE, ratio, None, None, None,
+                        f"too few samples ({len(base)} vs {len(head)}, need {MIN_SAMPLES})")
+    if min(np.min(base), np.min(head)) <= 0:
+        return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-positive samples: no ratio")
+    ratio, low, high = ratio_interval(base, head, confidence)
+    worse_low, worse_high = (low, high) if better == "lower" else (1 / high, 1 / low)
+    limit = 1 + tolerance
+    if worse_low > limit:
+        status = REGRESSED
+    elif worse_high > limit:
+        status = INCONCLUSIVE
+    elif worse_low > 1:
+        status = SLOWER
+    elif worse_high < 1 / limit:
+        status = IMPROVED
+    else:
+        status = UNCHANGED
+    mde = math.exp((math.log(high) - math.log(low)) / 2) - 1
+    return Decision(status, ratio, low, high, mde)

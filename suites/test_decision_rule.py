@@ -1,0 +1,129 @@
+"""False-alarm and detection rates of the gate's decision rule (harness/decision.py), and A/A on CPU.
+
+Synthetic timing samples (normal, bimodal, long-tailed, with outliers) at realistic spreads,
+head shifted by 0/5/10/20%, many seeded trials, judged at the default 5% tolerance:
+- 0% (A/A): no trial regressed (stated false-alarm rate: <= 1%; measured 0);
+- 20%: >= 99% regressed; 10% at IQR/median 1-3% with 30-40 samples: >= 95% regressed;
+- 5% (at the tolerance): regressed, or inconclusive with MDE <= 5%, or (<= 2%, an interval
+  that just missed the true ratio) slower; never unchanged.
+A deliberately weak rule (a 50% interval, zero tolerance) fails the A/A bound: the check can fail.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness import cli
+from harness.compare import main_compare
+from harness.decision import INCONCLUSIVE, REGRESSED, SLOWER, decide
+
+TOLERANCE = 0.05
+
+
+def _draw(kind: str, rng: np.random.Generator, n: int, spread: float) -> np.ndarray:
+    """n timing samples with median ~1 and IQR/median ~1.35 * spread (before outliers)."""
+    if kind == "normal":
+        return rng.normal(1.0, spread, n)
+    if kind == "bimodal":  # two clock/placement states, 70/30
+        return np.where(rng.random(n) < 0.7, rng.normal(1.0, spread / 2, n), rng.normal(1 + 2 * spread, spread / 2, n))
+    if kind == "lognormal":  # long right tail
+        return rng.lognormal(0.0, spread, n)
+    if kind == "outliers":  # 10% of samples 1.5-3x slow (a preempted host, a page fault)
+        x = rng.normal(1.0, spread, n)
+        hit = rng.random(n) < 0.1
+        x[hit] *= rng.uniform(1.5, 3.0, hit.sum())
+        return x
+    raise ValueError(kind)
+
+
+def _outcomes(kind: str, shift: float, trials: int, spread: float = 0.02, n: int = 40, **rule) -> list:
+    out = []
+    for trial in range(trials):
+        rng = np.random.default_rng([trial, int(shift * 1000), int(spread * 1000), n])
+        base, head = _draw(kind, rng, n, spread), _draw(kind, rng, n, spread) * (1 + shift)
+        out.append(decide(base, head, "lower", rule.get("tolerance", TOLERANCE), rule.get("confidence", 0.99)))
+    return out
+
+
+def _rate(outcomes, status: str) -> float:
+    return sum(d.status == status for d in outcomes) / len(outcomes)
+
+
+KINDS = ("normal", "bimodal", "lognormal", "outliers")
+
+
+@pytest.mark.parametrize("kind, trials", [("normal", 200), ("bimodal", 100), ("lognormal", 100), ("outliers", 100)])
+def test_aa_never_regresses(kind, trials):
+    outcomes = _outcomes(kind, 0.0, trials, spread=0.03)
+    assert _rate(outcomes, REGRESSED) == 0.0  # stated bound 1%; measured 0
+    assert _rate(outcomes, INCONCLUSIVE) <= 0.05  # wide bimodal spreads are honestly undecided now and then
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_20_percent_is_detected(kind):
+    assert _rate(_outcomes(kind, 0.20, 50, spread=0.03, n=30), REGRESSED) >= 0.99
+
+
+@pytest.mark.parametrize("spread, n", [(0.0075, 30), (0.015, 40), (0.022, 40)])  # IQR/median ~1%, 2%, 3%
+@pytest.mark.parametrize("kind", KINDS)
+def test_10_percent_at_realistic_spread_is_detected(kind, spread, n):
+    assert _rate(_outcomes(kind, 0.10, 30, spread, n), REGRESSED) >= 0.95
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_5_percent_is_flagged_or_inconclusive_never_unchanged(kind):
+    outcomes = _outcomes(kind, 0.05, 50, spread=0.02)
+    for d in outcomes:
+        assert d.status in (REGRESSED, INCONCLUSIVE, SLOWER), d  # a detected change, never "unchanged"
+        assert d.status != INCONCLUSIVE or d.mde <= 0.05, d
+    assert _rate(outcomes, SLOWER) <= 0.02  # the interval's upper end missed the true 1.05 (1% per side)
+
+
+def test_higher_is_better_mirrors_lower():
+    rng = np.random.default_rng(3)
+    base = rng.normal(1000.0, 10.0, 40)
+    assert decide(base, base * 0.8, "higher", TOLERANCE).status == REGRESSED  # bandwidth fell 20%
+    assert decide(base, base * 1.2, "higher", TOLERANCE).status == "improved"
+
+
+def test_a_weak_rule_fails_the_aa_bound():
+    """Negative control: a 50% interval with no tolerance calls ordinary noise a regression."""
+    outcomes = _outcomes("normal", 0.0, 100, spread=0.03, tolerance=0.0, confidence=0.5)
+    assert _rate(outcomes, REGRESSED) > 0.01
+
+
+# A/A on CPU at ci scale: sequential runs of the same commit, compared by the real CLI
+
+
+@pytest.fixture(scope="module")
+def sequential_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("aa")
+    paths = []
+    for i in range(4):  # runs 0..3 give the three sequential pairs (0,1), (1,2), (2,3)
+        path = folder / f"run{i}.json"
+        args = ["run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "native_fp8", "--repeats", "5", "--json", str(path)]
+        assert cli.main(args) == 0
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.slow
+def test_cpu_aa_never_exits_1(sequential_runs, capsys):
+    for base, head in zip(sequential_runs, sequential_runs[1:]):
+        assert main_compare(base, head, "5%") == 0
+        out = capsys.readouterr().out
+        assert "REGRESSION" not in out and "rows (" in out
+
+
+@pytest.mark.slow
+def test_cpu_aa_twin_planted_verdict_failure_exits_1(sequential_runs, tmp_path, capsys):
+    doc = json.loads(sequential_runs[1].read_text())
+    (verdict,) = [r for r in doc["rows"] if r["metric"] == "verdict"]
+    verdict["value"] = "fail"
+    head = tmp_path / "failed.json"
+    head.write_text(json.dumps(doc))
+    assert main_compare(sequential_runs[0], head, "5%") == 1
+    assert "REGRESSION" in capsys.readouterr().out
