@@ -6,8 +6,8 @@ usage: python ci/gate_experiment.py OUT_DIR [--scenario NAME ...] [--pairs 5] [-
 
 For each headline scenario (glm5-tp8, production scale) one pool, one set of step data and one
 decode session of one strategy are built; then measurement blocks run in the order
-A, B, A, B, ... Each block is the harness's own measurement (`runner._measure`: every metric
-a `harness run` reports, on a freshly captured CUDA graph) plus the control copy, written as a
+A, B, A, B, ... Each block is the harness's own measurement (`harness.measure.measure`: every
+metric a `harness run` reports, on a freshly captured bucket graph) plus the control copy, written as a
 results document exactly as `harness run --json` writes it, and each (A, B) pair is judged by
 `harness.compare.compare_results` at the default 5% tolerance:
 
@@ -43,18 +43,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import runner  # noqa: E402
-from harness.backends import make_backend  # noqa: E402
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare_results  # noqa: E402
 from harness.control import control_row  # noqa: E402
-from harness.decode import DecodeSession, make_step_data  # noqa: E402
+from harness.decode import DecodeSession  # noqa: E402
+from harness.measure import measure  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
-from harness.pool import KVPool, PoolGeometry  # noqa: E402
+from harness.prepared import PreparedCase  # noqa: E402
 from harness.presets import get_preset, get_scale  # noqa: E402
 from harness.results import SCHEMA, Row, environment  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
-from harness.strategies import REGISTRY  # noqa: E402
 
 HEADLINE = ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048")
 PLANTS = (0.10, 0.05)
@@ -77,34 +75,33 @@ def sleep_cycles_per_ms(device: torch.device) -> float:
 
 
 def plant(session: DecodeSession, cycles: int) -> None:
-    """Make every step graph this session captures spin `cycles` more on the GPU after its replay."""
-    capture = type(session).capture_step
+    """Make every bucket graph of this session spin `cycles` more on the GPU after its replay."""
+    bucket_graph = type(session).bucket_graph
 
     class SlowerGraph:
         def __init__(self, graph):
             self.graph = graph
 
         def replay(self):
-            self.graph.replay()
+            out = self.graph.replay()
             torch.cuda._sleep(cycles)
+            return out
 
         def __getattr__(self, name):
             return getattr(self.graph, name)
 
-    def capture_step(batch):
-        plan, graph = capture(session, batch)
-        return plan, SlowerGraph(graph)
-
-    session.capture_step = capture_step
+    session.bucket_graph = lambda batch, record_layers=(): SlowerGraph(bucket_graph(session, batch, record_layers))
 
 
 def unplant(session: DecodeSession) -> None:
-    session.__dict__.pop("capture_step", None)
+    session.__dict__.pop("bucket_graph", None)
 
 
 def block(case: Case, session: DecodeSession, backend: str, env: dict, repeats: int) -> dict:
     """One measurement block as a results document (the rows `harness run --json` writes)."""
-    metrics, skipped = runner._measure(session, repeats)
+    session._graphs.clear()  # every block captures its own graph
+    measured = measure(session, repeats)
+    metrics, skipped = measured.metrics, measured.skipped
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=backend)
     rows = [Row(strategy=session.strategy.name, metric=m, value=s.median, unit=s.unit, iqr=s.iqr,
                 samples=list(s.values), **ident) for m, s in metrics.items()]
@@ -144,15 +141,11 @@ def spread(doc: dict) -> dict[str, float]:
 def run_scenario(name: str, args, env: dict, cycles_per_ms: float | None) -> dict:
     case = Case(get_preset("glm5-tp8"), get_scale(args.scale), load_scenario(name))
     device = torch.device(args.device)
-    schedule = case.schedule()
-    backend = make_backend("auto", device)
-    geometry = PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
     t0 = time.perf_counter()
-    pool = KVPool(geometry, case.scenario.seed, device)
-    data = make_step_data(case.preset, schedule, pool)
-    strategy = REGISTRY[args.strategy](pool, backend, case.preset, frozenset())
+    prepared = PreparedCase(case, device).build()
+    backend = prepared.backend
     result = {"scenario": name, "aa": [], "planted": [], "spread": []}
-    with DecodeSession(strategy, schedule, data) as session:
+    with prepared.session(args.strategy) as session:
         session.run_all(())
         for i in range(args.pairs):  # A/A: A, B, A, B, ...
             a = block(case, session, backend.name, env, args.repeats)
@@ -171,7 +164,7 @@ def run_scenario(name: str, args, env: dict, cycles_per_ms: float | None) -> dic
                     unplant(session)
                 result["planted"].append({"fraction": fraction, **judge(a, b, metric)})
     result["seconds"] = time.perf_counter() - t0
-    del session, strategy, data, pool
+    del session, prepared
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
