@@ -42,35 +42,10 @@ def abba(rounds: int) -> list[str]:
     return [label for r in range(rounds) for label in (("idle", "loaded") if r % 2 == 0 else ("loaded", "idle"))]
 
 
-def _bootstrap_decide(base, head, better: str, tolerance: float, confidence: float = 0.99, resamples: int = 2000):
-    """The gate's rule, used only while harness.decision is not on this branch: a percentile-bootstrap
-    interval on median(head) / median(base); regressed above 1 + t, slower between 1 and 1 + t."""
-    a, b = np.asarray(base, float), np.asarray(head, float)
-    rng = np.random.default_rng(20240611)
-    ratios = np.median(rng.choice(b, (resamples, b.size)), axis=1) / np.median(rng.choice(a, (resamples, a.size)), axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    worse_low, worse_high = (low, high) if better == "lower" else (1 / high, 1 / low)
-    if worse_low > 1 + tolerance:
-        status = "regressed"
-    elif worse_high > 1 + tolerance:
-        status = "inconclusive"
-    elif worse_low > 1:
-        status = "slower"
-    elif worse_high < 1 / (1 + tolerance):
-        status = "improved"
-    else:
-        status = "unchanged"
-    return status, float(np.median(b) / np.median(a)), float(low), float(high)
-
-
 def judge(base, head, tolerance: float, better: str = "lower") -> dict:
     """Decision on loaded (head) vs idle (base) samples: {status, ratio, low, high, rule}."""
-    try:
-        from harness.decision import decide
-    except ImportError:
-        status, ratio, low, high = _bootstrap_decide(base, head, better, tolerance)
-        return {"status": status, "ratio": ratio, "low": low, "high": high, "rule": "ci.isolation bootstrap (99%)"}
+    from harness.decision import decide
+
     d = decide(base, head, better, tolerance)
     return {"status": d.status, "ratio": d.ratio, "low": d.low, "high": d.high, "rule": "harness.decision"}
 
@@ -119,30 +94,10 @@ def _pin(pin: bool) -> list[int] | None:
 
 
 def _sessions(case, device):
-    """(open_session(strategy), measure(session, repeats)) over one built pool, through the prepared
-    case where this tree has it (harness.prepared, harness.measure), else runner's own pieces."""
-    try:
-        from harness.measure import measure
-        from harness.prepared import PreparedCase
-    except ImportError:
-        from contextlib import contextmanager
+    """(open_session(strategy), measure(session, repeats)) over one built prepared case."""
+    from harness.measure import measure
+    from harness.prepared import PreparedCase
 
-        from harness.backends import make_backend
-        from harness.decode import DecodeSession, make_step_data
-        from harness.pool import KVPool, PoolGeometry
-        from harness.runner import _measure as measure
-        from harness.strategies import REGISTRY
-
-        backend = make_backend("auto", device)
-        pool = KVPool(PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width), case.scenario.seed, device)
-        data = make_step_data(case.preset, case.schedule(), pool)
-
-        @contextmanager
-        def session(name):
-            with DecodeSession(REGISTRY[name](pool, backend, case.preset), case.schedule(), data) as s:
-                yield s
-
-        return session, measure
     prepared = PreparedCase(case, device, "auto").build()
     return prepared.session, measure
 
@@ -166,7 +121,7 @@ def measure_child(args) -> None:
             for strategy in STRATEGIES:
                 with session_of(strategy) as session:
                     session.run_all(())
-                    metrics, _ = measure(session, args.repeats)
+                    metrics = measure(session, args.repeats).metrics
                 step = "step_device_ms" if "step_device_ms" in metrics else "step_ms"
                 for metric in ("cast_us", step):
                     if metric in metrics:
