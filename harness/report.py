@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import index_rows, is_number
-from harness.datafiles import read_json, write_atomic
+from harness.datafiles import read_json
+from harness.fsio import write_bytes
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
@@ -357,10 +358,6 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     return plots
 
 
-def _write(path: Path, data: bytes) -> None:
-    write_atomic(path, lambda tmp: tmp.write_bytes(data))
-
-
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:
     """Print the report; with out_dir also write report.md and plots there (only once every input loads)."""
     paths = [Path(p) for p in paths]
@@ -388,9 +385,9 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
+        write_bytes(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
         for name, data in plots.items():
-            _write(out_dir / name, data)
+            write_bytes(out_dir / name, data)
     except OSError as exc:
         raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None
     console.print(f"wrote {out_dir / 'report.md'}" + "".join(f", {name}" for name in plots), markup=False, highlight=False)
