@@ -69,6 +69,10 @@ def _case_table() -> dict[str, dict]:
     cases = read_toml(CASES_FILE).get("case")
     if not isinstance(cases, list) or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
         raise HarnessError(f"{CASES_FILE}: case", "must be [[case]] tables with preset, scale and scenario")
+    for i, c in enumerate(cases):
+        for field in ("preset", "scale", "scenario"):
+            if not isinstance(c[field], str):
+                raise HarnessError(f"{CASES_FILE}: case[{i}].{field}", f"must be a string, got {c[field]!r}")
     return {f"{c['preset']}.{c['scale']}.{c['scenario']}": c for c in cases}
 
 
@@ -81,4 +85,8 @@ def load_case(name: str) -> Case:
     entry = _case_table().get(name)
     if entry is None:
         raise HarnessError("--case", f"no golden case {name!r} in {CASES_FILE}")
-    return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
+    try:
+        return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
+    except HarnessError as exc:  # name the file and the entry's field, not the CLI flag
+        field = exc.where.lstrip("-")
+        raise HarnessError(f"{CASES_FILE}: case {name!r}.{field}", exc.message) from None

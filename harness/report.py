@@ -19,6 +19,7 @@ from rich.text import Text
 from harness.compare import index_rows, is_number
 from harness.datafiles import read_json
 from harness.fsio import write_bytes
+from harness.schema import ResultsFile, validate
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
@@ -62,6 +63,7 @@ def _load_run(path: Path) -> Run:
     doc = read_json(path)
     where = str(path)
     rows = index_rows(doc, where)
+    validate(doc, ResultsFile, path)
     if not isinstance(doc.get("environment"), dict):
         raise HarnessError(f"{where}: environment", "missing or not an object")
     if not isinstance(doc.get("repro"), str):
