@@ -153,7 +153,7 @@ def cmd_run(args, console: Console) -> int:
             from harness.timing import copy_bandwidth_gbps
 
             env["copy_gbps"] = copy_bandwidth_gbps(device)
-        write_results(args.json, to_rows(case, outcome), env, repro_command())
+        write_results(args.json, to_rows(case, outcome), env, repro_command(args.argv))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:
@@ -290,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
         return args.func(args, console)

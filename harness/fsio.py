@@ -31,7 +31,7 @@ def _target(path: Path) -> Path:
 def _is_stream(path: Path) -> bool:
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
+    except OSError:  # missing, or a parent that is not a folder: checked when it is created
         return False
 
 
@@ -39,6 +39,13 @@ def check_writable(path: str | Path, flag: str) -> None:
     """Fail before any work when `path` cannot be written (a folder, an unwritable or missing
     parent, an over-long name); streams such as /dev/stdout are fine."""
     path = Path(path)
+    try:
+        _check_writable(path, flag)
+    except OSError as exc:
+        raise HarnessError(flag, f"{path}: {exc.strerror or exc}") from None
+
+
+def _check_writable(path: Path, flag: str) -> None:
     if path.is_dir():
         raise HarnessError(flag, f"{path} is a folder, not a file")
     if _is_stream(path):
