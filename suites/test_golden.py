@@ -94,7 +94,7 @@ def test_manifest_fields_are_hashed_and_typed(golden_copy, checked):
     """Everything a verdict depends on is covered: an edited `checked` fails the hash, and a
     re-hashed one of the wrong shape fails the schema (one HarnessError, never a traceback)."""
     _edit_manifest(golden_copy, CASE, lambda m: m.update(checked=checked))
-    with pytest.raises(HarnessError, match="manifest_sha256|schema|empty"):
+    with pytest.raises(HarnessError, match="manifest_sha256"):
         golden.load(CASE, golden_copy)
     _edit_manifest(golden_copy, CASE, lambda m: None, rehash=True)
     with pytest.raises(HarnessError, match="schema|empty"):
