@@ -64,11 +64,13 @@ class Environment(msgspec.Struct):
 
 
 class ResultsFile(msgspec.Struct):
+    """What compare and report read (report also requires created, environment and repro)."""
+
     schema: str
-    created: str
-    environment: Environment
-    repro: str
     rows: list[ResultRow]
+    created: str | None = None
+    environment: Environment | None = None
+    repro: str | None = None
 
 
 class PoolScale(msgspec.Struct, forbid_unknown_fields=True):
