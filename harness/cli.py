@@ -86,6 +86,8 @@ def _add_case_args(p: argparse.ArgumentParser) -> None:
 def _case(args, device, console: Console | None = None):
     """The case to run. On the default CPU scale a scenario larger than its pool gets a pool that
     fits (said on the console); the pool must fit host memory before its free list is built."""
+    import torch
+
     from harness.cases import Case
     from harness.memory import MemoryPlan
     from harness.presets import get_preset, get_scale
@@ -103,15 +105,9 @@ def _case(args, device, console: Console | None = None):
     case = Case(preset, scale, scenario)
     row_bytes = case.num_layers * preset.row_width
     host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT
-    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(_cpu())
+    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"))
     MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device)
     return case
-
-
-def _cpu():
-    import torch
-
-    return torch.device("cpu")
 
 
 def cmd_run(args, console: Console) -> int:

@@ -77,7 +77,7 @@ def _table(title: str, results, columns) -> tuple[Table, int]:
 def results_table(title: str, results, host_timed: bool = False, width: int | None = None):
     """One table when it fits `width` (None: always), else a correctness and a timing table."""
     correctness, timing = _columns(host_timed)
-    note = " · timings are host wall-clock, not GPU kernel times" if host_timed else ""
+    note = " · timings are host wall-clock, not GPU kernel times" if host_timed and any(r.metrics for r in results) else ""
     table, needed = _table(title + note, results, correctness + timing)
     if width is None or needed <= width:
         return table
