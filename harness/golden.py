@@ -29,7 +29,8 @@ import safetensors.torch
 import torch
 
 from harness import synth
-from harness.cases import GOLDEN_DIR, Case, checked_positions
+from harness import cases
+from harness.cases import Case, checked_positions
 from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import share_folder, write_bytes, write_text
@@ -64,8 +65,13 @@ class GoldenData:
         return [tuple(k) for k in self.manifest["checked"]]
 
 
-def case_dir(case_name: str, root: Path = GOLDEN_DIR) -> Path:
-    return root / case_name
+def _root(root: Path | None) -> Path:
+    """The golden folder: `root`, else the configured one (read at call time)."""
+    return cases.GOLDEN_DIR if root is None else root
+
+
+def case_dir(case_name: str, root: Path | None = None) -> Path:
+    return _root(root) / case_name
 
 
 def compute(case: Case, progress=None) -> GoldenData:
@@ -123,10 +129,11 @@ def manifest_digest(manifest: dict) -> str:
 
 
 @contextmanager
-def refresh_lock(root: Path = GOLDEN_DIR):
+def refresh_lock(root: Path | None = None):
     """One refresh (or recovery) at a time per golden folder."""
     from filelock import FileLock, Timeout
 
+    root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(root / LOCK, timeout=LOCK_TIMEOUT_S):
@@ -140,20 +147,20 @@ def _stranded(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if p.is_dir())
 
 
-def recover(case_name: str, root: Path = GOLDEN_DIR) -> None:
+def recover(case_name: str, root: Path | None = None) -> None:
     """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
     the previous golden back; with it present, drop the leftovers."""
     folder = case_dir(case_name, root)
-    for old in _stranded(case_name, root):
+    for old in _stranded(case_name, _root(root)):
         if not folder.exists():
             os.replace(old, folder)
         shutil.rmtree(old.parent, ignore_errors=True)
 
 
-def load(case_name: str, root: Path = GOLDEN_DIR) -> GoldenData:
+def load(case_name: str, root: Path | None = None) -> GoldenData:
     """Load and integrity-check a stored golden; any problem is one HarnessError line."""
     folder = case_dir(case_name, root)
-    if not folder.exists() and _stranded(case_name, root):
+    if not folder.exists() and _stranded(case_name, _root(root)):
         with refresh_lock(root):
             recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
@@ -237,10 +244,11 @@ def coverage_gap(gold: GoldenData, case: Case) -> str:
     return ""
 
 
-def write(data: GoldenData, case_name: str, root: Path = GOLDEN_DIR) -> None:
+def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put
     back by the next load or refresh)."""
+    root = _root(root)
     folder = case_dir(case_name, root)
     with refresh_lock(root):
         recover(case_name, root)

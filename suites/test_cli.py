@@ -13,7 +13,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from harness import golden
+from harness import cases, golden
 from harness.cases import GOLDEN_DIR
 from harness.cli import main
 from harness.reference import StepInputs, mla_decode_f64
@@ -21,17 +21,23 @@ from harness.reference import StepInputs, mla_decode_f64
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def harness(*args, env=None, cwd=ROOT):
-    """`python -m harness ARGS`: in this process, or in a fresh one when `env` must be seen at import."""
+def harness(*args, env=None, golden_dir=None, cwd=ROOT):
+    """`python -m harness ARGS`: in a fresh process when `env` is given, else in this one (with
+    `golden_dir` standing in for MLA_HARNESS_GOLDEN_DIR)."""
     if env is not None:
         full_env = {**os.environ, **env}
         return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=300)
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
+    saved = cases.GOLDEN_DIR, cases.CASES_FILE
+    if golden_dir is not None:
+        cases.GOLDEN_DIR, cases.CASES_FILE = Path(golden_dir), Path(golden_dir) / "cases.toml"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main([str(a) for a in args])
-        except SystemExit as exc:  # argparse errors
-            code = exc.code
+    except SystemExit as exc:  # argparse errors
+        code = exc.code
+    finally:
+        cases.GOLDEN_DIR, cases.CASES_FILE = saved
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
@@ -105,12 +111,12 @@ def test_missing_and_corrupt_golden_exit_2_and_leave_disk_alone(tmp_path):
     case_dir = root / "glm5-tp8.ci.b1-l4096"
     (case_dir / "outputs.safetensors").write_bytes(b"garbage")
     before = {p: p.read_bytes() for p in case_dir.iterdir()}
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", env=env), "outputs_sha256")
-    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", env=env), "outputs_sha256")
+    env = {"golden_dir": root}
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "outputs_sha256")
+    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", **env), "outputs_sha256")
     assert {p: p.read_bytes() for p in case_dir.iterdir()} == before
     shutil.rmtree(case_dir)
-    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", env=env), "manifest.json", "missing")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "manifest.json", "missing")
 
 
 def test_refresh_refuses_changed_golden_without_force(tmp_path):
@@ -121,14 +127,14 @@ def test_refresh_refuses_changed_golden_without_force(tmp_path):
     stored.tensors["s0.l1.out_fp32"][0, 0, :4] += 0.25
     golden.write(stored, name, root)
     before = (root / name / "outputs.safetensors").read_bytes()
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    proc = harness("golden", "refresh", "--case", name, env=env)
+    env = {"golden_dir": root}
+    proc = harness("golden", "refresh", "--case", name, **env)
     assert proc.returncode == 1 and "CHANGED, not written" in proc.stdout and "s0.l1.out_fp32" in proc.stdout
     assert (root / name / "outputs.safetensors").read_bytes() == before
-    proc = harness("golden", "refresh", "--case", name, "--force", env=env)
+    proc = harness("golden", "refresh", "--case", name, "--force", **env)
     assert proc.returncode == 0 and "overwritten" in proc.stdout and "s0.l1.out_fp32" in proc.stdout
-    assert harness("golden", "verify", "--case", name, env=env).returncode == 0
-    proc = harness("golden", "refresh", "--case", name, env=env)
+    assert harness("golden", "verify", "--case", name, **env).returncode == 0
+    proc = harness("golden", "refresh", "--case", name, **env)
     assert proc.returncode == 0 and "unchanged" in proc.stdout
 
 
@@ -157,12 +163,12 @@ def test_refresh_never_replaces_a_corrupt_golden_without_force(tmp_path):
     shutil.copytree(GOLDEN_DIR, root)
     target = root / "glm5-tp8.ci.edge-kv1" / "outputs.safetensors"
     target.write_bytes(b"corrupt")
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", env=env), "outputs_sha256", "--force")
+    env = {"golden_dir": root}
+    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", **env), "outputs_sha256", "--force")
     assert target.read_bytes() == b"corrupt"
-    proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", env=env)
+    proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", **env)
     assert proc.returncode == 0 and "overwritten" in proc.stdout
-    assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", env=env).returncode == 0
+    assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", **env).returncode == 0
 
 
 def test_unwritable_output_fails_before_the_run(tmp_path):
