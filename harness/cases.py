@@ -96,6 +96,10 @@ def _case_table() -> dict[str, dict]:
     cases = read_toml(cases_file).get("case")
     if not isinstance(cases, list) or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
         raise HarnessError(f"{cases_file}: case", "must be [[case]] tables with preset, scale and scenario")
+    for i, c in enumerate(cases):
+        for field in ("preset", "scale", "scenario"):
+            if not isinstance(c[field], str):
+                raise HarnessError(f"{cases_file}: case[{i}].{field}", f"must be a string, got {c[field]!r}")
     return {f"{c['preset']}.{c['scale']}.{c['scenario']}": c for c in cases}
 
 
@@ -107,5 +111,9 @@ def load_case(name: str) -> Case:
     """A case by its name '<preset>.<scale>.<scenario>' as listed in golden/cases.toml."""
     entry = _case_table().get(name)
     if entry is None:
-        raise HarnessError("--case", f"no golden case {name!r} in {golden_dir() / 'cases.toml'}")
-    return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
+        raise HarnessError("--case", f"no golden case {name!r} in {golden_dir() / "cases.toml"}")
+    try:
+        return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
+    except HarnessError as exc:  # name the file and the entry's field, not the CLI flag
+        field = exc.where.lstrip("-")
+        raise HarnessError(f"{golden_dir() / 'cases.toml'}: case {name!r}.{field}", exc.message) from None

@@ -1,4 +1,4 @@
-"""Verdicts: error statistics against a golden, tolerance policy, bitwise tier."""
+"""Verdicts: error statistics against a golden, tolerance policy, bitwise tier, dtype contract."""
 
 from __future__ import annotations
 
@@ -86,6 +86,38 @@ def load_policy(path: Path) -> dict[str, Tolerance]:
 def default_policy() -> dict[str, Tolerance]:
     """tolerances.toml, loaded and validated once per process."""
     return load_policy(POLICY_FILE)
+# What each strategy hands the attention backend: SGLang casts the pool to the query dtype (bf16);
+# native_fp8 passes the e4m3 pool through. Kept apart from the strategies' own declarations.
+KV_CONTRACT = {
+    "stock": torch.bfloat16,
+    "stock_vectorized": torch.bfloat16,
+    "gather_cast": torch.bfloat16,
+    "shadow": torch.bfloat16,
+    "native_fp8": torch.float8_e4m3fn,
+}
+OUT_WIDTH = 512  # kv_lora_rank: the absorbed-MLA output per head
+
+
+class ContractViolation(AssertionError):
+    """A strategy or backend handed over or returned tensors of the wrong dtype or shape."""
+
+
+def check_contract(strategy: str, q_nope, ckv, kpe, out, lse) -> None:
+    """The attention boundary: queries bf16, KV of the strategy's contract dtype (ckv and kpe
+    alike), output bf16 [B, H, 512], LSE fp32 [B, H]. Raises ContractViolation."""
+    want = KV_CONTRACT.get(strategy)
+    problems = []
+    if q_nope.dtype != torch.bfloat16:
+        problems.append(f"queries are {q_nope.dtype}, not bfloat16")
+    if want is not None and (ckv.dtype != want or kpe.dtype != want):
+        problems.append(f"KV handed to the backend is {ckv.dtype}/{kpe.dtype}, not {want}")
+    batch, heads = q_nope.shape[0], q_nope.shape[1]
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (batch, heads, OUT_WIDTH):
+        problems.append(f"output is {out.dtype} {tuple(out.shape)}, not bfloat16 {(batch, heads, OUT_WIDTH)}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads):
+        problems.append(f"LSE is {lse.dtype} {tuple(lse.shape)}, not float32 {(batch, heads)}")
+    if problems:
+        raise ContractViolation(f"{strategy} dtype contract: {'; '.join(problems)}")
 
 
 def policy(strategy: str, backend: str) -> Tolerance:
@@ -176,9 +208,11 @@ def merge_stats(all_stats: list[ErrorStats]) -> ErrorStats | None:
 
 
 def combine(verdicts: list[Verdict]) -> Verdict:
-    """The most severe status wins; statistics cover every verdict; failure reasons are kept."""
-    if not verdicts:
-        return Verdict(Status.PASS)
+    """The most severe status wins; statistics cover every verdict; failure reasons are kept.
+    Checks that compared no element at all are a failure, never a pass."""
+    stats = merge_stats([v.stats for v in verdicts if v.stats is not None])
+    if stats is None or stats.total == 0:
+        return Verdict(Status.FAIL, "nothing was checked: no golden element compared", stats)
     status = max((v.status for v in verdicts), key=SEVERITY.index)
     reasons = " | ".join(v.reason for v in verdicts if v.status != Status.PASS and v.reason)
-    return Verdict(status, reasons, merge_stats([v.stats for v in verdicts if v.stats is not None]))
+    return Verdict(status, reasons, stats)

@@ -1,6 +1,7 @@
 """`python -m harness`: run, golden refresh/verify, export-inputs, report, compare.
 
-Exit codes: 0 pass, 1 a check failed, 2 bad input (one line naming the file/field).
+Exit codes: 0 pass, 1 a check failed, 2 bad input (one line naming the file/field), 130 interrupted.
+torch is imported only by the commands that compute (`--help` and argument errors stay fast).
 """
 
 from __future__ import annotations
@@ -10,13 +11,49 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from rich.console import Console
 
 from harness.errors import CheckFailed, HarnessError
+from harness.fsio import check_writable, check_writable_dir
+
+HOST_MEMORY_PER_SLOT = 64  # bytes of host memory the schedule's free list takes per pool slot
 
 
-def _device(text: str) -> torch.device:
+class LazyHelp(str):
+    """A help text computed only when help is printed (listing names must not import torch)."""
+
+    def __new__(cls, render):
+        obj = super().__new__(cls, "(computed)")
+        obj.render = render
+        return obj
+
+
+class _Formatter(argparse.HelpFormatter):
+    def _get_help_string(self, action):
+        return action.help.render() if isinstance(action.help, LazyHelp) else action.help
+
+
+def _strategy_help() -> str:
+    from harness.strategies import ORDER
+
+    return f"run only this strategy (repeatable): {', '.join(ORDER)}"
+
+
+def _scenario_help() -> str:
+    from harness.scenario import builtin_names
+
+    return f"built-in scenario (default b1-l4096): {', '.join(builtin_names())}"
+
+
+def _fault_help() -> str:
+    from harness.faults import Fault
+
+    return f"plant a fault (negative control; repeatable): {', '.join(f.value for f in Fault)}"
+
+
+def _device(text: str):
+    import torch
+
     if text == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -35,44 +72,52 @@ def _device(text: str) -> torch.device:
     return device
 
 
-def _writable_dir(flag: str, folder: Path) -> None:
-    """Fail before any work when an output folder cannot be created."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HarnessError(flag, f"cannot create {folder} ({exc.strerror})") from None
-
-
 def _add_case_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="glm5-tp8", help="model preset (glm5-tp8, deepseek-v3-tp8)")
     p.add_argument("--scale", default=None, help="pool scale: prod (495,552 slots) or ci; default prod on CUDA, ci on CPU")
     p.add_argument("--slots", type=int, default=None, help="override the scale's slot count")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers materialized")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scenario", default=None, help="built-in scenario name (default b1-l4096)")
+    g.add_argument("--scenario", default=None, help=LazyHelp(_scenario_help))
     g.add_argument("--scenario-file", type=Path, default=None, help="a scenario TOML file")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
 
-def _case(args, device: torch.device):
+def _case(args, device, console: Console | None = None):
+    """The case to run. On the default CPU scale a scenario larger than its pool gets a pool that
+    fits (said on the console); the pool must fit host memory before its free list is built."""
+    import torch
+
     from harness.cases import Case
+    from harness.memory import MemoryPlan
     from harness.presets import get_preset, get_scale
     from harness.scenario import load_scenario, load_scenario_file
+    from harness.schedule import slots_needed
 
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
-    return Case(get_preset(args.preset), get_scale(scale_name, args.slots, args.layers), scenario)
+    preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
+    need = slots_needed(scenario)
+    if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
+        scale = get_scale(scale_name, need, args.layers)
+        if console is not None:
+            console.print(f"[yellow]{scenario.name} needs {need:,} slots: the {scale_name} pool grows to {need:,} (--slots {need})[/]")
+    case = Case(preset, scale, scenario)
+    row_bytes = case.num_layers * preset.row_width
+    host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT
+    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"))
+    MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device)
+    return case
 
 
 def cmd_run(args, console: Console) -> int:
-    from harness.faults import parse_faults
+    from harness.faults import cannot_fire, did_not_fire, parse_faults
     from harness.results import environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
     from harness.strategies import ORDER, REGISTRY
     from harness.table import results_table
 
     device = _device(args.device)
-    case = _case(args, device)
     strategies = tuple(dict.fromkeys(args.strategy)) if args.strategy else ORDER
     for name in strategies:
         if name not in REGISTRY:
@@ -80,17 +125,24 @@ def cmd_run(args, console: Console) -> int:
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
     if repeats < 0:
         raise HarnessError("--repeats", f"must be >= 0, got {repeats}")
+    faults = parse_faults(args.plant_fault)
+    case = _case(args, device, console)
     if args.json:
-        _writable_dir("--json", args.json.parent)
+        check_writable(args.json, "--json")
     if args.dump_outputs:
-        _writable_dir("--dump-outputs", args.dump_outputs)
+        check_writable_dir(args.dump_outputs, "--dump-outputs")
+        for name in strategies:
+            check_writable(args.dump_outputs / f"{case.name}.{name}.safetensors", "--dump-outputs")
+    cannot_fire(faults, strategies, case)
     cfg = RunConfig(
-        case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=parse_faults(args.plant_fault),
+        case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=faults,
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
     console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
     outcome = run(cfg, console)
-    console.print(results_table(f"{case.name} · backend {outcome.backend}", outcome.results))
+    console.print(results_table(f"{case.name} · backend {outcome.backend}", outcome.results,
+                                host_timed=device.type != "cuda", width=console.width))
+    did_not_fire(faults, outcome.results)
     if args.json:
         env = environment(device)
         if device.type == "cuda":
@@ -100,11 +152,14 @@ def cmd_run(args, console: Console) -> int:
         from harness.control import control_row
 
         ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
-        write_results(args.json, to_rows(case, outcome) + [control_row(ident, device)], env, repro_command())
+        write_results(args.json, to_rows(case, outcome) + [control_row(ident, device)], env, repro_command(args.argv))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:
         raise CheckFailed(f"check failed: {', '.join(failed)}")
+    ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]
+    if not ran:
+        raise CheckFailed(f"nothing requested was checked: {', '.join(strategies)} cannot run on {device}")
     return 0
 
 
@@ -145,7 +200,9 @@ def cmd_golden(args, console: Console) -> int:
                 status = "[green]unchanged[/]"
             elif args.force:
                 golden.write(fresh, case.name)
-                status = "[yellow]overwritten (--force)[/]"
+                status = "[yellow]overwritten (--force)[/]; what changed:"
+                for change in changes:
+                    status += f"\n  {change}"
                 changes = []
             else:
                 status = "[bold red]CHANGED, not written (use --force)[/]"
@@ -162,8 +219,10 @@ def cmd_golden(args, console: Console) -> int:
 def cmd_export_inputs(args, console: Console) -> int:
     from harness.export import export_inputs
 
-    case = _case(args, _device(args.device))  # the same default scale as `run` on this machine
-    _writable_dir("--out", args.out.parent)
+    if args.out.suffix != ".safetensors":
+        raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
+    case = _case(args, _device(args.device), console)  # the same default scale as `run` on this machine
+    check_writable(args.out, "--out")
     path = export_inputs(case, args.step, args.layer, args.out)
     console.print(f"wrote {path}")
     return 0
@@ -183,44 +242,49 @@ def cmd_compare(args, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0],
+                                     epilog="environment: MLA_HARNESS_GOLDEN_DIR sets the golden folder (else the checkout's golden/; --golden-dir wins)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("run", help="run every strategy on one case, check against golden, time")
+    def add(name: str, **kwargs):
+        return sub.add_parser(name, formatter_class=_Formatter, **kwargs)
+
+    p = add("run", help="run every strategy on one case, check against golden, time")
     _add_case_args(p)
     p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
     p.add_argument("--kernel", choices=("auto", "fa3", "fa2"), default="auto",
                    help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
                         "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
-    p.add_argument("--strategy", action="append", help="run only this strategy (repeatable)")
+    p.add_argument("--strategy", action="append", help=LazyHelp(_strategy_help))
     p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
-    p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto")
-    p.add_argument("--plant-fault", action="append", help="plant a fault (negative control); repeatable")
-    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
+    p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto",
+                   help="golden: the case's golden file; live: a float64 reference computed now; auto: golden when one matches")
+    p.add_argument("--plant-fault", action="append", help=LazyHelp(_fault_help))
     p.add_argument("--json", type=Path, help="write results JSON here")
     p.add_argument("--dump-outputs", type=Path, help="write each strategy's outputs as safetensors into this folder")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("golden", help="golden files: refresh or verify")
+    p = add("golden", help="golden files: refresh or verify")
     p.add_argument("action", choices=("refresh", "verify"))
     p.add_argument("--case", help="one case '<preset>.<scale>.<scenario>' (default: all in golden/cases.toml)")
     p.add_argument("--force", action="store_true", help="refresh: overwrite goldens that changed")
     p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")
     p.set_defaults(func=cmd_golden)
 
-    p = sub.add_parser("export-inputs", help="write the rows, indices and queries one step reads (repro bundle)")
+    p = add("export-inputs", help="write the rows, indices and queries one step reads (repro bundle)")
     _add_case_args(p)
     p.add_argument("--step", type=int, default=0)
     p.add_argument("--layer", type=int, action="append", help="layer(s) to export (default: 0)")
     p.add_argument("--out", type=Path, required=True, help="output .safetensors file")
     p.set_defaults(func=cmd_export_inputs)
 
-    p = sub.add_parser("report", help="render tables and plots from results JSON files")
+    p = add("report", help="render tables and plots from results JSON files")
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="folder for report.md and plots")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="compare two results JSON files; exit 1 on regression")
+    p = add("compare", help="compare two results JSON files; exit 1 on regression")
     p.add_argument("base", type=Path)
     p.add_argument("head", type=Path)
     p.add_argument("--max-regression", default="5%", help="tolerance: a gating metric regresses when its whole 99%% CI lies beyond it")
@@ -232,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
         if getattr(args, "golden_dir", None) is not None:
@@ -239,15 +304,20 @@ def main(argv: list[str] | None = None) -> int:
 
             use_golden_dir(args.golden_dir)
         return args.func(args, console)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CheckFailed as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
-    except torch.cuda.OutOfMemoryError as exc:
-        print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
     except OSError as exc:
         print(f"error: {exc.filename or 'output'}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+            raise
+        print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -128,7 +128,12 @@ def parse_factor(text: str | float) -> float:
 
 def is_number(value) -> bool:
     """A finite int or float (not a bool): what a numeric metric value may be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        return False
 
 
 def _check_row(row, where: str) -> tuple:
@@ -175,9 +180,12 @@ def index_rows(doc, where: str) -> dict[tuple, dict]:
 
 def load_results(path: str | Path) -> dict:
     """Read and validate one results file; errors name the file and field."""
+    from harness.schema import ResultsFile, validate
+
     path = Path(path)
     doc = read_json(path)
     index_rows(doc, str(path))
+    validate(doc, ResultsFile, path)
     return doc
 
 

@@ -4,10 +4,8 @@ any problem is one HarnessError line naming the file."""
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from pathlib import Path
-from typing import Callable
 
 from harness.errors import HarnessError
 
@@ -29,6 +27,10 @@ def read_json(path: str | Path):
         return json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise HarnessError(str(path), f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise HarnessError(str(path), "JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise HarnessError(str(path), f"not valid JSON: {exc}") from None
 
 
 def read_toml(path: str | Path) -> dict:
@@ -37,17 +39,5 @@ def read_toml(path: str | Path) -> dict:
         return tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(str(path), f"malformed TOML: {exc}") from None
-
-
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call write(tmp) for a temporary file beside `path`, then move it into place: readers never
-    see a half-written file, and a failed write leaves the previous file untouched."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    except RecursionError:
+        raise HarnessError(str(path), "TOML nested too deeply") from None

@@ -38,3 +38,29 @@ def parse_faults(names) -> frozenset[Fault]:
             known = ", ".join(f.value for f in Fault)
             raise HarnessError("--plant-fault", f"unknown fault {name!r}; choose from {known}") from None
     return frozenset(faults)
+
+
+def cannot_fire(faults, strategies, case) -> None:
+    """Refuse (HarnessError) a planted fault that this run cannot trigger: its strategy is not
+    selected, or the scenario lacks what it corrupts (slot reuse, a checked first request)."""
+    for fault in sorted(faults):
+        target = FAULT_TARGET[fault]
+        if target is not None and target not in strategies:
+            raise HarnessError("--plant-fault", f"{fault.value} lives in {target}, which is not selected (--strategy)")
+        if fault == Fault.STALE_AFTER_REUSE:
+            if not any(len(b.reused_slots) for b in case.schedule().steps):
+                raise HarnessError("--plant-fault", f"{fault.value} needs slot reuse; scenario {case.scenario.name} reuses none (try multistep-reuse)")
+        if fault == Fault.NAN_IN_POOL:
+            first = case.schedule().steps[0].request_ids[0]
+            if first not in case.checked_request_ids():
+                raise HarnessError("--plant-fault", f"{fault.value} poisons request {first}, which {case.name} does not check")
+
+
+def did_not_fire(faults, results) -> None:
+    """After a run: every planted fault must have turned a strategy it lives in red."""
+    for fault in sorted(faults):
+        target = FAULT_TARGET[fault]
+        hit = [r for r in results if target in (None, r.strategy)]
+        if not any(r.verdict.status.value in ("fail", "error") for r in hit):
+            ran = ", ".join(f"{r.strategy} {r.verdict.status.value}" for r in hit) or "no strategy ran"
+            raise HarnessError("--plant-fault", f"{fault.value} did not fire ({ran}): the negative control proves nothing")

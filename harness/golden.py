@@ -4,7 +4,12 @@ golden/<case>/outputs.safetensors holds, for each checked (step, layer):
   s{step}.l{layer}.out_bf16 / .out_fp32 [R, H, 512] and .lse [R, H] (natural log),
 and s{step}.positions [R] (the checked requests' positions in that step's batch).
 The manifest records the case spec, generator version, sha256 of the inputs read
-and of the outputs file. Inputs are never stored: the generator recreates them.
+and of the outputs file, and manifest_sha256 over every other manifest field: a verdict
+depends on nothing that no hash covers. Inputs are never stored: the generator recreates them.
+
+A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
+refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
+next load or refresh puts back.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,11 +32,15 @@ from harness import synth
 from harness.cases import Case, checked_positions, golden_dir
 from harness.datafiles import read_json
 from harness.errors import HarnessError
+from harness.fsio import share_folder, write_bytes, write_text
 from harness.reference import mla_decode_f64, step_inputs
+from harness.schema import GoldenManifest, validate
 
 MANIFEST = "manifest.json"
 OUTPUTS = "outputs.safetensors"
-SCHEMA = "mla-harness-golden/1"
+SCHEMA = "mla-harness-golden/2"
+LOCK = ".refresh.lock"
+LOCK_TIMEOUT_S = 600
 # Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
 RECOMPUTE_RTOL = 2.5e-7
 RECOMPUTE_ATOL = 1e-9
@@ -54,8 +64,13 @@ class GoldenData:
         return [tuple(k) for k in self.manifest["checked"]]
 
 
+def _root(root: Path | None) -> Path:
+    """The golden folder: `root`, else the configured one (read at call time)."""
+    return golden_dir() if root is None else root
+
+
 def case_dir(case_name: str, root: Path | None = None) -> Path:
-    return (root or golden_dir()) / case_name
+    return _root(root) / case_name
 
 
 def compute(case: Case, progress=None) -> GoldenData:
@@ -106,20 +121,61 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of the canonical JSON of every manifest field but manifest_sha256 itself."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@contextmanager
+def refresh_lock(root: Path | None = None):
+    """One refresh (or recovery) at a time per golden folder."""
+    from filelock import FileLock, Timeout
+
+    root = _root(root)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(root / LOCK, timeout=LOCK_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise HarnessError(str(root / LOCK), f"another refresh held the lock for {LOCK_TIMEOUT_S} s") from None
+
+
+def _stranded(case_name: str, root: Path) -> list[Path]:
+    """Previous goldens a swap left behind: .<case>.old-*/<case>."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if p.is_dir())
+
+
+def recover(case_name: str, root: Path | None = None) -> None:
+    """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
+    the previous golden back; with it present, drop the leftovers."""
+    folder = case_dir(case_name, root)
+    for old in _stranded(case_name, _root(root)):
+        if not folder.exists():
+            os.replace(old, folder)
+        shutil.rmtree(old.parent, ignore_errors=True)
+
+
 def load(case_name: str, root: Path | None = None) -> GoldenData:
     """Load and integrity-check a stored golden; any problem is one HarnessError line."""
     folder = case_dir(case_name, root)
+    if not folder.exists() and _stranded(case_name, _root(root)):
+        with refresh_lock(root):
+            recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
         raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
     manifest = read_json(manifest_path)
     if not isinstance(manifest, dict):
         raise HarnessError(str(manifest_path), "manifest must be a JSON object")
-    for field in ("schema", "case", "checked", "inputs_sha256", "outputs_sha256", "generator"):
-        if field not in manifest:
-            raise HarnessError(f"{manifest_path}: {field}", "missing field")
-    if manifest["schema"] != SCHEMA:
-        raise HarnessError(f"{manifest_path}: schema", f"expected {SCHEMA!r}, got {manifest['schema']!r}")
+    if manifest.get("schema") != SCHEMA:
+        raise HarnessError(f"{manifest_path}: schema", f"expected {SCHEMA!r}, got {manifest.get('schema')!r}; "
+                           "run `python -m harness golden refresh --force`")
+    if manifest_digest(manifest) != manifest.get("manifest_sha256"):
+        raise HarnessError(f"{manifest_path}: manifest_sha256", "does not match the manifest: it was edited or corrupted")
+    validate(manifest, GoldenManifest, manifest_path)
+    if manifest["case"] != case_name:
+        raise HarnessError(f"{manifest_path}: case", f"holds {manifest['case']!r}, not {case_name!r}: case folders swapped?")
     if not outputs_path.is_file():
         raise HarnessError(str(outputs_path), "golden outputs missing")
     digest = _sha256_file(outputs_path)
@@ -132,10 +188,12 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         tensors = safetensors.torch.load_file(outputs_path)
     except Exception as exc:  # safetensors raises its own error types for corrupt headers
         raise HarnessError(str(outputs_path), f"unreadable safetensors ({exc})") from None
+    if not manifest["checked"]:
+        raise HarnessError(f"{manifest_path}: checked", "empty: the golden checks nothing")
     for step, layer in manifest["checked"]:
-        for suffix in ("out_fp32", "out_bf16", "lse"):
-            if f"s{step}.l{layer}.{suffix}" not in tensors:
-                raise HarnessError(f"{outputs_path}: s{step}.l{layer}.{suffix}", "tensor missing")
+        for name in (f"s{step}.positions", *(f"s{step}.l{layer}.{suffix}" for suffix in ("out_fp32", "out_bf16", "lse"))):
+            if name not in tensors:
+                raise HarnessError(f"{outputs_path}: {name}", "tensor missing")
     return GoldenData(tensors, manifest)
 
 
@@ -169,24 +227,49 @@ def spec_mismatch(gold: GoldenData, case: Case) -> str:
     return ""
 
 
+def coverage_gap(gold: GoldenData, case: Case) -> str:
+    """'' when the golden checks every (step, layer) and request the case selects at the positions
+    the schedule gives them, else what is missing: a disarmed golden must not pass."""
+    schedule = case.schedule()
+    want = [[b.step, layer] for b in schedule.steps for layer in case.checked_layers()]
+    if [list(k) for k in gold.manifest["checked"]] != want:
+        return f"checked {gold.manifest['checked']} != the case's {want}"
+    ids = case.checked_request_ids()
+    if gold.manifest["checked_request_ids"] != ids.tolist():
+        return "checked_request_ids differ from the case's"
+    for batch in schedule.steps:
+        if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):
+            return f"s{batch.step}.positions differ from the schedule's"
+    return ""
+
+
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
-    """Write both files into a fresh folder, then swap folders: the pair is never half updated,
-    and until the swap the previous golden is untouched."""
-    root = root or golden_dir()
+    """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
+    is never half updated, and a failed swap puts the previous golden back (a killed one is put
+    back by the next load or refresh)."""
+    root = _root(root)
     folder = case_dir(case_name, root)
-    root.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
-    try:
-        safetensors.torch.save_file({k: v.contiguous() for k, v in sorted(data.tensors.items())}, new / OUTPUTS)
-        data.manifest["outputs_sha256"] = _sha256_file(new / OUTPUTS)
-        data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        (new / MANIFEST).write_text(json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
-        if folder.exists():
+    with refresh_lock(root):
+        recover(case_name, root)
+        new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
+        try:
+            share_folder(new)
+            write_bytes(new / OUTPUTS, safetensors.torch.save({k: v.contiguous() for k, v in sorted(data.tensors.items())}))
+            data.manifest["outputs_sha256"] = _sha256_file(new / OUTPUTS)
+            data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            data.manifest["manifest_sha256"] = manifest_digest(data.manifest)
+            write_text(new / MANIFEST, json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
+            if not folder.exists():
+                os.replace(new, folder)
+                return
             old = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.old-"))
             os.replace(folder, old / case_name)
-            os.replace(new, folder)
+            try:
+                os.replace(new, folder)
+            except OSError as exc:
+                os.replace(old / case_name, folder)
+                old.rmdir()
+                raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
             shutil.rmtree(old)
-        else:
-            os.replace(new, folder)
-    finally:
-        shutil.rmtree(new, ignore_errors=True)
+        finally:
+            shutil.rmtree(new, ignore_errors=True)

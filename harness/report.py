@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import index_rows, is_number
-from harness.datafiles import read_json, write_atomic
+from harness.datafiles import read_json
+from harness.fsio import write_bytes
+from harness.schema import ResultsFile, validate
 from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
@@ -61,6 +63,7 @@ def _load_run(path: Path) -> Run:
     doc = read_json(path)
     where = str(path)
     rows = index_rows(doc, where)
+    validate(doc, ResultsFile, path)
     if not isinstance(doc.get("environment"), dict):
         raise HarnessError(f"{where}: environment", "missing or not an object")
     if not isinstance(doc.get("repro"), str):
@@ -357,10 +360,6 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     return plots
 
 
-def _write(path: Path, data: bytes) -> None:
-    write_atomic(path, lambda tmp: tmp.write_bytes(data))
-
-
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:
     """Print the report; with out_dir also write report.md and plots there (only once every input loads)."""
     paths = [Path(p) for p in paths]
@@ -388,9 +387,9 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
+        write_bytes(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
         for name, data in plots.items():
-            _write(out_dir / name, data)
+            write_bytes(out_dir / name, data)
     except OSError as exc:
         raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None
     console.print(f"wrote {out_dir / 'report.md'}" + "".join(f", {name}" for name in plots), markup=False, highlight=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.datafiles import write_atomic
+from harness.fsio import write_text
 from harness.metrics import METRICS, validate_rows
 
 SCHEMA = "mla-harness-results/1"
@@ -134,4 +134,4 @@ def write_results(path: str | Path, rows: list[Row], env: dict, repro: str) -> N
         "repro": repro,
         "rows": [{**asdict(r), "gating": METRICS[r.metric].gates(device_type)} for r in rows],
     }
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n"))
+    write_text(path, json.dumps(doc, indent=1) + "\n")

@@ -15,6 +15,7 @@ from harness.check import Status, Verdict, check_against_golden, check_bitwise, 
 from harness.decode import Outputs
 from harness.errors import CheckFailed, HarnessError
 from harness.measure import Measured, measure, one_line
+from harness.fsio import write_bytes
 from harness.prepared import PreparedCase
 from harness.metrics import spec as metric_spec
 from harness.progress import progress_bar
@@ -50,7 +51,7 @@ class StrategyResult:
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
     """The golden of the case when one matches it exactly (same scale and scenario), else a live reference."""
     case = cfg.case
-    why, names = f"no golden for {case.name}", []
+    why, names = ("--reference live" if cfg.reference == "live" else f"no golden for {case.name}"), []
     if cfg.reference != "live":
         try:
             names = golden_case_names()
@@ -62,6 +63,8 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
         gold = golden.load(case.name)
         mismatch = golden.spec_mismatch(gold, case)
         if not mismatch:
+            if gap := golden.coverage_gap(gold, case):
+                raise HarnessError(f"golden/{case.name}", f"does not cover the case: {gap}")
             return gold, f"golden/{case.name}"
         why = f"golden/{case.name} is for another {mismatch}"
     if cfg.reference == "golden":
@@ -170,12 +173,11 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
 
 
 def dump(outputs: Outputs, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for (step, layer), (out, lse) in outputs.items():
         tensors[f"s{step}.l{layer}.out"] = out.contiguous()
         tensors[f"s{step}.l{layer}.lse"] = lse.contiguous()
-    safetensors.torch.save_file(tensors, path)
+    write_bytes(path, safetensors.torch.save(tensors))
 
 
 def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:

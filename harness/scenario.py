@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from harness.errors import HarnessError
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 LAYOUTS = ("scattered", "contiguous", "tail", "explicit")
+MAX_NAME = 100
+NAME_PATTERN = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{MAX_NAME - 1}}}")
+MAX_BATCH = 1 << 16  # requests per step; larger batches exhaust memory before any check
 KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
 
 
@@ -86,8 +90,8 @@ def parse_scenario(data: dict, source: str) -> Scenario:
     if unknown:
         raise HarnessError(f"{source}: {unknown[0]}", f"unknown field (known: {', '.join(sorted(KNOWN_KEYS))})")
     name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise HarnessError(f"{source}: name", "must be a non-empty string")
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise HarnessError(f"{source}: name", f"must be 1-{MAX_NAME} of A-Z a-z 0-9 . _ - (it names files), got {str(name)[:40]!r}")
     seed = _int(f"{source}: seed", data.get("seed", 0), 0)
     steps = _int(f"{source}: steps", data.get("steps", 1), 1)
     if "kv_lens" in data:
@@ -98,6 +102,8 @@ def parse_scenario(data: dict, source: str) -> Scenario:
         kv_lens = tuple(_int(f"{source}: kv_lens[{i}]", v, 1) for i, v in enumerate(data["kv_lens"]))
     elif "batch_size" in data and "kv_len" in data:
         batch = _int(f"{source}: batch_size", data["batch_size"], 1)
+        if batch > MAX_BATCH:
+            raise HarnessError(f"{source}: batch_size", f"must be <= {MAX_BATCH}, got {batch}")
         kv_lens = (_int(f"{source}: kv_len", data["kv_len"], 1),) * batch
     else:
         raise HarnessError(f"{source}: kv_lens", "missing: give kv_lens or batch_size + kv_len")

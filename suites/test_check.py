@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from harness.check import Status, Tolerance, check_against_golden, check_bitwise, error_stats, policy
@@ -88,3 +89,38 @@ def test_combined_verdict_statistics_cover_every_check():
     assert abs(merged.stats.max_abs - 0.5) < 1e-6 and merged.stats.worst_index == (0, 0, 0)
     clean = combine([good, good])
     assert clean.passed and clean.stats.total == 2 * out.numel()
+
+
+def _boundary(kv_dtype=torch.bfloat16, out_dtype=torch.bfloat16, lse_dtype=torch.float32):
+    q = torch.zeros(2, 8, 512, dtype=torch.bfloat16)
+    kv = torch.zeros(10, 1, 576).to(kv_dtype)
+    return q, kv[..., :512], kv[..., 512:], torch.zeros(2, 8, 512, dtype=out_dtype), torch.zeros(2, 8, dtype=lse_dtype)
+
+
+def test_dtype_contract_holds_for_the_right_dtypes():
+    from harness.check import check_contract
+
+    for name in ("stock", "stock_vectorized", "gather_cast", "shadow"):
+        check_contract(name, *_boundary())
+    check_contract("native_fp8", *_boundary(kv_dtype=torch.float8_e4m3fn))
+
+
+@pytest.mark.parametrize("strategy, boundary, fragment", [
+    ("stock", dict(kv_dtype=torch.float16), "KV handed"),  # a float16 pool cast: not what SGLang hands FlashInfer
+    ("native_fp8", dict(kv_dtype=torch.bfloat16), "KV handed"),
+    ("gather_cast", dict(out_dtype=torch.float16), "output"),  # attention output rounded to float16
+    ("shadow", dict(lse_dtype=torch.bfloat16), "LSE"),
+])
+def test_dtype_contract_violations_are_caught(strategy, boundary, fragment):  # negative controls
+    from harness.check import ContractViolation, check_contract
+
+    with pytest.raises(ContractViolation, match=fragment):
+        check_contract(strategy, *_boundary(**boundary))
+
+
+def test_nothing_checked_is_a_failure():
+    from harness.check import combine
+
+    assert combine([]).status == Status.FAIL
+    empty = check_against_golden(torch.zeros(0, 8, 512), torch.zeros(0, 8), torch.zeros(0, 8, 512), torch.zeros(0, 8), TOL)
+    assert empty.passed and combine([empty]).status == Status.FAIL and "nothing was checked" in combine([empty]).reason

@@ -1,5 +1,7 @@
 """The CLI end to end: exit codes 0/1/2, one-line errors, JSON results, repro bundles, golden refresh."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -11,16 +13,32 @@ import pytest
 import safetensors.torch
 import torch
 
-from harness import golden
+from harness import cases, golden
 from harness.cases import GOLDEN_DIR
+from harness.cli import main
 from harness.reference import StepInputs, mla_decode_f64
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def harness(*args, env=None, cwd=ROOT):
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=300)
+def harness(*args, env=None, golden_dir=None, cwd=ROOT):
+    """`python -m harness ARGS`: in a fresh process when `env` is given, else in this one (with
+    `golden_dir` standing in for MLA_HARNESS_GOLDEN_DIR)."""
+    if env is not None:
+        full_env = {**os.environ, **env}
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=300)
+    out, err = io.StringIO(), io.StringIO()
+    saved = cases._golden_dir_flag
+    if golden_dir is not None:
+        cases.use_golden_dir(Path(golden_dir))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse errors
+        code = exc.code
+    finally:
+        cases.use_golden_dir(saved)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def _one_error_line(proc, *fragments):
@@ -83,7 +101,7 @@ def test_bad_scenario_files_exit_2(tmp_path):
     for fname, (text, fragment) in bad.items():
         path = tmp_path / fname
         path.write_text(text)
-        _one_error_line(harness("run", "--device", "cpu", "--scenario-file", str(path)), str(path), fragment)
+        _one_error_line(harness("run", "--device", "cpu", "--scale", "ci", "--scenario-file", str(path)), str(path), fragment)
     _one_error_line(harness("run", "--device", "cpu", "--scenario-file", str(tmp_path / "missing.toml")), "missing.toml")
 
 
@@ -93,12 +111,12 @@ def test_missing_and_corrupt_golden_exit_2_and_leave_disk_alone(tmp_path):
     case_dir = root / "glm5-tp8.ci.b1-l4096"
     (case_dir / "outputs.safetensors").write_bytes(b"garbage")
     before = {p: p.read_bytes() for p in case_dir.iterdir()}
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", env=env), "outputs_sha256")
-    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", env=env), "outputs_sha256")
+    env = {"golden_dir": root}
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "outputs_sha256")
+    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", **env), "outputs_sha256")
     assert {p: p.read_bytes() for p in case_dir.iterdir()} == before
     shutil.rmtree(case_dir)
-    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", env=env), "manifest.json", "missing")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "manifest.json", "missing")
 
 
 def test_refresh_refuses_changed_golden_without_force(tmp_path):
@@ -109,14 +127,14 @@ def test_refresh_refuses_changed_golden_without_force(tmp_path):
     stored.tensors["s0.l1.out_fp32"][0, 0, :4] += 0.25
     golden.write(stored, name, root)
     before = (root / name / "outputs.safetensors").read_bytes()
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    proc = harness("golden", "refresh", "--case", name, env=env)
+    env = {"golden_dir": root}
+    proc = harness("golden", "refresh", "--case", name, **env)
     assert proc.returncode == 1 and "CHANGED, not written" in proc.stdout and "s0.l1.out_fp32" in proc.stdout
     assert (root / name / "outputs.safetensors").read_bytes() == before
-    proc = harness("golden", "refresh", "--case", name, "--force", env=env)
-    assert proc.returncode == 0 and "overwritten" in proc.stdout
-    assert harness("golden", "verify", "--case", name, env=env).returncode == 0
-    proc = harness("golden", "refresh", "--case", name, env=env)
+    proc = harness("golden", "refresh", "--case", name, "--force", **env)
+    assert proc.returncode == 0 and "overwritten" in proc.stdout and "s0.l1.out_fp32" in proc.stdout
+    assert harness("golden", "verify", "--case", name, **env).returncode == 0
+    proc = harness("golden", "refresh", "--case", name, **env)
     assert proc.returncode == 0 and "unchanged" in proc.stdout
 
 
@@ -145,12 +163,12 @@ def test_refresh_never_replaces_a_corrupt_golden_without_force(tmp_path):
     shutil.copytree(GOLDEN_DIR, root)
     target = root / "glm5-tp8.ci.edge-kv1" / "outputs.safetensors"
     target.write_bytes(b"corrupt")
-    env = {"MLA_HARNESS_GOLDEN_DIR": str(root)}
-    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", env=env), "outputs_sha256", "--force")
+    env = {"golden_dir": root}
+    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", **env), "outputs_sha256", "--force")
     assert target.read_bytes() == b"corrupt"
-    proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", env=env)
+    proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", **env)
     assert proc.returncode == 0 and "overwritten" in proc.stdout
-    assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", env=env).returncode == 0
+    assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", **env).returncode == 0
 
 
 def test_unwritable_output_fails_before_the_run(tmp_path):
@@ -158,3 +176,174 @@ def test_unwritable_output_fails_before_the_run(tmp_path):
     blocker.write_text("x")
     _one_error_line(harness("run", "--device", "cpu", "--json", str(blocker / "r.json")), "--json")
     _one_error_line(harness("run", "--device", "cpu", "--dump-outputs", str(blocker / "d")), "--dump-outputs")
+
+
+# --- hostile inputs (issue 10) -----------------------------------------------------------
+
+def _golden_root(tmp_path) -> tuple[Path, dict]:
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN_DIR, root)
+    return root, {"MLA_HARNESS_GOLDEN_DIR": str(root)}
+
+
+def test_disarmed_golden_never_passes(tmp_path):
+    """Emptying the manifest's `checked` list breaks its hash: the nan-in-pool run exits 2, not 0."""
+    root, env = _golden_root(tmp_path)
+    path = root / "glm5-tp8.ci.b1-l500" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["checked"] = []
+    path.write_text(json.dumps(manifest))
+    before = path.read_bytes()
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--plant-fault", "nan-in-pool", env=env)
+    _one_error_line(proc, "manifest_sha256")
+    assert path.read_bytes() == before
+
+
+def test_unfirable_faults_exit_2():
+    _one_error_line(harness("run", "--device", "cpu", "--scenario", "b1-l500", "--plant-fault", "stale-after-reuse"),
+                    "stale-after-reuse", "reuse")
+    _one_error_line(harness("run", "--device", "cpu", "--plant-fault", "remap-off-by-one", "--strategy", "shadow"),
+                    "remap-off-by-one", "gather_cast")
+
+
+def test_fault_that_did_not_turn_anything_red_is_an_error():
+    from types import SimpleNamespace
+
+    from harness.errors import HarnessError
+    from harness.faults import Fault, did_not_fire
+
+    green = SimpleNamespace(strategy="gather_cast", verdict=SimpleNamespace(status=SimpleNamespace(value="pass")))
+    with pytest.raises(HarnessError, match="did not fire"):
+        did_not_fire({Fault.REMAP_OFF_BY_ONE}, [green])
+
+
+@pytest.mark.parametrize("toml, fragment", [
+    ('name = "../../../x"\nkv_lens = [3]\n', "name"),
+    (f'name = "{"n" * 300}"\nkv_lens = [3]\n', "name"),
+    ('name = "big"\nbatch_size = 2000000000\nkv_len = 1\n', "batch_size"),
+])
+def test_hostile_scenarios_exit_2(tmp_path, toml, fragment):
+    path = tmp_path / "s.toml"
+    path.write_text(toml)
+    _one_error_line(harness("run", "--device", "cpu", "--scenario-file", path, "--dump-outputs", tmp_path / "d"), fragment)
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_huge_slot_count_is_refused_before_any_allocation():
+    _one_error_line(harness("run", "--device", "cpu", "--slots", "99999999999"), "memory plan", "--slots")
+
+
+def test_output_paths_are_checked_before_the_work(tmp_path):
+    folder = tmp_path / "existing"
+    folder.mkdir()
+    proc = harness("run", "--device", "cpu", "--json", folder)
+    _one_error_line(proc, "--json", "folder")
+    assert "pool built" not in proc.stdout
+    _one_error_line(harness("run", "--device", "cpu", "--json", tmp_path / ("x" * 300 + ".json")), "--json", "too long")
+    out = tmp_path / "new" / "bundle.txt"
+    _one_error_line(harness("export-inputs", "--device", "cpu", "--out", out), "--out", ".safetensors")
+    assert not out.parent.exists()
+
+
+def test_json_is_written_through_a_symlink(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", link)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["schema"] == "mla-harness-results/1"
+    assert "gather_cast: decode: 1/1" in proc.stdout  # one progress line per phase off a terminal
+
+
+def test_fsio_streams_refuses_full_devices_and_keeps_modes(tmp_path):
+    import threading
+
+    from harness.errors import HarnessError
+    from harness.fsio import check_writable, write_text
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text(fifo, "streamed")
+    reader.join(10)
+    assert got == ["streamed"] and fifo.exists() and not fifo.is_file()
+    if Path("/dev/full").exists():
+        with pytest.raises(HarnessError, match="No space left"):
+            write_text("/dev/full", "x")
+        assert not Path("/dev/full").is_file()
+    old = os.umask(0o022)
+    try:
+        assert (write_text(tmp_path / "f.json", "{}").stat().st_mode & 0o777) == 0o644
+    finally:
+        os.umask(old)
+    with pytest.raises(HarnessError, match="folder"):
+        check_writable(tmp_path, "--json")
+
+
+def test_nothing_requested_ran_is_not_a_pass():
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "stock_vectorized")
+    assert proc.returncode == 1 and "nothing requested was checked" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_reference_live_says_so():
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--reference", "live")
+    assert proc.returncode == 0, proc.stderr
+    assert "--reference live: checking against a live float64 reference" in proc.stdout and "no golden" not in proc.stdout
+
+
+def test_ctrl_c_is_one_line_exit_130(monkeypatch):
+    import harness.cli as cli
+
+    def interrupted(args, console):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_compare", interrupted)
+    proc = harness("compare", "a.json", "b.json")
+    assert proc.returncode == 130 and proc.stderr.strip() == "interrupted"
+
+
+def test_help_lists_names_and_does_not_import_torch():
+    """`--help` stays fast (no torch); `run --help` lists the names (the strategy registry needs torch)."""
+    code = ("import sys, contextlib, io\nfrom harness.cli import main\nbuf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    for argv in (['--help'], ['run', '--help']):\n"
+            "        try: main(argv)\n        except SystemExit: pass\n"
+            "        print('torch' in sys.modules, file=sys.stderr)\n"
+            "print(buf.getvalue())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stderr.split()[0] == "False", proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "multistep-reuse" in text and "native_fp8" in text and "stale-after-reuse" in text
+
+
+def test_headline_scenarios_fit_the_cpu_pool():
+    import argparse
+
+    from harness.cli import _case
+
+    args = argparse.Namespace(preset="glm5-tp8", scale=None, slots=None, layers=None, scenario="b32-l4096", scenario_file=None)
+    assert _case(args, torch.device("cpu")).scale.slots >= 32 * 4096
+    args.scale = "ci"  # an explicit scale is kept: the scenario does not fit it
+    with pytest.raises(Exception, match="--slots"):
+        _case(args, torch.device("cpu")).schedule()
+
+
+def test_narrow_terminal_gets_two_tables():
+    from rich.console import Console
+
+    from harness.check import ErrorStats, Status, Verdict
+    from harness.runner import StrategyResult
+    from harness.table import results_table
+    from harness.timing import Samples
+
+    stats = ErrorStats(0.1, 0.004, 0.002, 0, 100, 1.0, (0,), 0)
+    metrics = {k: Samples("us", (1000.0, 1200.0)) for k in ("cast_us", "attn_us", "step_ms", "cast_gbps")}
+    results = [StrategyResult(n, Verdict(Status.PASS, "", stats), metrics, 1 << 20) for n in ("stock", "gather_cast")]
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    console.print(results_table("case", results, host_timed=True, width=100))
+    text = console.file.getvalue()
+    assert max(map(len, text.splitlines())) <= 100 and "correctness" in text and "timings" in text
+    assert "GB/s" not in text and "(host)" in text

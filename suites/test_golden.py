@@ -77,3 +77,115 @@ def test_write_is_atomic_and_leaves_no_temp_files(golden_copy):
     stored = golden.load(CASE, golden_copy)
     golden.write(stored, CASE, golden_copy)
     assert sorted(p.name for p in (golden_copy / CASE).iterdir()) == [golden.MANIFEST, golden.OUTPUTS]
+    assert sorted(p.name for p in golden_copy.iterdir() if p.name != golden.LOCK) == [CASE]
+
+
+def _edit_manifest(root, case, edit, rehash=False):
+    path = root / case / golden.MANIFEST
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    if rehash:
+        manifest["manifest_sha256"] = golden.manifest_digest(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("checked", [[], "ab", [[0]], [[0, 1.5]]])
+def test_manifest_fields_are_hashed_and_typed(golden_copy, checked):
+    """Everything a verdict depends on is covered: an edited `checked` fails the hash, and a
+    re-hashed one of the wrong shape fails the schema (one HarnessError, never a traceback)."""
+    _edit_manifest(golden_copy, CASE, lambda m: m.update(checked=checked))
+    with pytest.raises(HarnessError, match="manifest_sha256"):
+        golden.load(CASE, golden_copy)
+    _edit_manifest(golden_copy, CASE, lambda m: None, rehash=True)
+    with pytest.raises(HarnessError, match="schema|empty"):
+        golden.load(CASE, golden_copy)
+
+
+def test_rehashed_partial_golden_does_not_cover_the_case(golden_copy):
+    _edit_manifest(golden_copy, CASE, lambda m: m.update(checked=m["checked"][:1]), rehash=True)
+    gap = golden.coverage_gap(golden.load(CASE, golden_copy), load_case(CASE))
+    assert gap.startswith("checked")
+    assert golden.coverage_gap(golden.load(CASE), load_case(CASE)) == ""
+
+
+def test_swapped_case_folders_are_an_error(tmp_path):
+    other = "glm5-tp8.ci.b1-l500"
+    shutil.copytree(GOLDEN_DIR / CASE, tmp_path / other)
+    with pytest.raises(HarnessError, match="swapped"):
+        golden.load(other, tmp_path)
+
+
+def test_failed_swap_keeps_the_previous_golden(golden_copy, monkeypatch):
+    """The second rename of the swap fails: the previous golden is put back, loadable, unchanged."""
+    stored = golden.load(CASE, golden_copy)
+    before = (golden_copy / CASE / golden.OUTPUTS).read_bytes()
+    stored.tensors["s0.l0.out_fp32"][0, 0, 0] += 1
+    real = golden.os.replace
+
+    def failing(src, dst):
+        if str(src).split("/")[-1].startswith(f".{CASE}.new-"):
+            raise OSError(5, "Input/output error")
+        return real(src, dst)
+
+    monkeypatch.setattr(golden.os, "replace", failing)
+    with pytest.raises(HarnessError, match="swap failed"):
+        golden.write(stored, CASE, golden_copy)
+    monkeypatch.undo()
+    assert (golden_copy / CASE / golden.OUTPUTS).read_bytes() == before
+    assert sorted(p.name for p in golden_copy.iterdir() if p.name != golden.LOCK) == [CASE]
+    golden.load(CASE, golden_copy)
+
+
+def test_killed_swap_is_recovered_by_the_next_load(golden_copy):
+    """A refresh killed between the two renames leaves .<case>.old-*/<case>: load puts it back."""
+    stranded = golden_copy / f".{CASE}.old-x1"
+    stranded.mkdir()
+    (golden_copy / CASE).rename(stranded / CASE)
+    golden.load(CASE, golden_copy)
+    assert (golden_copy / CASE / golden.MANIFEST).is_file() and not stranded.exists()
+
+
+def test_concurrent_refreshes_are_serialized(golden_copy):
+    import threading
+
+    stored = golden.load(CASE, golden_copy)
+    errors = []
+
+    def refresh():
+        try:
+            golden.write(golden.GoldenData(dict(stored.tensors), dict(stored.manifest)), CASE, golden_copy)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=refresh) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    golden.load(CASE, golden_copy)
+
+
+def test_refreshed_golden_gets_shareable_modes(golden_copy):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        golden.write(golden.load(CASE, golden_copy), CASE, golden_copy)
+    finally:
+        os.umask(old)
+    assert (golden_copy / CASE).stat().st_mode & 0o777 == 0o755
+    assert {p.stat().st_mode & 0o777 for p in (golden_copy / CASE).iterdir()} == {0o644}
+
+
+def test_bad_cases_toml_entry_names_the_file_and_field(tmp_path, monkeypatch):
+    from harness import cases
+
+    table = tmp_path / "cases.toml"
+    table.write_text('[[case]]\npreset = "nope"\nscale = "ci"\nscenario = "b1-l500"\n')
+    monkeypatch.setattr(cases, "CASES_FILE", table)
+    with pytest.raises(HarnessError, match=r"cases.toml: case 'nope.ci.b1-l500'.preset"):
+        cases.load_case("nope.ci.b1-l500")
+    table.write_text('[[case]]\npreset = 3\nscale = "ci"\nscenario = "b1-l500"\n')
+    with pytest.raises(HarnessError, match=r"cases.toml: case\[0\].preset"):
+        cases.golden_case_names()

@@ -197,3 +197,27 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and str(bad) in err
     assert not (tmp_path / "out").exists()
+
+
+HOSTILE = {  # (edit of a good results file as JSON text, the field the one-line error names)
+    "401-digit value": (lambda t: t.replace('"value": 8.0', '"value": 1' + "0" * 400, 1), "value"),
+    "401-digit iqr": (lambda t: t.replace('"iqr": 0.4', '"iqr": 1' + "0" * 400, 1), "iqr"),
+    "negative iqr": (lambda t: t.replace('"iqr": 0.4', '"iqr": -0.4', 1), "iqr"),
+    "integer git_commit": (lambda t: t.replace('"git_commit": "aaaaaaa0"', '"git_commit": 7'), "git_commit"),
+    "integer gpu": (lambda t: t.replace('"gpu": "NVIDIA H200"', '"gpu": 7'), "gpu"),
+    "integer reason": (lambda t: t.replace('"reason": "norm_rel 0.2 > 0.05"', '"reason": 7'), "reason"),
+    "100k-deep JSON": (lambda t: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_results_files_are_one_line_exit_2(tmp_path, case, capsys):
+    edit, field = HOSTILE[case]
+    bad = tmp_path / "bad.json"
+    bad.write_text(edit(json.dumps(json.loads(_write(tmp_path / "good.json").read_text()), indent=None)))
+    assert bad.read_text() != (tmp_path / "good.json").read_text() or case == "100k-deep JSON"
+    for argv in (["report", str(bad), "--out", str(tmp_path / "out")], ["compare", str(tmp_path / "good.json"), str(bad)]):
+        assert main(argv) == 2, case
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and field in err, err
+    assert not (tmp_path / "out").exists()

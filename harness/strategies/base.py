@@ -7,6 +7,7 @@ from typing import Callable, ClassVar, Optional
 import torch
 
 from harness.backends.base import AttnProblem
+from harness.check import check_contract
 from harness.faults import Fault
 from harness.pool import KVPool, PoolGeometry
 from harness.presets import ModelPreset
@@ -134,7 +135,9 @@ class Strategy:
 
     def attend(self, plan, q_nope, q_pe, kv) -> tuple[torch.Tensor, torch.Tensor]:
         ckv, kpe = kv
-        return self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
+        out, lse = self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
+        check_contract(self.name, q_nope, ckv, kpe, out, lse)
+        return out, lse
 
 
     def split(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

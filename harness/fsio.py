@@ -1,0 +1,106 @@
+"""Writing output files safely: the one writer for results, dumps, goldens, bundles and reports.
+
+A path is written THROUGH a symlink (its final target is updated, the link stays). A regular
+file (or a new one) is replaced atomically: a temporary file beside the target, then one
+rename, so readers never see half a file and a failed write leaves the previous one intact.
+A non-regular target (a pipe, /dev/stdout) is streamed to. New files get the usual mode
+(0666 less the umask), never a temporary file's 0600. Failures are one HarnessError line.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+
+def umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _target(path: Path) -> Path:
+    """The file a write to `path` must change: the end of its symlink chain."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _is_stream(path: Path) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # missing, or a parent that is not a folder: checked when it is created
+        return False
+
+
+def check_writable(path: str | Path, flag: str) -> None:
+    """Fail before any work when `path` cannot be written (a folder, an unwritable or missing
+    parent, an over-long name); streams such as /dev/stdout are fine."""
+    path = Path(path)
+    try:
+        _check_writable(path, flag)
+    except OSError as exc:
+        raise HarnessError(flag, f"{path}: {exc.strerror or exc}") from None
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    if path.is_dir():
+        raise HarnessError(flag, f"{path} is a folder, not a file")
+    if _is_stream(path):
+        if not os.access(path, os.W_OK):
+            raise HarnessError(flag, f"{path} is not writable")
+        return
+    target = _target(path)
+    check_writable_dir(target.parent, flag)
+    limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    if len(os.fsencode(f".{target.name}.tmp-{os.getpid()}")) > limit:
+        raise HarnessError(flag, f"file name {target.name[:40]!r}... is too long (limit {limit} bytes with the temporary prefix)")
+
+
+def check_writable_dir(folder: str | Path, flag: str) -> None:
+    """Create `folder` if needed; fail unless files can be created in it."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise HarnessError(flag, f"{folder} exists and is not a folder") from None
+    except OSError as exc:
+        raise HarnessError(flag, f"cannot create {folder} ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HarnessError(flag, f"{folder} is not writable")
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` (through symlinks; atomically for regular files). Returns the path."""
+    path = Path(path)
+    try:
+        if _is_stream(path):
+            with open(path, "wb") as f:
+                f.write(data)
+            return path
+        target = _target(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise HarnessError(str(path), f"cannot write: {exc.strerror or exc}") from None
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return write_bytes(path, text.encode())
+
+
+def share_folder(folder: str | Path) -> None:
+    """Give a folder made by tempfile.mkdtemp (0700) the usual mode, 0777 less the umask."""
+    os.chmod(folder, 0o777 & ~umask())
