@@ -111,7 +111,7 @@ def load_case(name: str) -> Case:
     """A case by its name '<preset>.<scale>.<scenario>' as listed in golden/cases.toml."""
     entry = _case_table().get(name)
     if entry is None:
-        raise HarnessError("--case", f"no golden case {name!r} in {golden_dir() / "cases.toml"}")
+        raise HarnessError("--case", f"no golden case {name!r} in {golden_dir() / 'cases.toml'}")
     try:
         return Case(get_preset(entry["preset"]), get_scale(entry["scale"]), load_scenario(entry["scenario"]))
     except HarnessError as exc:  # name the file and the entry's field, not the CLI flag

@@ -43,6 +43,8 @@ def parse_faults(names) -> frozenset[Fault]:
 def cannot_fire(faults, strategies, case) -> None:
     """Refuse (HarnessError) a planted fault that this run cannot trigger: its strategy is not
     selected, or the scenario lacks what it corrupts (slot reuse, a checked first request)."""
+    from harness.strategies import FAULT_TARGET
+
     for fault in sorted(faults):
         target = FAULT_TARGET[fault]
         if target is not None and target not in strategies:
@@ -58,6 +60,8 @@ def cannot_fire(faults, strategies, case) -> None:
 
 def did_not_fire(faults, results) -> None:
     """After a run: every planted fault must have turned a strategy it lives in red."""
+    from harness.strategies import FAULT_TARGET
+
     for fault in sorted(faults):
         target = FAULT_TARGET[fault]
         hit = [r for r in results if target in (None, r.strategy)]
