@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness import timing
+from harness import clocks, timing
 from harness.decode import DecodeSession
 
 WARMUP_REPLAYS = 10
@@ -32,13 +32,8 @@ def one_line(exc: BaseException) -> str:
 
 def guarded(block, device: torch.device):
     """(block(), guard): THE single call point of the environment guard around every timing block.
-    harness.clocks (helper gate's module) reads clocks, temperature, throttle reasons and other
-    GPU processes before and after, and re-runs a disturbed block once; guard (JSON-ready, or
-    None) goes into the metric rows' detail. Until that module is merged the block runs bare."""
-    try:
-        from harness import clocks
-    except ImportError:
-        return block(), None
+    harness.clocks reads clocks, temperature, throttle reasons and other GPU processes before and
+    after, and re-runs a disturbed block once; guard (JSON-ready) goes into the metric rows' detail."""
     return clocks.guarded(block, device)
 
 
@@ -119,8 +114,7 @@ def measure(session: DecodeSession, repeats: int) -> Measured:
         for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
             unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
             out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
-            if guard is not None:
-                out.guards[metric] = guard
+            out.guards[metric] = guard
     if cast_bytes:
         out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
     return out

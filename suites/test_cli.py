@@ -97,7 +97,7 @@ def test_bad_scenario_files_exit_2(tmp_path):
         "dup.toml": ('name = "d"\nkv_lens = [3, 2]\nlayout = "explicit"\nslots = [[5, 6], [6]]\n', "duplicate slot 6"),
         "slot0.toml": ('name = "s"\nkv_lens = [2]\nlayout = "explicit"\nslots = [[0]]\n', "reserved dummy"),
         "broken.toml": ('name = "b"\nkv_lens = [1,\n', "malformed TOML"),
-        "huge.toml": ('name = "h"\nkv_lens = [20000]\n', "needs up to 20000 slots"),
+        "huge.toml": ('name = "h"\nkv_lens = [20000]\n', "needs up to 20032 slots"),
     }
     for fname, (text, fragment) in bad.items():
         path = tmp_path / fname
@@ -153,7 +153,7 @@ def test_export_inputs_reproduce_the_golden(tmp_path):
 
 
 def test_overridden_scale_is_checked_against_a_live_reference(tmp_path):
-    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--layers", "1", "--slots", "20000")
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--layers", "1", "--slots", "20032")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "is for another scale" in proc.stdout and "live float64 reference" in proc.stdout
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--layers", "1", "--reference", "golden"), "--reference")
