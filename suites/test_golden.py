@@ -183,7 +183,7 @@ def test_bad_cases_toml_entry_names_the_file_and_field(tmp_path, monkeypatch):
 
     table = tmp_path / "cases.toml"
     table.write_text('[[case]]\npreset = "nope"\nscale = "ci"\nscenario = "b1-l500"\n')
-    monkeypatch.setattr(cases, "CASES_FILE", table)
+    monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", str(tmp_path))
     with pytest.raises(HarnessError, match=r"cases.toml: case 'nope.ci.b1-l500'.preset"):
         cases.load_case("nope.ci.b1-l500")
     table.write_text('[[case]]\npreset = 3\nscale = "ci"\nscenario = "b1-l500"\n')
