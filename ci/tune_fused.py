@@ -23,13 +23,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers  # noqa: E402
+from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
 from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config  # noqa: E402
 from harness.presets import get_preset  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
 SLOTS, LAYERS = 495_552, 78
-BLOCK_N, WARPS, STAGES = (16, 32, 64), (4, 8), (1, 2)
+BLOCK_N, WARPS, STAGES = (32, 64), (4, 8), (2,)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
 
@@ -85,21 +85,23 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
            torch.randn(batch, heads, 64, device=dev).to(torch.bfloat16)) for _ in pools]
     kv_bytes = batch * kv_len * 576
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
-    results = []
-    for config in candidates(batch, kv_len, sm_count):
+    results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
+    for config, p_split in itertools.product(candidates(batch, kv_len, sm_count), (P_SPLIT, not P_SPLIT)):
         parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
 
         def step():
             for pool, (qn, qp) in zip(pools, qs):
                 fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
-                                 partials=parts)
+                                 partials=parts, p_split=p_split)
         try:
             us = time_graph(step) * 1e3 / len(pools)
         except Exception as exc:  # a config that does not compile or fit is skipped, not fatal
             log(f"  {config}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
-        results.append((us, config))
+        (results if p_split == P_SPLIT else other).append((us, config))
     results.sort(key=lambda r: r[0])
+    other.sort(key=lambda r: r[0])
+    log(f"  P_SPLIT={not P_SPLIT}: best {other[0][1]} {other[0][0]:.1f} us/layer")
     default = default_config(batch, kv_len, heads, sm_count)
     default_us = next((us for us, c in results if c == default), None)
     best_us, best = results[0]
@@ -107,6 +109,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
         f"(x{best_us / floor_us:.2f}); default {default} {default_us}")
     return dict(batch=batch, kv_len=kv_len, best_us=best_us, floor_us=floor_us, config=best.__dict__,
                 default=default.__dict__, default_us=default_us,
+                other_p_split=dict(p_split=not P_SPLIT, us=other[0][0], **other[0][1].__dict__),
                 top=[dict(us=us, **c.__dict__) for us, c in results[:8]])
 
 
@@ -148,7 +151,7 @@ def main() -> int:
         entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
                                   lambda m: print(m, flush=True)))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
-    write_table(args.out, entries, env)
+        write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
     if args.json:
         args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
     print(f"wrote {args.out}")

@@ -32,6 +32,8 @@ import triton.language as tl
 from harness.kernels.cast import e4m3_to_bf16
 
 STAGE2_WARPS = 4
+STAGE2_BLOCK_D = 128  # stage 2 programs per (request, head block): 512 / 128 channel chunks
+P_SPLIT = True  # P enters the P.V dot as hi + lo bf16 parts
 # The Triton interpreter keeps bf16 as uint16 bits and its tl.dot multiplies those bits, and
 # its fp32 -> bf16 cast truncates: under TRITON_INTERPRET=1 the dots take the same bf16 values
 # upcast to fp32 (exact) and the roundings are done on the bits (INTERPRETER=True).
@@ -64,7 +66,7 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
             sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
             num_heads, num_splits, qk_scale_log2, v_scale,
             D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            DIRECT: tl.constexpr, INTERPRETER: tl.constexpr):
+            DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, INTERPRETER: tl.constexpr):
     b = tl.program_id(0)
     split = tl.program_id(1)
     heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -99,11 +101,15 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l = l * alpha + tl.sum(p, 1)
-        p_hi = _bf16(p, INTERPRETER)  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
-        p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+        p_hi = _bf16(p, INTERPRETER)
         if INTERPRETER:
-            p_hi, p_lo = p_hi.to(tl.float32), p_lo.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p_hi, c) + tl.dot(p_lo, c)
+            p_hi = p_hi.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p_hi, c)
+        if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
+            p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+            if INTERPRETER:
+                p_lo = p_lo.to(tl.float32)
+            acc += tl.dot(p_lo, c)
         m = m_new
 
     empty = hi <= lo  # no rows: out 0 and LSE -inf (the torch reference's empty softmax)
@@ -121,14 +127,14 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
 
 @triton.jit
 def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_splits,
-            D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETER: tl.constexpr):
+            D_CKV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETER: tl.constexpr):
     b = tl.program_id(0)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = heads < num_heads
-    d = tl.arange(0, D_CKV)
+    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, D_CKV], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     for split in range(num_splits):
         slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
         s_lse = tl.load(part_lse + slot, mask=h_ok, other=float("-inf"))
@@ -145,7 +151,8 @@ def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_split
     o = tl.where(empty[:, None], 0.0, acc / l[:, None])
     lse2 = tl.where(empty, float("-inf"), m + tl.log2(l))
     tl.store(out + b.to(tl.int64) * so_b + heads[:, None] * so_h + d[None, :], _bf16(o, INTERPRETER), mask=h_ok[:, None])
-    tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
+    if tl.program_id(2) == 0:
+        tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
 
 
 def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,7 +188,7 @@ def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
 def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor,
                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, config: Config,
                      kv_scale: float = 1.0, partials: tuple[torch.Tensor, torch.Tensor] | None = None,
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     p_split: bool = P_SPLIT) -> tuple[torch.Tensor, torch.Tensor]:
     """(out bf16 [B, H, 512], lse fp32 [B, H], natural log) of absorbed-MLA decode.
 
     q_nope bf16 [B, H, 512], q_pe bf16 [B, H, 64]; ckv uint8 [rows, 1, 512] and kpe uint8
@@ -207,12 +214,13 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
         out.stride(0), out.stride(1), lse.stride(0),
         heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
-        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1,
+        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split,
         INTERPRETER=INTERPRETED,
         num_warps=config.num_warps, num_stages=config.num_stages)
     if splits > 1:
-        _stage2[(batch, head_blocks)](
+        block_d = min(STAGE2_BLOCK_D, d_ckv)
+        _stage2[(batch, head_blocks, triton.cdiv(d_ckv, block_d))](
             part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, splits,
-            D_CKV=d_ckv, BLOCK_H=BLOCK_H, INTERPRETER=INTERPRETED, num_warps=STAGE2_WARPS)
+            D_CKV=d_ckv, BLOCK_D=block_d, BLOCK_H=BLOCK_H, INTERPRETER=INTERPRETED, num_warps=STAGE2_WARPS)
     return out, lse
 
