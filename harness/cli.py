@@ -97,7 +97,10 @@ def cmd_run(args, console: Console) -> int:
             from harness.timing import copy_bandwidth_gbps
 
             env["copy_gbps"] = copy_bandwidth_gbps(device)
-        write_results(args.json, to_rows(case, outcome), env, repro_command())
+        from harness import roofline
+
+        write_results(args.json, to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")), env,
+                      repro_command())
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:

@@ -99,7 +99,8 @@ def test_hidden_shapes_against_float64(lens, heads):
     short = indptr.clone()
     short[-1] -= 1
     dropped, _ = run_kernel(q_nope, q_pe, pool, short, indices, Config(3, 32))
-    assert norm_rel(dropped[-1:].cpu(), ref_out[-1:]) > 3e-3 or lens[-1] == 1
+    if lens[-1] <= 100:  # one token of thousands moves the output less than the tolerance
+        assert norm_rel(dropped[-1:].cpu(), ref_out[-1:]) > 3e-3
 
 
 @pytest.mark.parametrize("code", [0x7F, 0xFF])
