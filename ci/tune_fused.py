@@ -6,7 +6,7 @@ BLOCK_N x warps x stages). Each candidate is timed as a CUDA graph of all 78 lay
 (each layer its own pool and queries, so nothing stays in L2 across layers, as in a decode
 step); the figure is the median replay time / 78. The fastest Config per shape bucket goes to
 the table, with its time and byte-floor ratio in the comments.
-  python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...]
+  python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from harness.presets import get_preset  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
 SLOTS, LAYERS = 495_552, 78
-BLOCK_N, WARPS, STAGES = (32, 64), (4, 8), (2,)
+BLOCK_N, WARPS, STAGES, PV_FP16 = (32, 64), (4, 8), (2,), (False, True)
+LOADS = ((False, False), (True, False), (False, True))  # (reload_v, prefetch)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
 
@@ -49,10 +50,11 @@ def copy_gbps(dev) -> float:
 
 
 def candidates(batch: int, kv_len: int, sm_count: int):
-    for splits, block_n, warps, stages in itertools.product(SPLITS, BLOCK_N, WARPS, STAGES):
+    for splits, block_n, warps, stages, (reload_v, prefetch), pv_fp16 in itertools.product(
+            SPLITS, BLOCK_N, WARPS, STAGES, LOADS, PV_FP16):
         if kv_len // splits < block_n or batch * splits > 8 * sm_count or (splits == 1 and batch < 32):
             continue
-        yield Config(splits, block_n, warps, stages)
+        yield Config(splits, block_n, warps, stages, reload_v, pv_fp16, prefetch)
 
 
 def time_graph(fn, replays: int = REPLAYS) -> float:
@@ -75,7 +77,7 @@ def time_graph(fn, replays: int = REPLAYS) -> float:
     return statistics.median(times)
 
 
-def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
+def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False):
     dev = pools[0].device
     heads = preset.heads_per_rank
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
@@ -86,7 +88,8 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
     kv_bytes = batch * kv_len * 576
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
-    for config, p_split in itertools.product(candidates(batch, kv_len, sm_count), (P_SPLIT, not P_SPLIT)):
+    p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
+    for config, p_split in itertools.product(candidates(batch, kv_len, sm_count), p_splits):
         parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
 
         def step():
@@ -101,7 +104,8 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
         (results if p_split == P_SPLIT else other).append((us, config))
     results.sort(key=lambda r: r[0])
     other.sort(key=lambda r: r[0])
-    log(f"  P_SPLIT={not P_SPLIT}: best {other[0][1]} {other[0][0]:.1f} us/layer")
+    if other:
+        log(f"  P_SPLIT={not P_SPLIT}: best {other[0][1]} {other[0][0]:.1f} us/layer")
     default = default_config(batch, kv_len, heads, sm_count)
     default_us = next((us for us, c in results if c == default), None)
     best_us, best = results[0]
@@ -109,7 +113,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log):
         f"(x{best_us / floor_us:.2f}); default {default} {default_us}")
     return dict(batch=batch, kv_len=kv_len, best_us=best_us, floor_us=floor_us, config=best.__dict__,
                 default=default.__dict__, default_us=default_us,
-                other_p_split=dict(p_split=not P_SPLIT, us=other[0][0], **other[0][1].__dict__),
+                other_p_split=dict(p_split=not P_SPLIT, us=other[0][0], **other[0][1].__dict__) if other else None,
                 top=[dict(us=us, **c.__dict__) for us, c in results[:8]])
 
 
@@ -122,7 +126,8 @@ def write_table(path: Path, entries: list[dict], env: str) -> None:
         c = e["config"]
         lines += ["[[entry]]", f"batch = {bucket(e['batch'])}", f"kv_len = {bucket(e['kv_len'])}",
                   f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
-                  f"num_stages = {c['num_stages']}",
+                  f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
+                  f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
                   f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
     path.write_text("\n".join(lines))
 
@@ -133,6 +138,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
     args = ap.parse_args()
     dev = torch.device("cuda")
     preset = get_preset("glm5-tp8")
@@ -149,7 +155,7 @@ def main() -> int:
         batch, kv_len = (int(x) for x in shape.split("x"))
         t0 = time.time()
         entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
-                                  lambda m: print(m, flush=True)))
+                                  lambda m: print(m, flush=True), args.compare_p_split))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
         write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
     if args.json:

@@ -83,7 +83,8 @@ def test_kernel_against_float64(lens, heads):
 
     args = problem(lens, heads, rows=400)
     ref_out, ref_lse = reference(*args)
-    for config in (Config(1, 16), Config(3, 32)):
+    for config in (Config(1, 16), Config(3, 32), Config(2, 16, reload_v=True, pv_fp16=True),
+                   Config(3, 16, prefetch=True)):
         out, lse = kernel(*args, config)
         empty = torch.tensor(lens) == 0
         assert torch.equal(out[empty], torch.zeros_like(out[empty])) and bool((lse[empty] == -math.inf).all())

@@ -173,4 +173,5 @@ def test_aot_compile_sm120():
     for cap in (120, 90):
         assert sm120_compile.compile_all_for(cap) == [
             "fill_layer", "kv_codes", "cast", "gather_cast", "gather_cast_count", "write_fp8_and_bf16",
-            "fused_mla_stage1", "fused_mla_stage1_direct", "fused_mla_stage2"]
+            "fused_mla_stage1", "fused_mla_stage1_direct", "fused_mla_stage1_reload_fp16",
+            "fused_mla_stage1_prefetch", "fused_mla_stage2"]

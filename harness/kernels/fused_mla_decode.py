@@ -50,6 +50,13 @@ class Config:
     block_n: int = 32
     num_warps: int = 4
     num_stages: int = 2
+    reload_v: bool = False  # load each KV tile twice (K^T for QK, V for P.V) instead of transposing
+    pv_fp16: bool = False  # the P.V dot in fp16 (P 11 bits) instead of bf16 hi + lo parts
+    prefetch: bool = False  # load the next tile's rows before working on this one (not with reload_v)
+
+    def __post_init__(self):
+        if self.prefetch and self.reload_v:
+            raise ValueError("prefetch and reload_v are two ways of loading a tile: pick one")
 
 
 @triton.jit
@@ -62,11 +69,22 @@ def _bf16(x, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
+def _load_rows(ckv, kpe, indices, offs, hi, s_ckv, s_kpe, d, dp):
+    """uint8 (ckv [N, 512], kpe [N, 64]) of the rows at positions `offs` (< hi) of `indices`."""
+    ok = offs < hi
+    row = tl.load(indices + offs, mask=ok, other=0).to(tl.int64)
+    c = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
+    k = tl.load(kpe + row[:, None] * s_kpe + dp[None, :], mask=ok[:, None], other=0)
+    return c, k
+
+
+@triton.jit
 def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
             sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
             num_heads, num_splits, qk_scale_log2, v_scale,
             D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, INTERPRETER: tl.constexpr):
+            DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, RELOAD_V: tl.constexpr, PV_FP16: tl.constexpr,
+            PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
     b = tl.program_id(0)
     split = tl.program_id(1)
     heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -87,29 +105,50 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, D_CKV], tl.float32)
+    if PREFETCH:
+        c_next, k_next = _load_rows(ckv, kpe, indices + start, lo + tl.arange(0, BLOCK_N), hi, s_ckv, s_kpe, d, dp)
     for n0 in range(lo, hi, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < hi
-        row = tl.load(indices + start + offs, mask=ok, other=0).to(tl.int64)
-        c = e4m3_to_bf16(tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0))
-        k = e4m3_to_bf16(tl.load(kpe + row[:, None] * s_kpe + dp[None, :], mask=ok[:, None], other=0))
+        if PREFETCH:  # this tile came in during the last iteration; start the next one now
+            c_u8, k_u8 = c_next, k_next
+            c_next, k_next = _load_rows(ckv, kpe, indices + start, offs + BLOCK_N, hi, s_ckv, s_kpe, d, dp)
+            c_t, k_t = tl.trans(e4m3_to_bf16(c_u8)), tl.trans(e4m3_to_bf16(k_u8))
+        elif RELOAD_V:  # K^T loaded in the QK dot's operand order; V loaded again below (a cache hit)
+            row = tl.load(indices + start + offs, mask=ok, other=0).to(tl.int64)
+            c_t = e4m3_to_bf16(tl.load(ckv + row[None, :] * s_ckv + d[:, None], mask=ok[None, :], other=0))
+            k_t = e4m3_to_bf16(tl.load(kpe + row[None, :] * s_kpe + dp[:, None], mask=ok[None, :], other=0))
+        else:
+            c_u8, k_u8 = _load_rows(ckv, kpe, indices + start, offs, hi, s_ckv, s_kpe, d, dp)
+            c_t, k_t = tl.trans(e4m3_to_bf16(c_u8)), tl.trans(e4m3_to_bf16(k_u8))
         if INTERPRETER:  # the same bf16 values, multiplied in fp32
-            c, k = c.to(tl.float32), k.to(tl.float32)
-        qk = tl.dot(qn, tl.trans(c)) + tl.dot(qp, tl.trans(k))
+            c_t, k_t = c_t.to(tl.float32), k_t.to(tl.float32)
+        qk = tl.dot(qn, c_t) + tl.dot(qp, k_t)
         qk = tl.where(ok[None, :], qk * qk_scale_log2, float("-inf"))
         m_new = tl.maximum(m, tl.max(qk, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l = l * alpha + tl.sum(p, 1)
-        p_hi = _bf16(p, INTERPRETER)
-        if INTERPRETER:
-            p_hi = p_hi.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p_hi, c)
-        if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
-            p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+        if RELOAD_V:
+            c_u8 = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
+        acc = acc * alpha[:, None]
+        if PV_FP16:  # P and V in fp16: e4m3 is exact in it, P keeps 11 significant bits
+            v = c_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            if INTERPRETER:  # (the interpreter's fp16 cast truncates: P stays fp32 there)
+                acc += tl.dot(p, v.to(tl.float32))
+            else:
+                acc += tl.dot(p.to(tl.float16), v)
+        else:
+            c = e4m3_to_bf16(c_u8)
+            p_hi = _bf16(p, INTERPRETER)
             if INTERPRETER:
-                p_lo = p_lo.to(tl.float32)
-            acc += tl.dot(p_lo, c)
+                p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
+            acc += tl.dot(p_hi, c)
+            if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
+                p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+                if INTERPRETER:
+                    p_lo = p_lo.to(tl.float32)
+                acc += tl.dot(p_lo, c)
         m = m_new
 
     empty = hi <= lo  # no rows: out 0 and LSE -inf (the torch reference's empty softmax)
@@ -214,7 +253,8 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
         out.stride(0), out.stride(1), lse.stride(0),
         heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
-        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split,
+        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split, RELOAD_V=config.reload_v,
+        PV_FP16=config.pv_fp16, PREFETCH=config.prefetch,
         INTERPRETER=INTERPRETED,
         num_warps=config.num_warps, num_stages=config.num_stages)
     if splits > 1:

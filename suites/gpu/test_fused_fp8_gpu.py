@@ -91,7 +91,10 @@ def test_hidden_shapes_against_float64(lens, heads):
 
     q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=5000)
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    for config in (Config(1, 16), Config(3, 32, 8, 1), Config(8, 64, 4, 2), Config(64, 32)):
+    for config in (Config(1, 16), Config(3, 32, 8, 1), Config(8, 64, 4, 2), Config(64, 32),
+                   Config(3, 32, 8, 2, reload_v=True), Config(5, 64, 4, 2, pv_fp16=True),
+                   Config(1, 32, 4, 2, reload_v=True, pv_fp16=True), Config(7, 32, prefetch=True),
+                   Config(2, 64, 8, 2, pv_fp16=True, prefetch=True)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
@@ -112,7 +115,8 @@ def test_nan_codes_propagate(code, channel):
     poisoned_row = int(indices[int(indptr[1]) + 123])
     pool[poisoned_row, 0, channel] = code
     others = [b for b in range(3) if poisoned_row not in indices[indptr[b]:indptr[b + 1]].tolist()]
-    for config in (Config(1, 32), Config(5, 16)):
+    for config in (Config(1, 32), Config(5, 16), Config(5, 32, reload_v=True, pv_fp16=True),
+                   Config(3, 16, pv_fp16=True, prefetch=True)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert not bool(torch.isfinite(out[1]).all()) and not bool(torch.isfinite(lse[1]).all()), config
         for b in others:
