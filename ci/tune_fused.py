@@ -5,7 +5,8 @@ For each (batch, kv_len) shape: a production-size FP8 pool (glm5-tp8: 495,552 sl
 BLOCK_N x warps x stages). Each candidate is timed as a CUDA graph of all 78 layers' attention
 (each layer its own pool and queries, so nothing stays in L2 across layers, as in a decode
 step); the figure is the median replay time / 78. The fastest Config per shape bucket goes to
-the table, with its time and byte-floor ratio in the comments.
+the table, with its time and byte-floor ratio in the comments. The full search takes about
+50 s per shape on an H200 (compiles included).
   python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
 """
 
@@ -158,8 +159,8 @@ def main() -> int:
                                   lambda m: print(m, flush=True), args.compare_p_split))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
         write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
-    if args.json:
-        args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
     print(f"wrote {args.out}")
     return 0
 

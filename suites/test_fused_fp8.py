@@ -139,9 +139,10 @@ def test_tuning_table_and_default(tmp_path):
     assert (32, 4096) in table and (1, 4096) in table  # the committed H200 table covers the headline shapes
     assert fused_tuning.choose(32, 4097, 8, 132) == table[(32, 4096)]  # nearest power-of-two bucket
     assert fused_tuning.bucket(500) == 512 and fused_tuning.bucket(1) == 1 and fused_tuning.bucket(2800) == 2048
-    # no entry: the heuristic fills 2 programs per SM, no split under 256 rows
-    assert fused_tuning.choose(3, 3000, 8, 132, table={}) == Config(num_splits=11)
+    # no entry: the heuristic fills one wave of 2 programs per SM, no split under 64 rows
+    assert fused_tuning.choose(32, 4096, 8, 132, table={}) == Config(num_splits=8)
     assert fused_tuning.choose(256, 100, 8, 132, table={}) == Config(num_splits=1)
+    assert fused_tuning.choose(3, 300, 8, 132, table={}) == Config(4, block_n=64, num_warps=8, pv_fp16=True)
     bad = tmp_path / "t.toml"
     bad.write_text("[[entry]]\nbatch = 3\nkv_len = 4096\nnum_splits = 2\nblock_n = 32\nnum_warps = 4\nnum_stages = 2\n")
     with pytest.raises(HarnessError, match="entry\\[0\\]"):
