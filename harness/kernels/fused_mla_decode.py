@@ -5,10 +5,11 @@ kv_indices BLOCK_N rows at a time, loads each pool row (512 latent + 64 RoPE e4m
 once for all BLOCK_H heads, dequantizes it in registers (the hardware e4m3 -> bf16 convert,
 exact), and does the two dots of absorbed MLA with the heads as the M dimension:
 logits = q_nope . ckv + q_pe . kpe and acc += P . ckv (V is the latent ckv itself), with an
-online softmax in fp32. P enters the tensor-core dot as two bf16 parts (hi + lo), so it
-keeps 16 significant bits where FlashInfer rounds it to bf16's 8; the extra dot is free at
-decode's arithmetic intensity.
-It writes the split's normalized output (fp32) and base-2 LSE. Stage 2 merges the splits
+online softmax in fp32. P enters the P.V dot either as two bf16 parts (hi + lo: 16
+significant bits where FlashInfer rounds it to bf16's 8) or, with V converted to fp16
+(exact for e4m3), as fp16 (11 bits). How a tile is loaded (once and transposed, twice, or
+one tile ahead), the tile size and the split count are a `Config`, tuned per shape
+(harness/kernels/fused_tuning.py). It writes the split's normalized output (fp32) and base-2 LSE. Stage 2 merges the splits
 of each request: out bf16 [B, H, 512] and natural-log LSE fp32 [B, H]. With one split,
 stage 1 writes the final output directly and stage 2 is not launched.
 
