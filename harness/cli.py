@@ -149,10 +149,12 @@ def cmd_run(args, console: Console) -> int:
             from harness.timing import copy_bandwidth_gbps
 
             env["copy_gbps"] = copy_bandwidth_gbps(device)
+        from harness import roofline
         from harness.control import control_row
 
         ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
-        write_results(args.json, to_rows(case, outcome) + [control_row(ident, device)], env, repro_command(args.argv))
+        rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control_row(ident, device)]
+        write_results(args.json, rows, env, repro_command(args.argv))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     if failed:

@@ -25,7 +25,7 @@ from harness.table import STATUS_STYLE
 
 INDEPENDENT = "independent.json"
 COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms",
-           "eager step ms", "speedup vs stock", "extra GiB", "peak GiB")
+           "eager step ms", "speedup vs stock", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
 REPEAT_COLUMNS = ("cast IQR/median", "step IQR/median")
 # (what, strategy, metric, independent.json key): harness figure at prod scale, b1-l4096
 CROSS_CHECKS = (
@@ -146,6 +146,9 @@ def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> l
             _ratio(stock_step, step, ".2f", "×"),
             _ratio(_value(m.get("extra_bytes")), 1024**3, ".2f"),
             _ratio(_value(m.get("peak_bytes")), 1024**3, ".2f"),
+            _ratio(_value(m.get("bytes_moved")), 1e9, ".3f"),  # roofline (harness/roofline.py)
+            _ratio(_value(m.get("floor_us")), 1e3, ".3f"),
+            _ratio(_value(m.get("floor_ratio")), 1, ".2f", "×"),
         ]
         if repeatability:
             cells += [_iqr_pct(m.get("cast_us")), _iqr_pct(m.get("step_ms"))]

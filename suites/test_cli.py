@@ -57,9 +57,11 @@ def test_run_default_passes_and_writes_results(tmp_path):
     assert doc["schema"] == "mla-harness-results/1" and doc["repro"].startswith("python -m harness run")
     assert doc["environment"]["torch"] and "git_commit" in doc["environment"]
     verdicts = {r["strategy"]: r["value"] for r in doc["rows"] if r["metric"] == "verdict"}
-    assert verdicts == {"stock": "pass", "stock_vectorized": "unsupported", "gather_cast": "pass", "shadow": "pass", "native_fp8": "pass"}
+    assert verdicts == {"stock": "pass", "stock_vectorized": "unsupported", "gather_cast": "pass", "shadow": "pass", "native_fp8": "pass",
+                        "fused_fp8": "unsupported"}
     metrics = {(r["strategy"], r["metric"]) for r in doc["rows"]}
-    assert {("stock", "cast_us"), ("gather_cast", "attn_us"), ("shadow", "step_ms"), ("shadow", "extra_bytes")} <= metrics
+    assert {("stock", "cast_us"), ("gather_cast", "attn_us"), ("shadow", "step_ms"), ("shadow", "extra_bytes"),
+            ("shadow", "bytes_moved")} <= metrics
     dumped = safetensors.torch.load_file(tmp_path / "dump" / "glm5-tp8.ci.b1-l4096.gather_cast.safetensors")
     assert dumped["s0.l0.out"].shape == (1, 8, 512)
 

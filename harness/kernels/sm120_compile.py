@@ -12,7 +12,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from harness.kernels import cast, gather_cast, shadow_write, synth_fill
+from harness.kernels import cast, fused_mla_decode, gather_cast, shadow_write, synth_fill
 from harness.kernels.rowtile import split_width
 
 ROW_WIDTH = 576
@@ -40,6 +40,31 @@ def _specs(width: int):
          dict(pool="*u8", pool_stride="i32", shadow="*bf16", shadow_stride="i32", slots="*i64",
               codes="*u8", codes_stride="i32", n="i32"),
          dict(rows, BLOCK_R=shadow_write.BLOCK_R), shadow_write.NUM_WARPS),
+        *_fused_specs(),
+    ]
+
+
+def _fused_specs():
+    """The fused FP8 MLA decode: stage 1 (split, direct, the reload-V / fp16-P.V and
+    prefetch variants), stage 2."""
+    fm = fused_mla_decode
+    ptr = dict(q_nope="*bf16", q_pe="*bf16", ckv="*u8", kpe="*u8", indptr="*i32", indices="*i32",
+               part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32")
+    ints = {k: "i32" for k in ("sq_b", "sq_h", "sqp_b", "sqp_h", "s_ckv", "s_kpe", "so_b", "so_h", "sl_b",
+                               "num_heads", "num_splits")}
+    stage1 = dict(ptr, **ints, qk_scale_log2="fp32", v_scale="fp32")
+    tile = dict(D_CKV=512, D_KPE=64, BLOCK_H=fm.BLOCK_H, BLOCK_N=32, P_SPLIT=fm.P_SPLIT, RELOAD_V=False,
+                PV_FP16=False, PREFETCH=False, INTERPRETER=False)
+    stage2 = dict(part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32", so_b="i32", so_h="i32",
+                  sl_b="i32", num_heads="i32", num_splits="i32")
+    return [
+        ("fused_mla_stage1", fm._stage1, stage1, dict(tile, DIRECT=False), 4),
+        ("fused_mla_stage1_direct", fm._stage1, stage1, dict(tile, DIRECT=True), 4),
+        ("fused_mla_stage1_reload_fp16", fm._stage1, stage1,
+         dict(tile, DIRECT=False, BLOCK_N=64, RELOAD_V=True, PV_FP16=True), 8),
+        ("fused_mla_stage1_prefetch", fm._stage1, stage1, dict(tile, DIRECT=False, PREFETCH=True), 4),
+        ("fused_mla_stage2", fm._stage2, stage2,
+         dict(D_CKV=512, BLOCK_D=fm.STAGE2_BLOCK_D, BLOCK_H=fm.BLOCK_H, INTERPRETER=False), fm.STAGE2_WARPS),
     ]
 
 

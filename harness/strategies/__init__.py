@@ -1,7 +1,7 @@
 """The strategy registry. Adding a strategy = one module with a `@register(...)` class + one line here."""
 
 from harness.faults import Fault
-from harness.strategies import gather_cast, native_fp8, shadow, stock  # noqa: F401  (one line per strategy)
+from harness.strategies import fused_fp8, gather_cast, native_fp8, shadow, stock  # noqa: F401  (one line per strategy)
 from harness.strategies.base import REGISTRY, Strategy
 
 ORDER = tuple(sorted(REGISTRY, key=lambda name: REGISTRY[name].order))

@@ -82,6 +82,18 @@ class Strategy:
         """Bytes one layer's `prepare_kv` must read plus write (0: no cast at all)."""
         return 0
 
+    @classmethod
+    def attn_bytes(cls, geometry: PoolGeometry, batch: StepBatch, num_heads: int) -> int:
+        """Bytes one layer's attention must move: every active KV row once in kv_dtype, the
+        queries (bf16, 576 channels) and the output (bf16 512 + fp32 LSE) of every head."""
+        rows = len(batch.kv_indices) * geometry.row_width * cls.kv_dtype.itemsize
+        return rows + batch.batch_size * num_heads * (geometry.row_width * 2 + 512 * 2 + 4)
+
+    @classmethod
+    def write_bytes(cls, geometry: PoolGeometry, batch: StepBatch) -> int:
+        """Bytes one layer's KV write stores: the new tokens' FP8 rows."""
+        return batch.batch_size * geometry.row_width
+
     def setup(self, schedule: Schedule) -> None:
         """Allocate persistent buffers before the first step."""
 

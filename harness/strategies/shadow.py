@@ -15,6 +15,10 @@ class Shadow(Strategy):
     def extra_bytes(cls, geometry, schedule) -> int:
         return geometry.kv_bytes * 2
 
+    @classmethod
+    def write_bytes(cls, geometry, batch) -> int:
+        return batch.batch_size * geometry.row_width * 3  # the FP8 row and its BF16 shadow
+
     def setup(self, schedule):
         # the shadow exists from server start, so it begins as a cast of the whole pool
         self.last_step = schedule.steps[-1].step

@@ -1,0 +1,169 @@
+"""Autotune the fused FP8 MLA decode on this GPU and write harness/kernels/fused_tuning.toml.
+
+For each (batch, kv_len) shape: a production-size FP8 pool (glm5-tp8: 495,552 slots, 78 layers,
+8 heads), scattered token-level indices, and every Config of the search space (splits x
+BLOCK_N x warps x stages). Each candidate is timed as a CUDA graph of all 78 layers' attention
+(each layer its own pool and queries, so nothing stays in L2 across layers, as in a decode
+step); the figure is the median replay time / 78. The fastest Config per shape bucket goes to
+the table, with its time and byte-floor ratio in the comments. The full search takes about
+50 s per shape on an H200 (compiles included).
+  python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config  # noqa: E402
+from harness.presets import get_preset  # noqa: E402
+
+SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
+SLOTS, LAYERS = 495_552, 78
+BLOCK_N, WARPS, STAGES, PV_FP16 = (32, 64), (4, 8), (2,), (False, True)
+LOADS = ((False, False), (True, False), (False, True))  # (reload_v, prefetch)
+SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
+REPLAYS = 15
+
+
+def copy_gbps(dev) -> float:
+    n = 2 << 30
+    src, dst = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
+    times = []
+    for _ in range(12):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return 2 * n / (statistics.median(times[2:]) * 1e-3) / 1e9
+
+
+def candidates(batch: int, kv_len: int, sm_count: int):
+    for splits, block_n, warps, stages, (reload_v, prefetch), pv_fp16 in itertools.product(
+            SPLITS, BLOCK_N, WARPS, STAGES, LOADS, PV_FP16):
+        if kv_len // splits < block_n or batch * splits > 8 * sm_count or (splits == 1 and batch < 32):
+            continue
+        yield Config(splits, block_n, warps, stages, reload_v, pv_fp16, prefetch)
+
+
+def time_graph(fn, replays: int = REPLAYS) -> float:
+    """Median ms of one replay of a graph that calls fn() once."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False):
+    dev = pools[0].device
+    heads = preset.heads_per_rank
+    g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
+    indices = torch.randint(1, SLOTS + 1, (batch * kv_len,), generator=g, device=dev, dtype=torch.int32)
+    indptr = torch.arange(0, batch * kv_len + 1, kv_len, dtype=torch.int32, device=dev)
+    qs = [(torch.randn(batch, heads, 512, device=dev).to(torch.bfloat16),
+           torch.randn(batch, heads, 64, device=dev).to(torch.bfloat16)) for _ in pools]
+    kv_bytes = batch * kv_len * 576
+    floor_us = kv_bytes / (gbps * 1e9) * 1e6
+    results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
+    p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
+    for config, p_split in itertools.product(candidates(batch, kv_len, sm_count), p_splits):
+        parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
+
+        def step():
+            for pool, (qn, qp) in zip(pools, qs):
+                fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
+                                 partials=parts, p_split=p_split)
+        try:
+            us = time_graph(step) * 1e3 / len(pools)
+        except Exception as exc:  # a config that does not compile or fit is skipped, not fatal
+            log(f"  {config}: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        (results if p_split == P_SPLIT else other).append((us, config))
+    results.sort(key=lambda r: r[0])
+    other.sort(key=lambda r: r[0])
+    if other:
+        log(f"  P_SPLIT={not P_SPLIT}: best {other[0][1]} {other[0][0]:.1f} us/layer")
+    default = default_config(batch, kv_len, heads, sm_count)
+    default_us = next((us for us, c in results if c == default), None)
+    best_us, best = results[0]
+    log(f"b{batch}-l{kv_len}: best {best} {best_us:.1f} us/layer, floor {floor_us:.1f} us "
+        f"(x{best_us / floor_us:.2f}); default {default} {default_us}")
+    return dict(batch=batch, kv_len=kv_len, best_us=best_us, floor_us=floor_us, config=best.__dict__,
+                default=default.__dict__, default_us=default_us,
+                other_p_split=dict(p_split=not P_SPLIT, us=other[0][0], **other[0][1].__dict__) if other else None,
+                top=[dict(us=us, **c.__dict__) for us, c in results[:8]])
+
+
+def write_table(path: Path, entries: list[dict], env: str) -> None:
+    lines = ["# Fused FP8 MLA decode launch table, written by `python ci/tune_fused.py` on a GPU.",
+             "# Keys: batch and kv_len buckets (nearest powers of two); values: the fastest measured Config.",
+             "# Shapes with no entry use harness.kernels.fused_tuning.default_config.",
+             f"# Measured on {env}: per-layer attention (78-layer CUDA graph / 78), glm5-tp8, 8 heads.", ""]
+    for e in entries:
+        c = e["config"]
+        lines += ["[[entry]]", f"batch = {bucket(e['batch'])}", f"kv_len = {bucket(e['kv_len'])}",
+                  f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
+                  f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
+                  f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
+                  f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
+    path.write_text("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=TABLE_FILE)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    preset = get_preset("glm5-tp8")
+    props = torch.cuda.get_device_properties(dev)
+    gbps = copy_gbps(dev)
+    env = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs), copy {gbps:.0f} GB/s"
+    print(env, flush=True)
+    pools = []
+    for layer in range(args.layers):
+        pool = torch.randint(0, 0x7E, (SLOTS + 1, 1, 576), dtype=torch.uint8, device=dev)  # finite e4m3 codes
+        pools.append(pool)
+    entries = []
+    for shape in args.shapes.split(","):
+        batch, kv_len = (int(x) for x in shape.split("x"))
+        t0 = time.time()
+        entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
+                                  lambda m: print(m, flush=True), args.compare_p_split))
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+        write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

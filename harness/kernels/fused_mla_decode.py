@@ -1,0 +1,267 @@
+"""Fused FP8 absorbed-MLA decode: split-KV (flash-decoding) straight from the e4m3 pool.
+
+Stage 1: program (request b, split s, head block g) walks its share of b's token-level
+kv_indices BLOCK_N rows at a time, loads each pool row (512 latent + 64 RoPE e4m3 codes)
+once for all BLOCK_H heads, dequantizes it in registers (the hardware e4m3 -> bf16 convert,
+exact), and does the two dots of absorbed MLA with the heads as the M dimension:
+logits = q_nope . ckv + q_pe . kpe and acc += P . ckv (V is the latent ckv itself), with an
+online softmax in fp32. P enters the P.V dot either as two bf16 parts (hi + lo: 16
+significant bits where FlashInfer rounds it to bf16's 8) or, with V converted to fp16
+(exact for e4m3), as fp16 (11 bits). How a tile is loaded (once and transposed, twice, or
+one tile ahead), the tile size and the split count are a `Config`, tuned per shape
+(harness/kernels/fused_tuning.py). It writes the split's normalized output (fp32) and base-2 LSE. Stage 2 merges the splits
+of each request: out bf16 [B, H, 512] and natural-log LSE fp32 [B, H]. With one split,
+stage 1 writes the final output directly and stage 2 is not launched.
+
+A per-tensor `kv_scale` (SGLang's k_scale, 1.0 for its unscaled pool) scales logits and
+output. NaN codes (0x7F/0xFF) turn into NaN on the GPU and propagate to the output and
+LSE (the Triton interpreter converts them to +-480 instead). CUDA-graph capturable: the
+grid depends only on the batch size and the plan's split count; lengths and indices are
+read on the device, so a plan's buffers can be refilled in place between replays.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from harness.kernels.cast import e4m3_to_bf16
+
+STAGE2_WARPS = 4
+STAGE2_BLOCK_D = 128  # stage 2 programs per (request, head block): 512 / 128 channel chunks
+P_SPLIT = True  # P enters the P.V dot as hi + lo bf16 parts
+# The Triton interpreter keeps bf16 as uint16 bits and its tl.dot multiplies those bits, and
+# its fp32 -> bf16 cast truncates: under TRITON_INTERPRET=1 the dots take the same bf16 values
+# upcast to fp32 (exact) and the roundings are done on the bits (INTERPRETER=True).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+BLOCK_H = 16  # heads per program: the M of the tensor-core dot (mma needs >= 16)
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch configuration of one plan: KV splits per request and the stage-1 tile."""
+
+    num_splits: int
+    block_n: int = 32
+    num_warps: int = 4
+    num_stages: int = 2
+    reload_v: bool = False  # load each KV tile twice (K^T for QK, V for P.V) instead of transposing
+    pv_fp16: bool = False  # the P.V dot in fp16 (P 11 bits) instead of bf16 hi + lo parts
+    prefetch: bool = False  # load the next tile's rows before working on this one (not with reload_v)
+
+    def __post_init__(self):
+        if self.prefetch and self.reload_v:
+            raise ValueError("prefetch and reload_v are two ways of loading a tile: pick one")
+
+
+@triton.jit
+def _bf16(x, INTERPRETER: tl.constexpr):
+    """fp32 -> bf16 rounded to nearest even (the interpreter's own cast truncates)."""
+    if INTERPRETER:
+        bits = x.to(tl.uint32, bitcast=True)
+        x = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _load_rows(ckv, kpe, indices, offs, hi, s_ckv, s_kpe, d, dp):
+    """uint8 (ckv [N, 512], kpe [N, 64]) of the rows at positions `offs` (< hi) of `indices`."""
+    ok = offs < hi
+    row = tl.load(indices + offs, mask=ok, other=0).to(tl.int64)
+    c = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
+    k = tl.load(kpe + row[:, None] * s_kpe + dp[None, :], mask=ok[:, None], other=0)
+    return c, k
+
+
+@triton.jit
+def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
+            sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
+            num_heads, num_splits, qk_scale_log2, v_scale,
+            D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+            DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, RELOAD_V: tl.constexpr, PV_FP16: tl.constexpr,
+            PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = heads < num_heads
+    start = tl.load(indptr + b)
+    n = tl.load(indptr + b + 1) - start
+    per_split = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, n)
+
+    d = tl.arange(0, D_CKV)
+    dp = tl.arange(0, D_KPE)
+    qn = tl.load(q_nope + b.to(tl.int64) * sq_b + heads[:, None] * sq_h + d[None, :], mask=h_ok[:, None], other=0.0)
+    qp = tl.load(q_pe + b.to(tl.int64) * sqp_b + heads[:, None] * sqp_h + dp[None, :], mask=h_ok[:, None], other=0.0)
+    if INTERPRETER:
+        qn, qp = qn.to(tl.float32), qp.to(tl.float32)
+
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D_CKV], tl.float32)
+    if PREFETCH:
+        c_next, k_next = _load_rows(ckv, kpe, indices + start, lo + tl.arange(0, BLOCK_N), hi, s_ckv, s_kpe, d, dp)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        ok = offs < hi
+        if PREFETCH:  # this tile came in during the last iteration; start the next one now
+            c_u8, k_u8 = c_next, k_next
+            c_next, k_next = _load_rows(ckv, kpe, indices + start, offs + BLOCK_N, hi, s_ckv, s_kpe, d, dp)
+            c_t, k_t = tl.trans(e4m3_to_bf16(c_u8)), tl.trans(e4m3_to_bf16(k_u8))
+        elif RELOAD_V:  # K^T loaded in the QK dot's operand order; V loaded again below (a cache hit)
+            row = tl.load(indices + start + offs, mask=ok, other=0).to(tl.int64)
+            c_t = e4m3_to_bf16(tl.load(ckv + row[None, :] * s_ckv + d[:, None], mask=ok[None, :], other=0))
+            k_t = e4m3_to_bf16(tl.load(kpe + row[None, :] * s_kpe + dp[:, None], mask=ok[None, :], other=0))
+        else:
+            c_u8, k_u8 = _load_rows(ckv, kpe, indices + start, offs, hi, s_ckv, s_kpe, d, dp)
+            c_t, k_t = tl.trans(e4m3_to_bf16(c_u8)), tl.trans(e4m3_to_bf16(k_u8))
+        if INTERPRETER:  # the same bf16 values, multiplied in fp32
+            c_t, k_t = c_t.to(tl.float32), k_t.to(tl.float32)
+        qk = tl.dot(qn, c_t) + tl.dot(qp, k_t)
+        qk = tl.where(ok[None, :], qk * qk_scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        if RELOAD_V:
+            c_u8 = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
+        acc = acc * alpha[:, None]
+        if PV_FP16:  # P and V in fp16: e4m3 is exact in it, P keeps 11 significant bits
+            v = c_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            if INTERPRETER:  # (the interpreter's fp16 cast truncates: P stays fp32 there)
+                acc += tl.dot(p, v.to(tl.float32))
+            else:
+                acc += tl.dot(p.to(tl.float16), v)
+        else:
+            c = e4m3_to_bf16(c_u8)
+            p_hi = _bf16(p, INTERPRETER)
+            if INTERPRETER:
+                p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
+            acc += tl.dot(p_hi, c)
+            if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
+                p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+                if INTERPRETER:
+                    p_lo = p_lo.to(tl.float32)
+                acc += tl.dot(p_lo, c)
+        m = m_new
+
+    empty = hi <= lo  # no rows: out 0 and LSE -inf (the torch reference's empty softmax)
+    l = tl.where(empty, 1.0, l)
+    o = tl.where(empty, 0.0, acc / l[:, None] * v_scale)
+    lse2 = tl.where(empty, float("-inf"), m + tl.log2(l))
+    if DIRECT:
+        tl.store(out + b.to(tl.int64) * so_b + heads[:, None] * so_h + d[None, :], _bf16(o, INTERPRETER), mask=h_ok[:, None])
+        tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
+    else:
+        slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
+        tl.store(part_out + slot[:, None] * D_CKV + d[None, :], o, mask=h_ok[:, None])
+        tl.store(part_lse + slot, lse2, mask=h_ok)
+
+
+@triton.jit
+def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_splits,
+            D_CKV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETER: tl.constexpr):
+    b = tl.program_id(0)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = heads < num_heads
+    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for split in range(num_splits):
+        slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
+        s_lse = tl.load(part_lse + slot, mask=h_ok, other=float("-inf"))
+        s_out = tl.load(part_out + slot[:, None] * D_CKV + d[None, :], mask=h_ok[:, None], other=0.0)
+        m_new = tl.maximum(m, s_lse)
+        base = tl.where(m_new == float("-inf"), 0.0, m_new)  # all empty so far: weights exp2(-inf) = 0
+        alpha = tl.exp2(m - base)
+        w = tl.exp2(s_lse - base)
+        acc = acc * alpha[:, None] + w[:, None] * s_out
+        l = l * alpha + w
+        m = m_new
+    empty = m == float("-inf")
+    l = tl.where(empty, 1.0, l)
+    o = tl.where(empty[:, None], 0.0, acc / l[:, None])
+    lse2 = tl.where(empty, float("-inf"), m + tl.log2(l))
+    tl.store(out + b.to(tl.int64) * so_b + heads[:, None] * so_h + d[None, :], _bf16(o, INTERPRETER), mask=h_ok[:, None])
+    if tl.program_id(2) == 0:
+        tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
+
+
+def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(part_out fp32 [B, S, H, d_ckv], part_lse fp32 [B, S, H]) for a multi-split launch."""
+    if num_splits == 1:
+        empty = torch.empty(0, dtype=torch.float32, device=device)
+        return empty, empty
+    return (torch.empty((batch, num_splits, num_heads, d_ckv), dtype=torch.float32, device=device),
+            torch.empty((batch, num_splits, num_heads), dtype=torch.float32, device=device))
+
+
+def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
+    if ckv.dtype != torch.uint8 or kpe.dtype != torch.uint8:
+        raise TypeError(f"ckv and kpe must be uint8 e4m3 bits, got {ckv.dtype}, {kpe.dtype}")
+    if q_nope.dtype != torch.bfloat16 or q_pe.dtype != torch.bfloat16:
+        raise TypeError(f"queries must be bfloat16, got {q_nope.dtype}, {q_pe.dtype}")
+    for name, t in (("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
+        if t.dtype != torch.int32 or t.dim() != 1 or not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous int32 [n], got {t.dtype} {tuple(t.shape)}")
+    batch, heads, d_ckv = q_nope.shape
+    d_kpe = q_pe.shape[-1]
+    if q_pe.shape[:2] != (batch, heads) or kv_indptr.numel() != batch + 1:
+        raise ValueError(f"bad shapes: q_nope {tuple(q_nope.shape)}, q_pe {tuple(q_pe.shape)}, "
+                         f"kv_indptr {tuple(kv_indptr.shape)}")
+    if ckv.shape[-1] != d_ckv or kpe.shape[-1] != d_kpe or ckv.shape[0] != kpe.shape[0]:
+        raise ValueError(f"bad KV shapes: ckv {tuple(ckv.shape)}, kpe {tuple(kpe.shape)} for q {d_ckv}+{d_kpe}")
+    for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} channels must be contiguous")
+    return batch, heads, d_ckv, d_kpe
+
+
+def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor,
+                     kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, config: Config,
+                     kv_scale: float = 1.0, partials: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     p_split: bool = P_SPLIT) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out bf16 [B, H, 512], lse fp32 [B, H], natural log) of absorbed-MLA decode.
+
+    q_nope bf16 [B, H, 512], q_pe bf16 [B, H, 64]; ckv uint8 [rows, 1, 512] and kpe uint8
+    [rows, 1, 64] (e4m3 bits; views of one pool row are fine); kv_indptr int32 [B+1] and
+    kv_indices int32 [nnz] on the device (token-level: each index is a KV row). `partials`
+    from `partial_buffers` (allocated here when None) hold the splits' results.
+    """
+    batch, heads, d_ckv, d_kpe = _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices)
+    dev = q_nope.device
+    out = torch.empty((batch, heads, d_ckv), dtype=torch.bfloat16, device=dev)
+    lse = torch.empty((batch, heads), dtype=torch.float32, device=dev)
+    if batch == 0:
+        return out, lse
+    splits = config.num_splits
+    part_out, part_lse = partials if partials is not None else partial_buffers(batch, heads, splits, d_ckv, dev)
+    if splits > 1 and (part_out.shape != (batch, splits, heads, d_ckv) or part_lse.shape != (batch, splits, heads)):
+        raise ValueError(f"partials {tuple(part_out.shape)}, {tuple(part_lse.shape)} do not fit "
+                         f"B={batch}, S={splits}, H={heads}")
+    ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
+    head_blocks = triton.cdiv(heads, BLOCK_H)
+    _stage1[(batch, splits, head_blocks)](
+        q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, out, lse,
+        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
+        out.stride(0), out.stride(1), lse.stride(0),
+        heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
+        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split, RELOAD_V=config.reload_v,
+        PV_FP16=config.pv_fp16, PREFETCH=config.prefetch,
+        INTERPRETER=INTERPRETED,
+        num_warps=config.num_warps, num_stages=config.num_stages)
+    if splits > 1:
+        block_d = min(STAGE2_BLOCK_D, d_ckv)
+        _stage2[(batch, head_blocks, triton.cdiv(d_ckv, block_d))](
+            part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, splits,
+            D_CKV=d_ckv, BLOCK_D=block_d, BLOCK_H=BLOCK_H, INTERPRETER=INTERPRETED, num_warps=STAGE2_WARPS)
+    return out, lse
+

@@ -1,0 +1,67 @@
+"""Launch configuration of the fused FP8 MLA decode per (batch, KV length).
+
+`fused_tuning.toml` (written by `ci/tune_fused.py` on a GPU) maps a bucket, the nearest powers
+of two of the batch size and of the longest request, to the fastest measured Config. A
+shape with no entry gets `default_config`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+from harness.datafiles import read_toml
+from harness.errors import HarnessError
+from harness.kernels.fused_mla_decode import BLOCK_H, Config
+
+TABLE_FILE = Path(__file__).with_name("fused_tuning.toml")
+PROGRAMS_PER_SM = 2
+MIN_SPLIT_ROWS = 64
+MAX_SPLITS = 64
+SMALL_BATCH = 16
+
+
+def bucket(n: int) -> int:
+    """The power of two nearest to n in log scale (1 for n <= 1): 500 -> 512, 4097 -> 4096."""
+    return 1 << max(0, round(math.log2(max(1, n))))
+
+
+def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> Config:
+    """Splits: as many as fit in one wave of PROGRAMS_PER_SM programs per SM (a second, partial
+    wave cost 28% at b32-l4096 on the H200: attn_us 119.6 with 9 splits, 93.4 with 8), none under
+    MIN_SPLIT_ROWS rows.
+    Tile: the H200 tables' choice, 64 rows and 8 warps with fp16 P.V for small batches."""
+    head_blocks = -(-num_heads // BLOCK_H)
+    wanted = PROGRAMS_PER_SM * sm_count // max(1, batch * head_blocks)
+    splits = max(1, min(wanted, max_len // MIN_SPLIT_ROWS, MAX_SPLITS))
+    if batch < SMALL_BATCH:
+        return Config(splits, block_n=64, num_warps=8, pv_fp16=True)
+    return Config(splits)
+
+
+@functools.cache
+def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
+    """{(batch bucket, length bucket): Config} from the tuning file."""
+    doc = read_toml(path)
+    table = {}
+    for i, entry in enumerate(doc.get("entry", [])):
+        where = f"{path.name}: entry[{i}]"
+        try:
+            key = (int(entry["batch"]), int(entry["kv_len"]))
+            config = Config(int(entry["num_splits"]), int(entry["block_n"]), int(entry["num_warps"]),
+                            int(entry["num_stages"]), bool(entry.get("reload_v", False)),
+                            bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
+        if key != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1:
+            raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1")
+        table[key] = config
+    return table
+
+
+def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None) -> Config:
+    """The table's Config for this shape's bucket, else the default heuristic."""
+    table = load_table() if table is None else table
+    found = table.get((bucket(batch), bucket(max_len)))
+    return found if found is not None else default_config(batch, max_len, num_heads, sm_count)

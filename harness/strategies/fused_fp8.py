@@ -1,0 +1,105 @@
+"""fused_fp8: one Triton split-KV kernel that attends on the FP8 pool directly.
+
+No cast, no extra copy of the pool: the kernel (harness.kernels.fused_mla_decode) reads each
+active e4m3 row once through the token-level kv_indices and dequantizes it in registers.
+It is its own attention kernel, so it runs beside any backend. On the CPU it runs only
+under the Triton interpreter (TRITON_INTERPRET=1), which the CPU suites use at small sizes.
+The plan holds device copies of kv_indptr / kv_indices (and the split buffers); a graph
+plan's are refilled in place by `replan_step`, so a captured step stays valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.backends.base import AttnProblem
+from harness.errors import HarnessError
+from harness.faults import Fault
+from harness.strategies.base import Strategy, register
+
+KV_SCALE = 1.0  # SGLang's pool holds unscaled e4m3 bits
+
+
+@dataclass
+class FusedPlan:
+    problem: AttnProblem
+    config: object  # harness.kernels.fused_mla_decode.Config
+    kv_indptr: torch.Tensor  # int32 [B+1] on the device
+    kv_indices: torch.Tensor  # int32 [capacity] on the device
+    partials: tuple[torch.Tensor, torch.Tensor]
+    graph_capacity: Optional[int] = None
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+@register("fused_fp8", order=60, devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance")
+class FusedFP8(Strategy):
+    @classmethod
+    def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:
+        try:
+            from harness.kernels import fused_mla_decode
+        except ImportError as exc:
+            return f"fused_fp8 needs triton: {exc}"
+        if device.type == "cpu" and not fused_mla_decode.INTERPRETED:
+            return "fused_fp8 is a Triton kernel: on the CPU it runs only under TRITON_INTERPRET=1"
+        if device.type not in cls.devices:
+            return f"fused_fp8 runs on {', '.join(cls.devices)} only"
+        return None
+
+    def setup(self, schedule):
+        self.kv_scale = KV_SCALE * (1.01 if Fault.SCALE_ERROR in self.faults else 1.0)
+
+    def begin_step(self, batch, graph_capacity=None) -> FusedPlan:
+        from harness.kernels import fused_tuning
+        from harness.kernels.fused_mla_decode import partial_buffers
+
+        problem = self.problem(batch, self.step_indices(batch))
+        lens = problem.kv_lens
+        max_len = int(lens.max()) if lens.numel() else 0
+        config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device))
+        capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
+        indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
+        plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,
+                         partial_buffers(problem.batch_size, problem.num_heads, config.num_splits,
+                                         problem.head_dim_ckv, self.device), graph_capacity)
+        self._fill(plan, problem)
+        return plan
+
+    def replan_step(self, plan: FusedPlan, batch) -> None:
+        """Refill a graph plan's buffers in place (same batch size; indices within capacity)."""
+        if plan.graph_capacity is None:
+            raise HarnessError("replan", "only plans made with graph_capacity can be re-planned in place")
+        problem = self.problem(batch, self.step_indices(batch))
+        if problem.batch_size != plan.problem.batch_size:
+            raise HarnessError("replan", "a graph plan cannot change batch_size")
+        self._fill(plan, problem)
+        plan.kv_indptr.copy_(problem.kv_indptr)
+        plan.problem = problem
+
+    @staticmethod
+    def _fill(plan: FusedPlan, problem: AttnProblem) -> None:
+        n = problem.kv_indices.numel()
+        if n > plan.kv_indices.numel():
+            raise HarnessError("graph_capacity", f"{n} kv_indices exceed capacity {plan.kv_indices.numel()}")
+        plan.kv_indices[:n].copy_(problem.kv_indices)
+
+    def cast_call(self, layer):
+        return _pool_rows, (self.pool.buffers[layer],)
+
+    def attend(self, plan: FusedPlan, q_nope, q_pe, kv):
+        from harness.kernels.fused_mla_decode import fused_mla_decode
+
+        ckv, kpe = kv
+        p = plan.problem
+        return fused_mla_decode(q_nope, q_pe, ckv, kpe, plan.kv_indptr, plan.kv_indices, p.sm_scale, plan.config,
+                                kv_scale=self.kv_scale, partials=plan.partials)
+
+
+def _pool_rows(pool_u8: torch.Tensor) -> torch.Tensor:
+    """The uint8 pool itself: the kernel dequantizes as it reads."""
+    return pool_u8

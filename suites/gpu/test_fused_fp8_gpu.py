@@ -1,0 +1,173 @@
+"""fused_fp8 on a CUDA GPU: production goldens, negative controls, hidden-style shapes against a
+float64 reference, NaN propagation, CUDA-graph re-planning, pools with page_size 64 rows."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from harness.cases import golden_case_names, load_case
+from harness.decode import DecodeSession, make_step_data
+from harness.faults import Fault
+from harness.pool import KVPool
+
+from helpers import run_strategies
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                       reason="TRITON_INTERPRET=1: these tests need compiled kernels"),
+]
+
+PROD_CASES = [n for n in golden_case_names() if ".prod." in n]
+SM_SCALE = 1 / math.sqrt(192)
+
+
+def reference(q_nope, q_pe, pool, indptr, indices):
+    """float64 absorbed-MLA decode: (out [B, H, 512], lse [B, H])."""
+    kv = pool.reshape(pool.shape[0], -1).view(torch.float8_e4m3fn)
+    outs, lses = [], []
+    for b in range(q_nope.shape[0]):
+        rows = kv[indices[indptr[b]:indptr[b + 1]].long()].double()
+        logits = (q_nope[b].double() @ rows[:, :512].T + q_pe[b].double() @ rows[:, 512:].T) * SM_SCALE
+        lse = torch.logsumexp(logits, -1)
+        outs.append(torch.exp(logits - lse[:, None]) @ rows[:, :512])
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def problem(lens, heads, rows, seed=0, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randint(0, 0x7E, (rows, 1, 576), generator=g, dtype=torch.uint8)
+    pool |= torch.randint(0, 2, pool.shape, generator=g, dtype=torch.uint8) << 7  # both signs, no NaN
+    pool[..., :512] = pool[..., :512] & 0xBF  # |value| < 2: logits of a realistic size
+    pool[..., 512:] = pool[..., 512:] & 0xBF
+    indices = torch.randint(0, rows, (sum(lens),), generator=g, dtype=torch.int32)
+    indptr = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    q_nope = torch.randn(len(lens), heads, 512, generator=g).to(torch.bfloat16)
+    q_pe = torch.randn(len(lens), heads, 64, generator=g).to(torch.bfloat16)
+    return [t.to(device) for t in (q_nope, q_pe, pool, indptr, indices)]
+
+
+def run_kernel(q_nope, q_pe, pool, indptr, indices, config, kv_scale=1.0):
+    from harness.kernels.fused_mla_decode import fused_mla_decode
+
+    return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                            kv_scale=kv_scale)
+
+
+def norm_rel(out, ref):
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@pytest.mark.prod
+@pytest.mark.parametrize("case_name", PROD_CASES)
+def test_prod_goldens(case_name, gpu_device):
+    results = run_strategies(case_name, ("fused_fp8",), device=gpu_device, backend="torch")
+    verdict = results["fused_fp8"][1]
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.prod
+@pytest.mark.parametrize("fault, case_name", [(Fault.NAN_IN_POOL, "glm5-tp8.prod.b1-l500"),
+                                              (Fault.DROPPED_LAST_TOKEN, "glm5-tp8.prod.b1-l500"),
+                                              (Fault.DROPPED_LAST_TOKEN, "glm5-tp8.prod.multistep-reuse")])
+def test_negative_controls(fault, case_name, gpu_device):
+    outputs, verdict = run_strategies(case_name, ("fused_fp8",), device=gpu_device, backend="torch",
+                                      faults=frozenset([fault]))["fused_fp8"]
+    assert not verdict.passed, f"{fault.value} went unnoticed"
+    if fault is Fault.NAN_IN_POOL:
+        assert verdict.stats is not None and verdict.stats.nonfinite > 0 or "NaN" in verdict.reason or "non-finite" in verdict.reason
+
+
+@pytest.mark.parametrize("heads", [8, 16, 20])
+@pytest.mark.parametrize("lens", [[1], [2], [1, 2, 3, 5, 7, 11, 13], [997, 1, 4099], [31] * 9])
+def test_hidden_shapes_against_float64(lens, heads):
+    from harness.kernels.fused_mla_decode import Config
+
+    q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=5000)
+    ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    for config in (Config(1, 16), Config(3, 32, 8, 1), Config(8, 64, 4, 2), Config(64, 32),
+                   Config(3, 32, 8, 2, reload_v=True), Config(5, 64, 4, 2, pv_fp16=True),
+                   Config(1, 32, 4, 2, reload_v=True, pv_fp16=True), Config(7, 32, prefetch=True),
+                   Config(2, 64, 8, 2, pv_fp16=True, prefetch=True)):
+        out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
+        assert norm_rel(out.cpu(), ref_out) < 3e-3, config
+        assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
+    # negative control: one token dropped from the last request must show
+    short = indptr.clone()
+    short[-1] -= 1
+    dropped, _ = run_kernel(q_nope, q_pe, pool, short, indices, Config(3, 32))
+    if lens[-1] <= 100:  # one token of thousands moves the output less than the tolerance
+        assert norm_rel(dropped[-1:].cpu(), ref_out[-1:]) > 3e-3
+
+
+@pytest.mark.parametrize("code", [0x7F, 0xFF])
+@pytest.mark.parametrize("channel", [0, 300, 511, 512, 575])
+def test_nan_codes_propagate(code, channel):
+    from harness.kernels.fused_mla_decode import Config
+
+    q_nope, q_pe, pool, indptr, indices = problem([40, 300, 7], 8, rows=1000, seed=3)
+    poisoned_row = int(indices[int(indptr[1]) + 123])
+    pool[poisoned_row, 0, channel] = code
+    others = [b for b in range(3) if poisoned_row not in indices[indptr[b]:indptr[b + 1]].tolist()]
+    for config in (Config(1, 32), Config(5, 16), Config(5, 32, reload_v=True, pv_fp16=True),
+                   Config(3, 16, pv_fp16=True, prefetch=True)):
+        out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
+        assert not bool(torch.isfinite(out[1]).all()) and not bool(torch.isfinite(lse[1]).all()), config
+        for b in others:
+            assert bool(torch.isfinite(out[b]).all()), (config, b)
+
+
+def test_page_size_64_pool_rows():
+    """A pool of slots + 64 rows (page_size 64): token-level indices reach every row, the last page too."""
+    from harness.kernels.fused_mla_decode import Config
+
+    slots, page = 4096, 64
+    q_nope, q_pe, pool, indptr, indices = problem([100, 64, 129], 8, rows=slots + page, seed=5)
+    indices[:64] = torch.arange(slots, slots + page, dtype=torch.int32, device="cuda")
+    ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32))
+    assert norm_rel(out.cpu(), ref_out) < 3e-3
+    assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3
+
+
+def test_scale_error_is_detected():
+    from harness.kernels.fused_mla_decode import Config
+
+    q_nope, q_pe, pool, indptr, indices = problem([300, 17], 8, rows=2000, seed=9)
+    ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    good, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32))
+    bad, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32), kv_scale=1.01)
+    assert norm_rel(good.cpu(), ref_out) < 3e-3 < norm_rel(bad.cpu(), ref_out)
+
+
+def test_cuda_graph_replan_follows_the_step(gpu_device):
+    """A graph captured over a plan and re-planned in place for another step gives that step's outputs."""
+    from harness.backends import make_backend
+    from harness.strategies import REGISTRY
+
+    case = load_case("glm5-tp8.ci.ragged-mix")  # two steps of the same batch, every length grows
+    schedule = case.schedule()
+    pool = KVPool(case.geometry, case.scenario.seed, gpu_device)
+    data = make_step_data(case.preset, schedule, pool)
+    strategy = REGISTRY["fused_fp8"](pool, make_backend("torch", gpu_device), case.preset)
+    first, last = schedule.steps
+    with DecodeSession(strategy, schedule, data):
+        q, kv = data.queries[(last.step, 0)], strategy.prepare_kv(0)
+        eager_out, eager_lse = strategy.attend(strategy.begin_step(last), *q, kv)
+        plan = strategy.begin_step(last, graph_capacity=len(last.kv_indices))
+        strategy.replan_step(plan, first)
+        strategy.attend(plan, *q, kv)  # compile outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out, lse = strategy.attend(plan, *q, kv)
+        graph.replay()
+        assert not torch.equal(lse, eager_lse)  # negative control: the first step's rows differ
+        strategy.replan_step(plan, last)
+        graph.replay()
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)) and torch.equal(lse, eager_lse)

@@ -1,0 +1,170 @@
+"""fused_fp8 on the CPU: the Triton kernel under the interpreter against a float64 reference and
+through the runner against the ci goldens (with negative controls), plus the tuning table and
+the roofline arithmetic.
+
+As in test_kernels_interpret.py, the interpreter tests run in a fresh TRITON_INTERPRET=1
+pytest process (test_fused_under_interpreter) and are skipped in the parent. The interpreter
+turns the e4m3 NaN codes into +-480, so NaN propagation is checked on the GPU
+(suites/gpu/test_fused_fp8_gpu.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed")
+
+from harness.errors import HarnessError  # noqa: E402
+from harness.faults import Fault  # noqa: E402
+
+from helpers import run_strategies  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(
+    not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child process of test_fused_under_interpreter")
+SM_SCALE = 1 / math.sqrt(192)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this is the TRITON_INTERPRET=1 child run")
+def test_fused_under_interpreter():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning", __file__],
+        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-10000:] + proc.stderr[-3000:]
+
+
+def reference(q_nope, q_pe, pool, indptr, indices, kv_scale=1.0):
+    kv = pool.reshape(pool.shape[0], -1).view(torch.float8_e4m3fn)
+    outs, lses = [], []
+    for b in range(q_nope.shape[0]):
+        rows = kv[indices[indptr[b]:indptr[b + 1]].long()].double() * kv_scale
+        logits = (q_nope[b].double() @ rows[:, :512].T + q_pe[b].double() @ rows[:, 512:].T) * SM_SCALE
+        lse = torch.logsumexp(logits, -1)
+        outs.append(torch.exp(logits - lse[:, None]) @ rows[:, :512])
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def problem(lens, heads, rows, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randint(0, 0x7E, (rows, 1, 576), generator=g, dtype=torch.uint8)
+    pool |= torch.randint(0, 2, pool.shape, generator=g, dtype=torch.uint8) << 7
+    pool &= 0xBF  # |value| < 2, both signs, no NaN code
+    indices = torch.randint(0, rows, (sum(lens),), generator=g, dtype=torch.int32)
+    indptr = torch.tensor([0, *torch.tensor(lens, dtype=torch.int64).cumsum(0).tolist()], dtype=torch.int32)
+    return (torch.randn(len(lens), heads, 512, generator=g).to(torch.bfloat16),
+            torch.randn(len(lens), heads, 64, generator=g).to(torch.bfloat16), pool, indptr, indices)
+
+
+def kernel(q_nope, q_pe, pool, indptr, indices, config, kv_scale=1.0):
+    from harness.kernels.fused_mla_decode import fused_mla_decode
+
+    return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                            kv_scale=kv_scale)
+
+
+def norm_rel(out, ref):
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@interpreted
+@pytest.mark.parametrize("lens, heads", [([1, 2, 3, 5, 7], 8), ([0, 97, 13], 20)])
+def test_kernel_against_float64(lens, heads):
+    """Lengths 0, 1, 2 and primes, an odd batch, heads over two blocks, one and several splits."""
+    from harness.kernels.fused_mla_decode import Config
+
+    args = problem(lens, heads, rows=400)
+    ref_out, ref_lse = reference(*args)
+    for config in (Config(1, 16), Config(3, 32), Config(2, 16, reload_v=True, pv_fp16=True),
+                   Config(3, 16, prefetch=True)):
+        out, lse = kernel(*args, config)
+        empty = torch.tensor(lens) == 0
+        assert torch.equal(out[empty], torch.zeros_like(out[empty])) and bool((lse[empty] == -math.inf).all())
+        assert norm_rel(out[~empty], ref_out[~empty]) < 3e-3, config
+        assert float((lse[~empty].double() - ref_lse[~empty]).abs().max()) < 1e-4, config
+    # negative controls: a 1% KV scale and a dropped last token are both outside the tolerance
+    scaled, _ = kernel(*args, Config(3, 32), kv_scale=1.01)
+    assert norm_rel(scaled[~empty], ref_out[~empty]) > 4e-3
+    q_nope, q_pe, pool, indptr, indices = args
+    short = indptr.clone()
+    short[-1] -= 1
+    dropped, _ = kernel(q_nope, q_pe, pool, short, indices, Config(3, 32))
+    assert norm_rel(dropped[-1:], ref_out[-1:]) > 4e-3
+
+
+@interpreted
+def test_page_size_64_pool_rows():
+    """Token-level indices address a pool of slots + 64 rows (page_size 64) up to its last row."""
+    from harness.kernels.fused_mla_decode import Config
+
+    q_nope, q_pe, pool, indptr, indices = problem([70, 9], 8, rows=256 + 64, seed=4)
+    indices[:64] = torch.arange(256, 320, dtype=torch.int32)
+    ref_out, _ = reference(q_nope, q_pe, pool, indptr, indices)
+    out, _ = kernel(q_nope, q_pe, pool, indptr, indices, Config(2, 32))
+    assert norm_rel(out, ref_out) < 3e-3
+
+
+@interpreted
+@pytest.mark.parametrize("case_name", ["glm5-tp8.ci.multistep-reuse"])
+def test_runner_goldens(case_name):
+    """Slot reuse, several steps, short requests: the ci goldens pass, dropping the last token fails."""
+    outputs, verdict = run_strategies(case_name, ("fused_fp8",))["fused_fp8"]
+    assert verdict.passed, verdict.reason
+    faulty = run_strategies(case_name, ("fused_fp8",), faults=frozenset([Fault.DROPPED_LAST_TOKEN]))
+    assert not faulty["fused_fp8"][1].passed
+
+
+def test_unsupported_on_cpu_without_interpreter():
+    from harness.backends import make_backend
+    from harness.strategies import REGISTRY
+
+    reason = REGISTRY["fused_fp8"].unsupported_reason(torch.device("cpu"), make_backend("torch", torch.device("cpu")))
+    assert (reason is None) == INTERPRETED
+    assert INTERPRETED or "TRITON_INTERPRET=1" in reason
+
+
+def test_tuning_table_and_default(tmp_path):
+    from harness.kernels import fused_tuning
+    from harness.kernels.fused_mla_decode import Config
+
+    table = fused_tuning.load_table()
+    assert (32, 4096) in table and (1, 4096) in table  # the committed H200 table covers the headline shapes
+    assert fused_tuning.choose(32, 4097, 8, 132) == table[(32, 4096)]  # nearest power-of-two bucket
+    assert fused_tuning.bucket(500) == 512 and fused_tuning.bucket(1) == 1 and fused_tuning.bucket(2800) == 2048
+    # no entry: the heuristic fills one wave of 2 programs per SM, no split under 64 rows
+    assert fused_tuning.choose(32, 4096, 8, 132, table={}) == Config(num_splits=8)
+    assert fused_tuning.choose(256, 100, 8, 132, table={}) == Config(num_splits=1)
+    assert fused_tuning.choose(3, 300, 8, 132, table={}) == Config(4, block_n=64, num_warps=8, pv_fp16=True)
+    bad = tmp_path / "t.toml"
+    bad.write_text("[[entry]]\nbatch = 3\nkv_len = 4096\nnum_splits = 2\nblock_n = 32\nnum_warps = 4\nnum_stages = 2\n")
+    with pytest.raises(HarnessError, match="entry\\[0\\]"):
+        fused_tuning.load_table(bad)
+
+
+def test_roofline_bytes():
+    from harness import roofline
+    from harness.cases import load_case
+    from harness.pool import PoolGeometry
+
+    case = load_case("glm5-tp8.prod.b32-l4096")
+    geometry = case.geometry
+    last = case.schedule().steps[-1]
+    fused = roofline.step_bytes("fused_fp8", geometry, last, 8)
+    shadow = roofline.step_bytes("shadow", geometry, last, 8)
+    kv = len(last.kv_indices) * 576
+    assert fused.cast == 0 and kv < fused.attn < kv * 1.01  # the FP8 rows once, plus queries and outputs
+    assert shadow.attn - shadow.layer + shadow.write == 0 and 2 * kv < shadow.attn < 2 * kv * 1.01
+    assert shadow.write == 3 * fused.write
+    assert fused.step == fused.layer * 78
+    # the issue's floor: 78 x 75.5 MB at 4.27 TB/s = 1.4 ms
+    assert 1.35e3 < roofline.floor_us(fused.step, 4270) < 1.45e3
+    stock = roofline.step_bytes("stock", geometry, last, 8)
+    assert stock.cast == geometry.layer_bytes * 3
