@@ -1,4 +1,4 @@
-"""TP2 slice on two GPUs (run with `torchrun --nproc-per-node 2 ci/tp2_allreduce.py --out DIR`).
+"""TP2 slice on two GPUs (run with `python -m torch.distributed.run --nproc-per-node 2 ci/tp2_allreduce.py --out DIR`).
 
 1. Measures NCCL all-reduce latency per message size (bf16, 20 back-to-back calls in one CUDA graph,
    CUDA events) and writes it as the latency table `harness tpot --allreduce-table` reads.
@@ -40,7 +40,7 @@ def allreduce_us(numel: int, device, repeats: int = 20) -> tuple[float, str]:
     torch.cuda.synchronize()
     try:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # NCCL's watchdog thread polls events
             for _ in range(CALLS_PER_GRAPH):
                 dist.all_reduce(t)
         run, how = graph.replay, "cuda-graph"

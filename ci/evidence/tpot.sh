@@ -28,7 +28,7 @@ step() {  # step NAME SECONDS CMD...: run with a timeout (capped by what is left
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$E/gpus.txt" 2>&1
 
 # 1. real NCCL all-reduce on both GPUs: latency table + TP2 step check (8 layers, 65,536 slots)
-step tp2 110 torchrun --standalone --nproc-per-node 2 ci/tp2_allreduce.py --out "$E" --layers 8 --repeats 20
+step tp2 110 python3 -m torch.distributed.run --standalone --nproc-per-node 2 ci/tp2_allreduce.py --out "$E" --layers 8 --repeats 20
 TABLE=()
 [ -f "$E/allreduce_tp2.toml" ] && TABLE=(--allreduce-table "$E/allreduce_tp2.toml")
 

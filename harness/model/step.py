@@ -100,6 +100,8 @@ class ModelStep:
             self.forward(hidden, plan, batch, slots)  # warm-up: Triton compiles, cuBLAS picks, outside capture
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # NCCL's watchdog thread polls events while we capture: only this thread's calls must be capture-safe
+        mode = "thread_local" if self.allreduce.mode == "nccl" else "global"
+        with torch.cuda.graph(graph, capture_error_mode=mode):
             logits = self.forward(hidden, plan, batch, slots)
         return plan, graph, logits
