@@ -34,7 +34,7 @@ TABLE=()
 
 # 2. TPOT at production pool size, four strategies, GLM-5 TP8 rank (78 layers, 4 rotated weight sets)
 for sc in b1-l4096 b32-l4096; do
-  step "tpot-$sc" 75 python3 -m harness tpot --preset glm5-tp8 --scenario "$sc" "${TABLE[@]}" --repeats 20 \
+  step "tpot-$sc" 75 python3 -m harness tpot --preset glm5-tp8 --scenario "$sc" "${TABLE[@]}" --repeats 20 --profile \
     --json "$E/tpot-glm5-tp8-$sc.json"
 done
 

@@ -21,6 +21,7 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allreduce-table", type=Path, help="TOML of measured all-reduce latency per message size (default: no all-reduce time)")
     p.add_argument("--check-rotation", action="store_true", help="also time the first strategy with every layer's weights distinct")
     p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
+    p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
     p.add_argument("--json", type=Path, help="write results JSON here")
 
 
@@ -58,7 +59,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
 
             results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
             continue
-        results.append(time_strategy(name, ctx, repeats))
+        results.append(time_strategy(name, ctx, repeats, profile=args.profile))
     rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
     copy_gbps = None
     if device.type == "cuda":

@@ -78,6 +78,12 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
         lines.append(f"| article, BF16 shadow buffer | {ARTICLE['tpot_after_fix_ms']} | | | | | | |")
         kernels = first["detail"].get("kernels", {})
         lines += ["", "Kernels: " + "; ".join(f"{k} = {v}" for k, v in kernels.items()), ""]
+        for name, m in strategies.items():
+            prof = ((m.get("tpot_ms") or {}).get("detail") or {}).get("eager_kernels")
+            if prof and "kernel_ms" in prof:
+                top = ", ".join(f"{k['name'][:40]} {k['ms']:.2f} ms x{k['count']}" for k in prof["top"][:6])
+                lines += [f"Where the time goes ({name}, one eager step, torch.profiler): {prof['kernel_ms']:.2f} ms in "
+                          f"{prof['launches']} kernel launches; top: {top}.", ""]
         for m in strategies.values():
             if "rotation_check" in m:
                 rc = m["rotation_check"]["detail"]

@@ -71,7 +71,27 @@ def hidden_states(shape: ModelShape, batch_size: int, seed: int, device) -> torc
     return torch.randn((batch_size, shape.hidden_size), generator=gen).to(device=device, dtype=torch.bfloat16)
 
 
-def time_strategy(name: str, ctx: "TpotContext", repeats: int) -> TpotResult:
+def kernel_breakdown(run, top: int = 12) -> dict:
+    """Device time of the kernels one eager call of `run` launches, by kernel name (torch.profiler):
+    where the step's time goes, and how much of it is launch gaps rather than kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = []
+    for evt in prof.key_averages():
+        if getattr(evt, "device_type", None) != DeviceType.CUDA:
+            continue
+        us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        kernels.append((float(us), int(evt.count), evt.key))
+    kernels.sort(reverse=True)
+    return {"kernel_ms": sum(k[0] for k in kernels) / 1e3, "launches": sum(k[1] for k in kernels),
+            "top": [{"name": name[:90], "ms": us / 1e3, "count": n} for us, n, name in kernels[:top]]}
+
+
+def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = False) -> TpotResult:
     """Set the strategy up on the shared pool, time the model step and its attention path alone."""
     cls = REGISTRY[name]
     strategy = cls(ctx.pool, ctx.backend, ctx.case.preset)
@@ -91,7 +111,14 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int) -> TpotResult:
             tpot = event_time_ms(replay, repeats)
             attn = event_time_ms(lambda: replay(aplan, agraph), repeats)
             del graph, agraph
+            extra = {}
+            if profile:
+                try:
+                    extra["eager_kernels"] = kernel_breakdown(lambda: model.forward(hidden, plan, last, slots))
+                except Exception as exc:  # profiling is a diagnosis: its failure is noted, not fatal
+                    extra["eager_kernels"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
         else:
+            extra = {}
             plan = strategy.begin_step(last)
             tpot = host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats)
             attn = host_time_ms(lambda: session.layers(plan, last), repeats)
@@ -99,7 +126,7 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int) -> TpotResult:
     active = sum(int(ids.unique().numel()) for ids in model.last_expert_ids.values())
     if ctx.device.type == "cuda":
         torch.cuda.empty_cache()
-    return TpotResult(name, tpot, attn, sb, active, model.kernels)
+    return TpotResult(name, tpot, attn, sb, active, model.kernels, extra=extra)
 
 
 @dataclass

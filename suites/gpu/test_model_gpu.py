@@ -108,3 +108,20 @@ def test_latency_stand_in_lasts_the_table_latency():
     t = torch.ones(512, dtype=torch.bfloat16, device="cuda")  # 1 KiB: 20 µs
     ms = sorted(event_time_ms(lambda: [ar(t) for _ in range(50)], 10))[5]
     assert 0.8 * 50 * 20e-3 < ms < 1.3 * 50 * 20e-3, ms
+
+
+def test_kernel_breakdown_sees_the_steps_kernels(ctx):
+    from harness.decode import DecodeSession
+    from harness.model.step import ModelStep
+    from harness.model.tpot import hidden_states, kernel_breakdown
+    from harness.strategies import REGISTRY
+
+    s = REGISTRY["native_fp8"](ctx.pool, ctx.backend, ctx.case.preset)
+    last = ctx.schedule.steps[-1]
+    with DecodeSession(s, ctx.schedule, ctx.data):
+        model = ModelStep(ctx.shape, ctx.weights, s, ctx.allreduce, last.batch_size)
+        plan = s.begin_step(last)
+        hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
+        prof = kernel_breakdown(lambda: model.forward(hidden, plan, last, ctx.data.write_slots[last.step]))
+    assert prof["kernel_ms"] > 0 and prof["launches"] >= 10 * ctx.shape.num_layers, prof
+    assert any("expert_gemv" in k["name"] for k in prof["top"]) or prof["launches"] > 0
