@@ -124,4 +124,3 @@ def test_kernel_breakdown_sees_the_steps_kernels(ctx):
         hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
         prof = kernel_breakdown(lambda: model.forward(hidden, plan, last, ctx.data.write_slots[last.step]))
     assert prof["kernel_ms"] > 0 and prof["launches"] >= 10 * ctx.shape.num_layers, prof
-    assert any("expert_gemv" in k["name"] for k in prof["top"]) or prof["launches"] > 0
