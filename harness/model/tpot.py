@@ -151,7 +151,8 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
     if weight_sets < 1:
         raise HarnessError("--weight-sets", f"must be >= 1, got {weight_sets}")
     schedule = case.schedule()
-    geometry = PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
+    # the page-aware pool (Case.geometry, from the fidelity work) when this tree has it
+    geometry = getattr(case, "geometry", None) or PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
     need = geometry.total_bytes + rotated_weight_bytes(shape, weight_sets)
     if need > free_bytes(device) * 0.9:
         raise HarnessError("memory plan", f"pool + rotated weights need {need / GIB:.1f} GiB, more than {device} has free; lower --slots or --weight-sets")
@@ -181,7 +182,7 @@ def fit_note(ctx: TpotContext, name: str) -> dict:
         per_slot = (geometry.total_bytes + (extra if name != "gather_cast" else 0)) / geometry.slots
         note["device_total_bytes"] = total
         note["fits_with_full_weights"] = full_rank + geometry.total_bytes + extra <= total * 0.95
-        note["max_slots_with_full_weights"] = max(0, int((total * 0.95 - full_rank) // per_slot))
+        note["max_slots_with_full_weights"] = max(0, int((total * 0.95 - full_rank) // per_slot)) // 64 * 64  # whole pages
     return note
 
 
