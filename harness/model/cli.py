@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -23,6 +24,12 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
     p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
     p.add_argument("--json", type=Path, help="write results JSON here")
+    p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
+                   help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
+    p.add_argument("--sglang-python", default=sys.executable, help="--engine sglang: the Python that has sglang")
+    p.add_argument("--sglang-output-len", type=int, default=32, help="--engine sglang: decode steps per run")
+    p.add_argument("--sglang-workdir", type=Path, default=Path("sglang-tpot"), help="--engine sglang: model folder and logs")
+    p.add_argument("--sglang-full-tp", action="store_true", help="--engine sglang: run all tp ranks instead of one shrunk rank")
 
 
 def cmd_tpot(args, console: Console, device, case) -> int:
@@ -48,6 +55,8 @@ def cmd_tpot(args, console: Console, device, case) -> int:
             raise HarnessError("--allreduce-table", "the latency stand-in is a GPU spin kernel; CPU runs have no all-reduce")
         allreduce = LatencyAllReduce(table, device)
     shape = load_shape(case.preset.name, shrink=args.shrink)
+    if args.engine == "sglang":
+        return _sglang(args, console, case, shape, names)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
@@ -74,6 +83,36 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         write_results(args.json, rows, env, repro_command())
         console.print(f"results written to {args.json}")
     return 0
+
+
+def _sglang(args, console: Console, case, shape, names) -> int:
+    """TPOT from SGLang's one-batch benchmark per strategy (the driver has not run on a GPU here)."""
+    from harness.model import sglang_driver
+    from harness.model.sglang_plugin import SUPPORTED
+    from harness.results import Row, environment, repro_command, write_results
+
+    kv_lens = case.scenario.kv_lens
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
+    rows = []
+    for name in names:
+        if name not in SUPPORTED:
+            rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
+            continue
+        out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
+                                python=args.sglang_python, one_rank=not args.sglang_full_tp)
+        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms")
+        rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
+                        detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
+    if args.json:
+        write_results(args.json, rows, environment(torch_device()), repro_command())
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def torch_device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _table(rows) -> Table:
