@@ -75,32 +75,28 @@ class FP8Weight:
         return self.run(x)
 
 
-def _blockwise(w: FP8Weight) -> Callable:
-    import torch.nn.functional as F
+def _blockwise_with(scale_b_of: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
+    """torch scaled_mm with 1x128 activation and 128x128 weight block scales; `scale_b_of` lays the
+    [N/128, K/128] weight scales out the way the torch build asks (as is, or transposed)."""
 
-    scale_b = w.scale  # [N/128, K/128], row-major
+    def make(w: FP8Weight) -> Callable:
+        import torch.nn.functional as F
 
-    def run(x):
-        xq, xs = quantize_groups(x)
-        xs = xs.t().contiguous().t()  # 1x128 scales must be outer-dim-major
-        return F.scaled_mm(xq, w.q.t(), xs, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
-                           output_dtype=torch.bfloat16)
+        scale_b = scale_b_of(w.scale)
 
-    return run
+        def run(x):
+            xq, xs = quantize_groups(x)
+            xs = xs.t().contiguous().t()  # 1x128 scales must be outer-dim-major
+            return F.scaled_mm(xq, w.q.t(), xs, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
+                               output_dtype=torch.bfloat16)
+
+        return run
+
+    return make
 
 
-def _blockwise_t(w: FP8Weight) -> Callable:
-    import torch.nn.functional as F
-
-    scale_b = w.scale.t()  # [K/128, N/128] view: the other layout torch versions have asked for
-
-    def run(x):
-        xq, xs = quantize_groups(x)
-        xs = xs.t().contiguous().t()
-        return F.scaled_mm(xq, w.q.t(), xs, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
-                           output_dtype=torch.bfloat16)
-
-    return run
+_blockwise = _blockwise_with(lambda s: s)
+_blockwise_t = _blockwise_with(lambda s: s.t())
 
 
 def _column_scales(w: FP8Weight) -> torch.Tensor:
