@@ -3,8 +3,8 @@ runs them.
 
 The GEMM kernel is chosen per weight shape by a probe on the device: the first candidate that runs
 and matches a float32 emulation of the block-scaled product wins, and its name is recorded.
-Candidates, in order: torch `scaled_mm` with 1x128 activation / 128x128 weight block scales (what
-SGLang runs on SM90, via DeepGEMM or its Triton w8a8 kernel); `torch._scaled_mm` rowwise (same FP8
+Candidates, in order: torch `scaled_mm` (then `torch._scaled_mm`) with 1x128 activation / 128x128
+weight block scales (what SGLang runs on SM90, via DeepGEMM or its Triton w8a8 kernel); `torch._scaled_mm` rowwise (same FP8
 weight bytes, per-row/per-column scales: numerics differ from the block recipe, bytes do not); and
 BF16 (the weight dequantized once: twice the weight bytes — the CPU fallback).
 """
@@ -75,8 +75,9 @@ class FP8Weight:
         return self.run(x)
 
 
-def _blockwise_with(scale_b_of: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
-    """torch scaled_mm with 1x128 activation and 128x128 weight block scales; `scale_b_of` lays the
+def _blockwise_with(scale_b_of: Callable[[torch.Tensor], torch.Tensor], legacy: bool = False) -> Callable:
+    """1x128 activation and 128x128 weight block scales through torch's `scaled_mm` (or, `legacy`,
+    `torch._scaled_mm`, which infers the recipe from the scale shapes); `scale_b_of` lays the
     [N/128, K/128] weight scales out the way the torch build asks (as is, or transposed)."""
 
     def make(w: FP8Weight) -> Callable:
@@ -87,6 +88,8 @@ def _blockwise_with(scale_b_of: Callable[[torch.Tensor], torch.Tensor]) -> Calla
         def run(x):
             xq, xs = quantize_groups(x)
             xs = xs.t().contiguous().t()  # 1x128 scales must be outer-dim-major
+            if legacy:
+                return torch._scaled_mm(xq, w.q.t(), scale_a=xs, scale_b=scale_b, out_dtype=torch.bfloat16)
             return F.scaled_mm(xq, w.q.t(), xs, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
                                output_dtype=torch.bfloat16)
 
@@ -97,6 +100,7 @@ def _blockwise_with(scale_b_of: Callable[[torch.Tensor], torch.Tensor]) -> Calla
 
 _blockwise = _blockwise_with(lambda s: s)
 _blockwise_t = _blockwise_with(lambda s: s.t())
+_blockwise_legacy = _blockwise_with(lambda s: s.t(), legacy=True)
 
 
 def _column_scales(w: FP8Weight) -> torch.Tensor:
@@ -123,7 +127,8 @@ def _bf16(w: FP8Weight) -> Callable:
     return run
 
 
-CANDIDATES = {"scaled_mm_blockwise": _blockwise, "scaled_mm_blockwise_t": _blockwise_t, "scaled_mm_rowwise": _rowwise, "bf16": _bf16}
+CANDIDATES = {"scaled_mm_blockwise": _blockwise, "scaled_mm_blockwise_t": _blockwise_t,
+              "_scaled_mm_blockwise": _blockwise_legacy, "scaled_mm_rowwise": _rowwise, "bf16": _bf16}
 
 
 def _probe_ok(w: FP8Weight, make, batch: int) -> bool:
