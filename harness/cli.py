@@ -1,4 +1,4 @@
-"""`python -m harness`: run, golden refresh/verify, export-inputs, report, compare.
+"""`python -m harness`: run, golden refresh/verify, export-inputs, tpot, report, compare.
 
 Exit codes: 0 pass, 1 a check failed, 2 bad input (one line naming the file/field), 130 interrupted.
 torch is imported only by the commands that compute (`--help` and argument errors stay fast).
@@ -230,6 +230,13 @@ def cmd_export_inputs(args, console: Console) -> int:
     return 0
 
 
+def cmd_tpot(args, console: Console) -> int:
+    from harness.model.cli import cmd_tpot as run_tpot
+
+    device = _device(args.device)
+    return run_tpot(args, console, device, _case(args, device))
+
+
 def cmd_report(args, console: Console) -> int:
     from harness.report import render_report
 
@@ -280,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", type=int, action="append", help="layer(s) to export (default: 0)")
     p.add_argument("--out", type=Path, required=True, help="output .safetensors file")
     p.set_defaults(func=cmd_export_inputs)
+
+    p = add("tpot", help="time a model-shaped decode step (one TP rank) per strategy")
+    _add_case_args(p)
+    from harness.model.cli import add_tpot_args
+
+    add_tpot_args(p)
+    p.set_defaults(func=cmd_tpot)
 
     p = add("report", help="render tables and plots from results JSON files")
     p.add_argument("results", type=Path, nargs="+")

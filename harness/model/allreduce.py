@@ -1,0 +1,105 @@
+"""The step's two all-reduces per layer: real NCCL across ranks, a measured-latency stand-in on one
+GPU, or nothing (CPU, or when no table is given — then TPOT excludes communication, and says so)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.datafiles import read_toml
+from harness.errors import HarnessError
+
+
+@dataclass(frozen=True)
+class LatencyTable:
+    """Measured all-reduce latency (µs) by message size (bytes), interpolated linearly between points."""
+
+    source: str
+    sizes: tuple[int, ...]
+    micros: tuple[float, ...]
+
+    def us(self, nbytes: int) -> float:
+        i = bisect.bisect_left(self.sizes, nbytes)
+        if i == 0:
+            return self.micros[0]
+        if i == len(self.sizes):
+            return self.micros[-1] * nbytes / self.sizes[-1]  # past the table: bandwidth-bound growth
+        (s0, s1), (u0, u1) = self.sizes[i - 1 : i + 1], self.micros[i - 1 : i + 1]
+        return u0 + (u1 - u0) * (nbytes - s0) / (s1 - s0)
+
+
+def load_table(path: Path) -> LatencyTable:
+    """A table TOML: `source = "..."` and [[point]] rows with `bytes` and `us`, sizes increasing."""
+    data = read_toml(path)
+    points = data.get("point")
+    if not isinstance(points, list) or not points:
+        raise HarnessError(f"{path}: point", "needs [[point]] rows with bytes and us")
+    try:
+        sizes = tuple(int(p["bytes"]) for p in points)
+        micros = tuple(float(p["us"]) for p in points)
+    except (KeyError, TypeError, ValueError):
+        raise HarnessError(f"{path}: point", "every [[point]] needs numeric bytes and us") from None
+    if list(sizes) != sorted(set(sizes)) or min(micros) < 0:
+        raise HarnessError(f"{path}: point", "bytes must increase strictly and us be >= 0")
+    return LatencyTable(str(data.get("source", path)), sizes, micros)
+
+
+class AllReduce:
+    """Called on the [B, hidden] bf16 tensor after o_proj and after the FFN; returns it reduced."""
+
+    mode = "none"
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def describe(self) -> str:
+        return "none: all-reduce time not included"
+
+
+class NcclAllReduce(AllReduce):
+    """torch.distributed all-reduce (NCCL) over the default process group: capturable in a CUDA graph."""
+
+    mode = "nccl"
+
+    def __call__(self, t):
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+        return t
+
+    def describe(self) -> str:
+        import torch.distributed as dist
+
+        return f"nccl: real all-reduce over {dist.get_world_size()} ranks"
+
+
+class LatencyAllReduce(AllReduce):
+    """One GPU: a spin kernel lasting the table's latency for the message size (inside the graph)."""
+
+    mode = "latency"
+
+    def __init__(self, table: LatencyTable, device: torch.device):
+        self.table = table
+        self.cycles_per_us = _spin_rate(device)
+
+    def __call__(self, t):
+        torch.cuda._sleep(max(1, int(self.table.us(t.numel() * t.element_size()) * self.cycles_per_us)))
+        return t
+
+    def describe(self) -> str:
+        return f"latency: measured per-size latency from {self.table.source}"
+
+
+def _spin_rate(device: torch.device, cycles: int = 2_000_000) -> float:
+    """Clock cycles of torch.cuda._sleep per µs on this GPU (calibrated with CUDA events)."""
+    with torch.cuda.device(device):
+        torch.cuda._sleep(cycles)  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e3)

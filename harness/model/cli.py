@@ -1,0 +1,135 @@
+"""`python -m harness tpot`: arguments and the command (kept here so harness/cli.py only registers it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import HarnessError
+
+DEFAULT_STRATEGIES = ("stock", "gather_cast", "shadow", "native_fp8")
+
+
+def add_tpot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", action="append", help=f"strategy to time (repeatable; default {', '.join(DEFAULT_STRATEGIES)})")
+    p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
+    p.add_argument("--shrink", action="store_true", help="CPU/CI size: the [shrink] fields of harness/model/models.toml")
+    p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
+    p.add_argument("--allreduce-table", type=Path, help="TOML of measured all-reduce latency per message size (default: no all-reduce time)")
+    p.add_argument("--check-rotation", action="store_true", help="also time the first strategy with every layer's weights distinct")
+    p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
+    p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
+    p.add_argument("--json", type=Path, help="write results JSON here")
+    p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
+                   help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
+    p.add_argument("--sglang-python", default=sys.executable, help="--engine sglang: the Python that has sglang")
+    p.add_argument("--sglang-output-len", type=int, default=32, help="--engine sglang: decode steps per run")
+    p.add_argument("--sglang-workdir", type=Path, default=Path("sglang-tpot"), help="--engine sglang: model folder and logs")
+    p.add_argument("--sglang-full-tp", action="store_true", help="--engine sglang: run all tp ranks instead of one shrunk rank")
+
+
+def cmd_tpot(args, console: Console, device, case) -> int:
+    from harness.model.allreduce import AllReduce, LatencyAllReduce, load_table
+    from harness.model.config import load_shape
+    from harness.model.tpot import build_context, rotation_check, time_strategy, to_rows
+    from harness.results import environment, repro_command, write_results
+    from harness.strategies import REGISTRY
+
+    names = tuple(dict.fromkeys(args.strategy)) if args.strategy else DEFAULT_STRATEGIES
+    for name in names:
+        if name not in REGISTRY:
+            raise HarnessError("--strategy", f"unknown strategy {name!r}; choose from {', '.join(REGISTRY)}")
+    repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
+    if repeats < 1:
+        raise HarnessError("--repeats", f"must be >= 1, got {repeats}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+    allreduce = AllReduce()
+    if args.allreduce_table:
+        table = load_table(args.allreduce_table)
+        if device.type != "cuda":
+            raise HarnessError("--allreduce-table", "the latency stand-in is a GPU spin kernel; CPU runs have no all-reduce")
+        allreduce = LatencyAllReduce(table, device)
+    shape = load_shape(case.preset.name, shrink=args.shrink)
+    if args.engine == "sglang":
+        return _sglang(args, console, case, shape, names)
+    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
+    console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
+                  f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
+    results = []
+    for name in names:
+        reason = REGISTRY[name].unsupported_reason(device, ctx.backend)
+        if reason:
+            from harness.model.tpot import TpotResult
+
+            results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
+            continue
+        results.append(time_strategy(name, ctx, repeats, profile=args.profile))
+    rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
+    copy_gbps = None
+    if device.type == "cuda":
+        from harness.timing import copy_bandwidth_gbps
+
+        copy_gbps = copy_bandwidth_gbps(device)
+    rows = to_rows(ctx, results, ctx.backend.name, copy_gbps, rotation)
+    console.print(_table(rows))
+    if args.json:
+        env = environment(device)
+        env["copy_gbps"] = copy_gbps
+        write_results(args.json, rows, env, repro_command())
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def _sglang(args, console: Console, case, shape, names) -> int:
+    """TPOT from SGLang's one-batch benchmark per strategy (the driver has not run on a GPU here)."""
+    from harness.model import sglang_driver
+    from harness.model.sglang_plugin import SUPPORTED
+    from harness.results import Row, environment, repro_command, write_results
+
+    kv_lens = case.scenario.kv_lens
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
+    rows = []
+    for name in names:
+        if name not in SUPPORTED:
+            rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
+            continue
+        out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
+                                python=args.sglang_python, one_rank=not args.sglang_full_tp)
+        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms")
+        rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
+                        detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
+    if args.json:
+        write_results(args.json, rows, environment(torch_device()), repro_command())
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def torch_device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _table(rows) -> Table:
+    by = {}
+    for r in rows:
+        by.setdefault(r.strategy, {})[r.metric] = r.value
+    t = Table(title="TPOT per strategy (one TP rank)")
+    for col in ("strategy", "tpot ms", "attn path ms", "attn share", "roofline ms", "tpot/roofline", "GB moved"):
+        t.add_column(col, justify="right")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    for name, m in by.items():
+        if "tpot_ms" not in m:
+            continue
+        moved = sum(m.get(k) or 0 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")) / 1e9
+        t.add_row(name, fmt(m.get("tpot_ms"), ".3f"), fmt(m.get("attn_path_ms"), ".3f"), fmt(m.get("attn_share"), ".1%"),
+                  fmt(m.get("roofline_ms"), ".3f"), fmt(m.get("tpot_over_roofline"), ".2f"), f"{moved:.3f}")
+    if "rotation_check" in {r.metric for r in rows}:
+        rc = next(r for r in rows if r.metric == "rotation_check").detail
+        t.caption = f"rotation check ({rc['strategy']}, {rc['layers']} layers): rotated {rc['rotated_ms']:.3f} ms vs distinct {rc['distinct_ms']:.3f} ms (x{rc['ratio']:.3f})"
+    return t

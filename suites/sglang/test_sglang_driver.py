@@ -1,0 +1,148 @@
+"""The SGLang TPOT driver against the real SGLang (CPU): its command line parses with SGLang's own
+parser, and the installed gather_cast plugin really replaces the whole-pool cast of SGLang's
+FlashInferMLAAttnBackend.forward_decode (FlashInfer replaced by a recorder). Skipped without sglang."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+try:  # sglang.srt, not sglang: with suites/ on sys.path, this folder alone imports as a namespace "sglang"
+    import sglang.srt  # noqa: F401
+except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA-only torchvision)
+    pytest.skip(f"sglang is not importable ({type(exc).__name__}: {exc})"[:200], allow_module_level=True)
+pytestmark = pytest.mark.sglang
+
+from harness.model import sglang_driver  # noqa: E402
+from harness.model.config import load_shape  # noqa: E402
+
+ROWS, HEADS, WIDTH = 300, 8, 576
+
+
+def _sglang_parser():
+    from sglang.benchmark.one_batch import BenchArgs
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    BenchArgs.add_cli_args(parser)
+    return parser
+
+
+def _driver_args(tmp_path):
+    shape = load_shape("glm5-tp8")
+    return shape, sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+
+
+def test_command_line_parses_with_sglangs_own_parser(tmp_path):
+    from sglang.benchmark.one_batch import BenchArgs
+
+    shape, args = _driver_args(tmp_path)
+    ns = _sglang_parser().parse_args(args)
+    assert (ns.attention_backend, ns.kv_cache_dtype, ns.load_format) == ("flashinfer", "fp8_e4m3", "dummy")
+    assert json.loads(ns.json_model_override_args) == sglang_driver.one_rank_overrides(shape)
+    bench = BenchArgs.from_cli_args(ns)
+    assert (bench.batch_size, bench.input_len, bench.output_len) == ((32,), (4096,), (16,)) or \
+        (list(bench.batch_size), list(bench.input_len), list(bench.output_len)) == ([32], [4096], [16])
+
+
+def test_a_wrong_value_is_refused_by_sglangs_parser(tmp_path):
+    _, args = _driver_args(tmp_path)
+    bad = [("fp8_e5m3_typo" if a == "fp8_e4m3" else a) for a in args]  # planted: a kv-cache dtype SGLang lacks
+    with pytest.raises(SystemExit):
+        _sglang_parser().parse_args(bad)
+
+
+class Recorder:
+    """Stands in for FlashInfer's BatchMLAPagedAttentionWrapper: records what plan/run receive."""
+
+    def __init__(self):
+        self.planned, self.ran = None, []
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, *rest, **kw):
+        self.planned = kv_indices.clone()
+
+    def run(self, q_nope, q_rope, ckv, kpe, out=None, return_lse=False):
+        self.ran.append((ckv.shape, ckv.dtype, ckv.clone()))
+        return out.zero_()
+
+
+class FakePool:
+    """SGLang's MLATokenToKVPool surface forward_decode uses: a uint8 buffer viewed as e4m3."""
+
+    def __init__(self):
+        gen = torch.Generator().manual_seed(0)
+        self.buffer = torch.randint(0, 0x7E, (ROWS, 1, WIDTH), dtype=torch.uint8, generator=gen)
+
+    def get_key_buffer(self, layer_id):
+        return self.buffer.view(torch.float8_e4m3fn)
+
+
+def _bare_backend(cls, gather: bool):
+    """The backend object without __init__ (no GPU, no model runner), FlashInfer replaced by a recorder."""
+    backend = object.__new__(cls)
+    recorder = Recorder()
+    backend.token_to_kv_pool = FakePool()
+    backend.forward_metadata = SimpleNamespace(decode_wrapper=recorder)
+    backend.indices_updater_decode = SimpleNamespace(call_begin_forward=lambda wrapper, kv_indices: wrapper.plan(None, None, kv_indices))
+    if gather:
+        backend.harness_attach()
+    return backend, recorder
+
+
+def _decode(backend, kv_indices):
+    backend.indices_updater_decode.call_begin_forward(backend.forward_metadata.decode_wrapper, kv_indices)
+    layer = SimpleNamespace(layer_id=0, tp_q_head_num=HEADS, v_head_dim=512, head_dim=WIDTH)
+    q = torch.zeros((2, HEADS * 512), dtype=torch.bfloat16)
+    q_rope = torch.zeros((2, HEADS * 64), dtype=torch.bfloat16)
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: False))  # no DCP lse path
+    backend.forward_decode(q, None, None, layer, batch, save_kv_cache=False, q_rope=q_rope)
+
+
+KV_INDICES = torch.tensor([17, 5, 250, 251, 3], dtype=torch.int32)
+
+
+def test_gather_cast_plugin_replaces_the_whole_pool_cast():
+    from harness.model.sglang_plugin import gather_cast_backend_class
+
+    backend, recorder = _bare_backend(gather_cast_backend_class(), gather=True)
+    _decode(backend, KV_INDICES)
+    (shape, dtype, ckv), = recorder.ran
+    assert shape == (len(KV_INDICES), 1, 512) and dtype == torch.bfloat16  # the compact buffer, not the pool
+    assert torch.equal(recorder.planned, torch.arange(len(KV_INDICES), dtype=torch.int32))  # plan on compact rows
+    whole = FakePool().get_key_buffer(0).to(torch.bfloat16)
+    assert torch.equal(ckv, whole[KV_INDICES.long(), :, :512])  # the same values attention reads in stock
+
+
+def test_sglangs_own_backend_casts_the_whole_pool():
+    """Twin: without the plugin, the recorder sees SGLang's whole-pool cast (what the test above rules out)."""
+    from sglang.srt.layers.attention.flashinfer_mla_backend import FlashInferMLAAttnBackend
+
+    backend, recorder = _bare_backend(FlashInferMLAAttnBackend, gather=False)
+    _decode(backend, KV_INDICES)
+    (shape, dtype, _), = recorder.ran
+    assert shape == (ROWS, 1, 512) and dtype == torch.bfloat16
+    assert torch.equal(recorder.planned, KV_INDICES)
+
+
+def test_install_puts_the_plugin_into_sglangs_registry():
+    from sglang.srt.layers.attention import attention_registry as registry
+
+    from harness.model.sglang_plugin import install
+
+    original = registry.ATTENTION_BACKENDS["flashinfer"]
+    calls = []
+    try:
+        registry.ATTENTION_BACKENDS["flashinfer"] = lambda runner: calls.append(runner) or "sglang's backend"
+        install("stock")  # stock is SGLang unchanged
+        stock_factory = registry.ATTENTION_BACKENDS["flashinfer"]
+        install("gather_cast")
+        factory = registry.ATTENTION_BACKENDS["flashinfer"]
+        assert factory is not stock_factory
+        assert factory(SimpleNamespace(use_mla_backend=False)) == "sglang's backend" and len(calls) == 1  # non-MLA: SGLang's
+    finally:
+        registry.ATTENTION_BACKENDS["flashinfer"] = original

@@ -1,0 +1,60 @@
+"""The routed-expert Triton GEMV on CPU under the Triton interpreter, against the dequantized product.
+
+Like test_kernels_interpret.py, this file reruns itself in a TRITON_INTERPRET=1 child process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed")
+
+from harness.model.fp8 import dequantize_blocks, quantize_blocks  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child of test_under_interpreter")
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this is the TRITON_INTERPRET=1 child run")
+def test_under_interpreter():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-5000:] + proc.stderr[-2000:]
+
+
+def _problem():
+    gen = torch.Generator().manual_seed(0)
+    blocks = [quantize_blocks(torch.randn(256, 256, generator=gen) / 16) for _ in range(3)]
+    w, s = torch.stack([q for q, _ in blocks]), torch.stack([sc for _, sc in blocks])
+    s[:, 1, 0] *= 2  # distinct scales per block: a kernel reading the wrong block is visible
+    x = torch.randn(2, 256, generator=gen).to(torch.bfloat16)
+    return x, w, s, torch.tensor([2, 0, 1, 1])
+
+
+def _close(out, x, w, s, ids, row_div):
+    ref = torch.stack([x[p // row_div].float() @ dequantize_blocks(w[e], s[e]).t() for p, e in enumerate(ids.tolist())])
+    return bool(((out.float() - ref).abs() <= ref.abs() / 128 + 1e-3).all())
+
+
+@interpreted
+def test_expert_gemv_matches_dequantized_product():
+    from harness.model.moe_kernel import expert_gemv
+
+    x, w, s, ids = _problem()
+    assert _close(expert_gemv(x, 2, w, s, ids), x, w, s, ids, 2)
+
+
+@interpreted
+def test_expert_gemv_with_wrong_ids_is_caught():
+    from harness.model.moe_kernel import expert_gemv
+
+    x, w, s, ids = _problem()
+    assert not _close(expert_gemv(x, 2, w, s, ids.flip(0)), x, w, s, ids, 2)

@@ -1,0 +1,208 @@
+"""The model-shaped decode step on CPU: shapes as data, FP8 blocks, routing, experts, strategies' attention."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.decode import DecodeSession
+from harness.errors import HarnessError
+from harness.faults import Fault
+from harness.model import bytes as nbytes
+from harness.model.config import load_shape
+from harness.model.fp8 import FP8Weight, _probe_ok, _bf16, bind_kernel, dequantize_blocks, quantize_blocks
+from harness.model.moe import RoutedExperts, _silu_mul, naive_route, route
+from harness.model.step import ModelStep
+from harness.model.allreduce import AllReduce
+from harness.model.tpot import build_context, hidden_states
+from harness.presets import get_preset, get_scale
+from harness.scenario import load_scenario
+from harness.strategies import REGISTRY
+
+# ---- shapes as data -------------------------------------------------------------------------
+
+
+def test_glm5_rank_shapes_from_toml():
+    s = load_shape("glm5-tp8")
+    assert (s.hidden_size, s.num_layers, s.first_k_dense, s.heads, s.q_lora_rank) == (6144, 78, 3, 8, 2048)
+    assert (s.moe_inter, s.dense_inter, s.vocab, s.n_routed_experts, s.num_experts_per_tok) == (256, 1536, 19360, 256, 8)
+    d = load_shape("deepseek-v3-tp8")
+    assert (d.hidden_size, d.num_layers, d.heads, d.q_lora_rank, d.v_head_dim, d.vocab) == (7168, 61, 16, 1536, 128, 16160)
+    for name in ("glm5-tp8", "deepseek-v3-tp8"):
+        load_shape(name).check_preset(get_preset(name))
+
+
+def test_glm5_full_rank_weights_are_about_93_gb():
+    full = nbytes.full_rank_weight_bytes(load_shape("glm5-tp8"))
+    assert 90e9 < full < 97e9, full  # ~744B params / 8 ranks in FP8, plus BF16 embedding/lm_head shards
+
+
+@pytest.mark.parametrize("bad, field", [("hidden_size = 6000", "hidden_size"), ("tp = 3", "num_heads"), ("bogus = 1", "bogus")])
+def test_bad_model_toml_names_file_and_field(tmp_path, bad, field):
+    text = (nbytes.__file__.rsplit("/", 1)[0] + "/models.toml")
+    src = open(text).read().split("[deepseek-v3-tp8]")[0]
+    key = bad.split(" = ")[0]
+    lines = [l for l in src.splitlines() if not l.startswith(f"{key} =")] + [bad]
+    path = tmp_path / "m.toml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HarnessError) as err:
+        load_shape("glm5-tp8", path=path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_unchanged_model_toml_copy_loads(tmp_path):  # twin of the test above: the mutation is what fails
+    path = tmp_path / "m.toml"
+    path.write_text(open(nbytes.__file__.rsplit("/", 1)[0] + "/models.toml").read())
+    assert load_shape("glm5-tp8", path=path) == load_shape("glm5-tp8")
+
+
+# ---- FP8 block weights ----------------------------------------------------------------------
+
+
+def test_block_quantization_round_trip_and_cpu_gemm():
+    w = torch.randn(384, 256, generator=torch.Generator().manual_seed(1)) * 0.05
+    q, scale = quantize_blocks(w)
+    assert q.dtype == torch.float8_e4m3fn and scale.shape == (3, 2)
+    assert (dequantize_blocks(q, scale) - w).abs().max() < 0.05 * w.abs().max()
+    weight = FP8Weight(q, scale)
+    bind_kernel(weight, 2, {})
+    assert weight.kernel == "bf16" and weight.nbytes_read == 384 * 256 * 2
+    assert _probe_ok(weight, _bf16, 2)
+
+
+def test_probe_rejects_a_kernel_with_wrong_scales():
+    q, scale = quantize_blocks(torch.randn(256, 256, generator=torch.Generator().manual_seed(2)))
+    wrong = lambda w: _bf16(FP8Weight(w.q, w.scale * 1.5))  # noqa: E731
+    assert not _probe_ok(FP8Weight(q, scale), wrong, 2)
+
+
+# ---- MoE ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_group, topk_group", [(1, 1), (8, 4)])
+def test_routing_matches_naive_reference(n_group, topk_group):
+    gen = torch.Generator().manual_seed(3)
+    logits, bias = torch.randn(16, 64, generator=gen), torch.randn(64, generator=gen) * 0.1
+    w, ids = route(logits, bias, 8, n_group, topk_group, 2.5)
+    w_ref, ids_ref = naive_route(logits, bias, 8, n_group, topk_group, 2.5)
+    assert torch.equal(ids.sort(-1).values, ids_ref.sort(-1).values)
+    assert torch.allclose(w.gather(1, ids.argsort(-1)), w_ref.gather(1, ids_ref.argsort(-1)).float(), rtol=1e-5)
+
+
+def test_routing_without_correction_bias_is_caught():
+    gen = torch.Generator().manual_seed(3)
+    logits, bias = torch.randn(16, 64, generator=gen), torch.randn(64, generator=gen) * 0.5
+    _, ids = route(logits, torch.zeros(64), 8, 8, 4, 2.5)  # planted fault: the bias is dropped
+    _, ids_ref = naive_route(logits, bias, 8, 8, 4, 2.5)
+    assert not torch.equal(ids.sort(-1).values, ids_ref.sort(-1).values)
+
+
+def _experts(seed=4, e=6, h=256, inter=128):
+    gen = torch.Generator().manual_seed(seed)
+    blocks = [quantize_blocks(torch.randn(2 * inter, h, generator=gen) / 16) for _ in range(e)]
+    downs = [quantize_blocks(torch.randn(h, inter, generator=gen) / 11) for _ in range(e)]
+    return RoutedExperts(torch.stack([b[0] for b in blocks]), torch.stack([b[1] for b in blocks]),
+                         torch.stack([d[0] for d in downs]), torch.stack([d[1] for d in downs]))
+
+
+def _dense_moe_reference(ex, x, weights, ids):
+    out = torch.zeros(x.shape, dtype=torch.float32)
+    for t in range(x.shape[0]):
+        for j, e in enumerate(ids[t].tolist()):
+            w13 = dequantize_blocks(ex.w13[e], ex.s13[e]).to(torch.bfloat16)
+            w2 = dequantize_blocks(ex.w2[e], ex.s2[e]).to(torch.bfloat16)
+            out[t] += weights[t, j] * (_silu_mul(x[t : t + 1] @ w13.t()) @ w2.t())[0].float()
+    return out.to(torch.bfloat16)
+
+
+def test_routed_experts_match_dense_reference():
+    ex = _experts()
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    ids, weights = torch.tensor([[0, 5], [2, 2], [4, 1]]), torch.tensor([[0.7, 0.3], [0.5, 0.5], [0.9, 0.1]])
+    assert torch.equal(ex(x, weights, ids), _dense_moe_reference(ex, x, weights, ids))
+    assert ex.bytes_per_expert == 3 * 128 * 256 + (2 * 2 + 2 * 1) * 4
+
+
+def test_routed_experts_with_wrong_expert_are_caught():
+    ex = _experts()
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    ids, weights = torch.tensor([[0, 5], [2, 2], [4, 1]]), torch.tensor([[0.7, 0.3], [0.5, 0.5], [0.9, 0.1]])
+    wrong = ids.clone()
+    wrong[2, 1] = 3  # planted fault: one pair reads the wrong expert
+    assert not torch.equal(ex(x, weights, wrong), _dense_moe_reference(ex, x, weights, ids))
+
+
+# ---- the step with the strategies' attention ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_ctx():
+    case = Case(get_preset("glm5-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
+    return build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cpu"), "torch", 2, AllReduce())
+
+
+def _layer0_attention(ctx, name, faults=frozenset()):
+    strategy = REGISTRY[name](ctx.pool, ctx.backend, ctx.case.preset, faults)
+    last = ctx.schedule.steps[-1]
+    hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
+    with DecodeSession(strategy, ctx.schedule, ctx.data):
+        model = ModelStep(ctx.shape, ctx.weights, strategy, ctx.allreduce, last.batch_size)
+        logits = model.forward(hidden, strategy.begin_step(last), last, ctx.data.write_slots[last.step], record_layers={0})
+    return model, logits
+
+
+def test_model_step_layer0_attention_gather_cast_equals_stock_bitwise(tiny_ctx):
+    stock, logits = _layer0_attention(tiny_ctx, "stock")
+    gather, logits_g = _layer0_attention(tiny_ctx, "gather_cast")
+    assert logits.shape == (1, tiny_ctx.shape.vocab) and torch.isfinite(logits.float()).all()
+    for a, b in zip(stock.attn_outputs[0], gather.attn_outputs[0]):
+        assert torch.equal(a, b)
+    assert torch.equal(logits, logits_g)
+    assert stock.kernels["routed_experts"] == "torch_per_pair_bf16" and stock.kernels["gemm:qkv_a"] == "bf16"
+    assert len(stock.last_expert_ids[1].unique()) == tiny_ctx.shape.num_experts_per_tok
+
+
+def test_model_step_gather_cast_off_by_one_differs_from_stock(tiny_ctx):
+    stock, _ = _layer0_attention(tiny_ctx, "stock")
+    broken, _ = _layer0_attention(tiny_ctx, "gather_cast", frozenset({Fault.REMAP_OFF_BY_ONE}))
+    assert not torch.equal(stock.attn_outputs[0][0], broken.attn_outputs[0][0])
+
+
+def test_pool_holds_the_models_kv_row_after_the_step(tiny_ctx):
+    """The KV written is the model's kv_a output in e4m3 (not the harness's synthetic row)."""
+    strategy = REGISTRY["stock"](tiny_ctx.pool, tiny_ctx.backend, tiny_ctx.case.preset)
+    last = tiny_ctx.schedule.steps[-1]
+    slots = tiny_ctx.data.write_slots[last.step]
+    with DecodeSession(strategy, tiny_ctx.schedule, tiny_ctx.data):
+        model = ModelStep(tiny_ctx.shape, tiny_ctx.weights, strategy, tiny_ctx.allreduce, last.batch_size)
+        model.forward(hidden_states(tiny_ctx.shape, last.batch_size, 0, tiny_ctx.device), strategy.begin_step(last), last, slots)
+        written = tiny_ctx.pool.buffers[0].view(tiny_ctx.pool.geometry.rows, -1)[slots]
+        synthetic = tiny_ctx.data.new_rows[(last.step, 0)]
+        assert not torch.equal(written, synthetic)
+        ckv = written[:, :512].view(torch.float8_e4m3fn).float()
+        assert 0.5 < ckv.pow(2).mean().sqrt() < 2.0  # an RMS-normed compressed KV
+
+
+def test_step_bytes_count_active_experts_once(tiny_ctx):
+    s = tiny_ctx.shape
+    last = tiny_ctx.schedule.steps[-1]
+    ids = {1: torch.tensor([[0, 1, 2, 3]])}
+    twice = {1: torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])}
+    one = nbytes.step_bytes(s, ids, REGISTRY["native_fp8"], tiny_ctx.pool.geometry, last)
+    assert one.weights == nbytes.step_bytes(s, twice, REGISTRY["native_fp8"], tiny_ctx.pool.geometry, last).weights
+    expected = nbytes.lm_head_bytes(s) + 2 * nbytes.attn_weight_bytes(s) + nbytes.mlp_bytes(s.hidden_size, s.dense_inter) \
+        + nbytes.moe_fixed_bytes(s) + 4 * nbytes.expert_bytes(s)
+    assert one.weights == expected and one.cast == 0
+    stock = nbytes.step_bytes(s, ids, REGISTRY["stock"], tiny_ctx.pool.geometry, last)
+    writes = 2 * last.batch_size * 576  # the new token's FP8 row, both layers
+    assert stock.cast == 2 * tiny_ctx.pool.geometry.layer_bytes * 3 and stock.kv - writes == 2 * (one.kv - writes)
+
+
+def test_reuse_distance_glm5_prod_exceeds_l2_several_times():
+    s = load_shape("glm5-tp8")
+    assert nbytes.reuse_distance_bytes(s, 4, 8) > 3 * nbytes.L2_BYTES
+    assert nbytes.reuse_distance_bytes(s, 1, 8) == 0  # one set: every layer re-reads the same weights
+    assert dataclasses.replace(s).with_layers(2).first_k_dense == 2
