@@ -24,7 +24,7 @@ pytest.importorskip("triton", reason="triton is not installed")
 from harness.errors import HarnessError  # noqa: E402
 from harness.faults import Fault  # noqa: E402
 
-from helpers import run_strategies  # noqa: E402
+from suites.helpers import run_strategies  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(

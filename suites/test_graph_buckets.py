@@ -5,12 +5,14 @@ import numpy as np
 import pytest
 import torch
 
+from harness.backends import make_backend
 from harness.cases import load_case
 from harness.graphs import PAD_ROW, bucket_capacities, bucket_for, pad_batch
 from harness.prepared import PreparedCase
 from harness.strategies import ORDER, REGISTRY
 
-CPU_STRATEGIES = [n for n in ORDER if "cpu" in REGISTRY[n].devices]
+CPU = torch.device("cpu")
+CPU_STRATEGIES = [n for n in ORDER if REGISTRY[n].unsupported_reason(CPU, make_backend("torch", CPU)) is None]
 
 
 def test_buckets_follow_sglang_defaults():

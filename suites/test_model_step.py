@@ -150,7 +150,7 @@ def _layer0_attention(ctx, name, faults=frozenset()):
     hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
     with DecodeSession(strategy, ctx.schedule, ctx.data):
         model = ModelStep(ctx.shape, ctx.weights, strategy, ctx.allreduce, last.batch_size)
-        logits = model.forward(hidden, strategy.begin_step(last), last, ctx.data.write_slots[last.step], record_layers={0})
+        logits = model.forward(hidden, strategy.begin_step(last), last, ctx.data.steps[last.step].slots, record_layers={0})
     return model, logits
 
 
@@ -175,7 +175,7 @@ def test_pool_holds_the_models_kv_row_after_the_step(tiny_ctx):
     """The KV written is the model's kv_a output in e4m3 (not the harness's synthetic row)."""
     strategy = REGISTRY["stock"](tiny_ctx.pool, tiny_ctx.backend, tiny_ctx.case.preset)
     last = tiny_ctx.schedule.steps[-1]
-    slots = tiny_ctx.data.write_slots[last.step]
+    slots = tiny_ctx.data.steps[last.step].slots
     with DecodeSession(strategy, tiny_ctx.schedule, tiny_ctx.data):
         model = ModelStep(tiny_ctx.shape, tiny_ctx.weights, strategy, tiny_ctx.allreduce, last.batch_size)
         model.forward(hidden_states(tiny_ctx.shape, last.batch_size, 0, tiny_ctx.device), strategy.begin_step(last), last, slots)

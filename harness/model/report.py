@@ -8,10 +8,12 @@ strategy (attention path vs the rest of the step) as tpot.png.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
-from harness.datafiles import read_json, write_atomic
+from harness.datafiles import read_json
+from harness.fsio import write_bytes, write_text
 from harness.errors import HarnessError
 
 # GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
@@ -131,7 +133,9 @@ def plot(bars, path: Path) -> bool:
     ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    write_bytes(path, buf.getvalue())
     return True
 
 
@@ -145,7 +149,7 @@ def main(argv=None) -> int:
         paths = [p for p in args.results if p.exists()] or args.results
         text, bars = render(paths, args.tp2 if args.tp2 and args.tp2.exists() else None)
         args.out.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.out / "tpot.md", lambda tmp: tmp.write_text(text))
+        write_text(args.out / "tpot.md", text)
         plotted = plot(bars, args.out / "tpot.png")
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ from harness.decode import DecodeSession, make_step_data
 from harness.faults import Fault
 from harness.pool import KVPool
 
-from helpers import run_strategies
+from suites.helpers import run_strategies
 
 pytestmark = [
     pytest.mark.gpu,
