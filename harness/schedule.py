@@ -33,7 +33,10 @@ class StepBatch:
     step: int
     request_ids: np.ndarray  # int64 [B]
     kv_indptr: np.ndarray  # int32 [B+1]
-    kv_indices: np.ndarray  # int32 [nnz]: pool rows (= slot numbers; page 0 is the dummy)
+    # int32 [nnz]: pool rows (= slot numbers; page 0 is the dummy), token-level even in a 64-token-page
+    # pool: SGLang's FlashInfer MLA backend plans with page_size 1 over token ids from req_to_token
+    # (flashinfer_mla_backend.py call_begin_forward, sglang 0.5.23), and so do the harness's backends.
+    kv_indices: np.ndarray
     index_gens: np.ndarray  # int64 [nnz]: generation of each row's content at this step
     write_slots: np.ndarray  # int64 [B]: the slot of each request's new token (its last index)
     reused_slots: np.ndarray  # int64: write_slots that held a finished request's token before
