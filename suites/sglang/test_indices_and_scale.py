@@ -89,3 +89,34 @@ def test_sm_scale_check_catches_the_unscaled_formula():
     unscaled = replace(PRESETS["deepseek-v3-tp8"], yarn_factor=1.0)
     with pytest.raises(AssertionError):
         assert unscaled.sm_scale == pytest.approx(sglang_scaling(PRESETS["deepseek-v3-tp8"]), rel=1e-14)
+
+
+def sglang_decode_slots(batch, page_size: int) -> np.ndarray:
+    """SGLang's paged allocator (alloc_decode_naive) placing the step's new tokens, given each
+    request's previous last slot and the fresh pages in the order the harness's free list gives them."""
+    from sglang.srt.mem_cache.allocator.paged import alloc_decode_naive
+
+    seq_lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
+    last_loc = torch.tensor([int(batch.kv_indices[e - 2]) if n > 1 else -1 for e, n in zip(batch.kv_indptr[1:], seq_lens)])
+    fresh = [int(s) // page_size for s, n in zip(batch.write_slots, seq_lens) if s % page_size == 0]
+    out = torch.empty(batch.batch_size, dtype=torch.int64)
+    alloc_decode_naive(seq_lens, last_loc, torch.tensor(fresh, dtype=torch.int64), out, page_size, len(fresh))
+    return out.numpy()
+
+
+PAGED = [name for name in builtin_names() if load_scenario(name).layout != "explicit"]
+
+
+@pytest.mark.parametrize("scenario", PAGED)
+def test_new_tokens_go_where_sglangs_paged_allocator_puts_them(scenario):
+    sgl.require()
+    for batch in compile_schedule(load_scenario(scenario), 495_552, 64).steps:
+        np.testing.assert_array_equal(sglang_decode_slots(batch, 64), batch.write_slots)
+
+
+def test_allocator_check_catches_token_scatter():
+    """A page-1 schedule (every token on its own scattered slot) read as a 64-token-page pool."""
+    sgl.require()
+    batch = compile_schedule(load_scenario("multistep-reuse"), 16_384, 1).steps[1]
+    with pytest.raises(AssertionError):
+        np.testing.assert_array_equal(sglang_decode_slots(batch, 64), batch.write_slots)
