@@ -65,9 +65,14 @@ class Schedule:
         return max(len(b.kv_indices) for b in self.steps)
 
 
-def slots_needed(scenario: Scenario, page_size: int = 1) -> int:
-    """Slots in the pages the scenario can hold at once (an upper bound, ignoring reuse)."""
-    return sum(-(-(n - 1 + scenario.steps) // page_size) for n in scenario.kv_lens) * page_size
+def slots_needed(scenario: Scenario) -> int:
+    """Distinct slots the scenario can hold at once (an upper bound, ignoring reuse)."""
+    return sum(n - 1 for n in scenario.kv_lens) + len(scenario.kv_lens) * scenario.steps
+
+
+def pages_needed(scenario: Scenario, page_size: int) -> int:
+    """Pages the scenario can hold at once: each request's tokens fill whole pages of its own."""
+    return sum(-(-(n - 1 + scenario.steps) // page_size) for n in scenario.kv_lens)
 
 
 def _where(scenario: Scenario, field: str) -> str:
@@ -130,13 +135,12 @@ class _Allocator:
 
 
 def compile_schedule(scenario: Scenario, pool_slots: int, page_size: int = 1) -> Schedule:
-    if pool_slots % page_size:
-        raise HarnessError("--slots", f"{pool_slots} is not a whole number of {page_size}-token pages")
-    need = slots_needed(scenario, page_size)
-    if need > pool_slots:
+    need, pages = slots_needed(scenario), pages_needed(scenario, page_size)
+    if need > pool_slots or pages > pool_slots // page_size:
+        paged = f" ({page_size}-token pages: needs {pages}, has {pool_slots // page_size})" if page_size > 1 else ""
         raise HarnessError(
             _where(scenario, "kv_lens"),
-            f"scenario needs up to {need} slots but the pool has {pool_slots}; use a larger scale or --slots",
+            f"scenario needs up to {need} slots but the pool has {pool_slots}{paged}; use a larger scale or --slots",
         )
     alloc = _Allocator(scenario, pool_slots, page_size)
     gen: dict[int, int] = {}
