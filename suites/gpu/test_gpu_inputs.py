@@ -25,11 +25,19 @@ def test_prod_layer_fill_matches_cpu_generator(gpu_device):
         assert not bool(pool.buffers[layer][0].any())
 
 
+def test_paged_fill_matches_cpu(gpu_device):
+    """GLM-5's 64-token-page pool: the Triton fill leaves the first page zero and matches the CPU fill."""
+    geometry = PoolGeometry(16_384, 1, 576, page_size=64, index_k_bytes=132)
+    gpu = KVPool(geometry, seed=4, device=gpu_device)
+    cpu = KVPool(geometry, seed=4, device=torch.device("cpu"))
+    assert torch.equal(gpu.buffers[0].cpu(), cpu.buffers[0]) and not bool(gpu.buffers[0][:64].any())
+    assert gpu.index_k[0].shape == cpu.index_k[0].shape
+
+
 def test_written_rows_and_queries_match_cpu(gpu_device):
     case = load_case("glm5-tp8.ci.multistep-reuse")
     schedule = case.schedule()
-    geometry = PoolGeometry(case.scale.slots, case.num_layers, 576)
-    gpu = make_step_data(case.preset, schedule, KVPool(geometry, case.scenario.seed, gpu_device))
+    gpu = make_step_data(case.preset, schedule, KVPool(case.geometry, case.scenario.seed, gpu_device))
     for batch in schedule.steps:
         for layer in range(case.num_layers):
             q_nope, q_pe = step_queries(case.preset, case.scenario.seed, batch, layer)
