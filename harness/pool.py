@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from harness import synth
-from harness.errors import HarnessError
 
 HOST_FILL_ROWS = 8192
 
@@ -30,10 +29,7 @@ class PoolGeometry:
     row_width: int
     page_size: int = 1
     index_k_bytes: int = 0  # DSA index-K bytes per token per layer
-
-    def __post_init__(self):
-        if self.slots % self.page_size:
-            raise HarnessError("--slots", f"{self.slots} is not a whole number of {self.page_size}-token pages")
+    # slots need not fill whole pages: like SGLang's allocator, only slots // page_size pages are handed out
 
     @property
     def rows(self) -> int:

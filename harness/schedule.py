@@ -33,7 +33,10 @@ class StepBatch:
     step: int
     request_ids: np.ndarray  # int64 [B]
     kv_indptr: np.ndarray  # int32 [B+1]
-    kv_indices: np.ndarray  # int32 [nnz]: pool rows (= slot numbers; page 0 is the dummy)
+    # int32 [nnz]: pool rows (= slot numbers; page 0 is the dummy), token-level even in a 64-token-page
+    # pool: SGLang's FlashInfer MLA backend plans with page_size 1 over token ids from req_to_token
+    # (flashinfer_mla_backend.py call_begin_forward, sglang 0.5.23), and so do the harness's backends.
+    kv_indices: np.ndarray
     index_gens: np.ndarray  # int64 [nnz]: generation of each row's content at this step
     write_slots: np.ndarray  # int64 [B]: the slot of each request's new token (its last index)
     reused_slots: np.ndarray  # int64: write_slots that held a finished request's token before
@@ -62,9 +65,14 @@ class Schedule:
         return max(len(b.kv_indices) for b in self.steps)
 
 
-def slots_needed(scenario: Scenario, page_size: int = 1) -> int:
-    """Slots in the pages the scenario can hold at once (an upper bound, ignoring reuse)."""
-    return sum(-(-(n - 1 + scenario.steps) // page_size) for n in scenario.kv_lens) * page_size
+def slots_needed(scenario: Scenario) -> int:
+    """Distinct slots the scenario can hold at once (an upper bound, ignoring reuse)."""
+    return sum(n - 1 for n in scenario.kv_lens) + len(scenario.kv_lens) * scenario.steps
+
+
+def pages_needed(scenario: Scenario, page_size: int) -> int:
+    """Pages the scenario can hold at once: each request's tokens fill whole pages of its own."""
+    return sum(-(-(n - 1 + scenario.steps) // page_size) for n in scenario.kv_lens)
 
 
 def _where(scenario: Scenario, field: str) -> str:
@@ -127,13 +135,12 @@ class _Allocator:
 
 
 def compile_schedule(scenario: Scenario, pool_slots: int, page_size: int = 1) -> Schedule:
-    if pool_slots % page_size:
-        raise HarnessError("--slots", f"{pool_slots} is not a whole number of {page_size}-token pages")
-    need = slots_needed(scenario, page_size)
-    if need > pool_slots:
+    need, pages = slots_needed(scenario), pages_needed(scenario, page_size)
+    if need > pool_slots or pages > pool_slots // page_size:
+        paged = f" ({page_size}-token pages: needs {pages}, has {pool_slots // page_size})" if page_size > 1 else ""
         raise HarnessError(
             _where(scenario, "kv_lens"),
-            f"scenario needs up to {need} slots but the pool has {pool_slots}; use a larger scale or --slots",
+            f"scenario needs up to {need} slots but the pool has {pool_slots}{paged}; use a larger scale or --slots",
         )
     alloc = _Allocator(scenario, pool_slots, page_size)
     gen: dict[int, int] = {}

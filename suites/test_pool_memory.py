@@ -32,9 +32,9 @@ def test_paged_layout_first_page_zero():
     assert pool.index_k[0].shape == ((128 + 64 + 1) // 64, 64 * 132) and not pool.index_k[0].any()
 
 
-def test_slots_must_be_whole_pages():
-    with pytest.raises(HarnessError, match="--slots"):
-        PoolGeometry(100, 1, 576, page_size=64)
+def test_partial_last_page_is_rows_but_never_handed_out():
+    g = PoolGeometry(100, 1, 576, page_size=64, index_k_bytes=132)
+    assert g.rows == 164 and g.index_k_pages == (100 + 64 + 1) // 64
 
 
 def test_prod_geometry_matches_sglang():

@@ -139,9 +139,11 @@ def test_explicit_slot_in_the_reserved_page():
         compile_schedule(scenario, 16_384, 64)
 
 
-def test_pool_not_whole_pages():
-    with pytest.raises(HarnessError, match="whole number of 64-token pages"):
-        compile_schedule(parse_scenario(GOOD, "s.toml"), 1000, 64)
+def test_pages_not_slots_run_out():
+    """9 tokens fit in 100 slots, but two requests need two 64-token pages and 100 slots hold one."""
+    with pytest.raises(HarnessError, match="needs up to 9 slots but the pool has 100 \\(64-token pages: needs 2, has 1\\)"):
+        compile_schedule(parse_scenario(GOOD, "s.toml"), 100, 64)
+    assert compile_schedule(parse_scenario(GOOD, "s.toml"), 128 + 63, 64).steps[0].kv_indices.max() < 192
 
 
 def test_malformed_toml_names_the_file(tmp_path):

@@ -25,6 +25,15 @@ def test_prod_layer_fill_matches_cpu_generator(gpu_device):
         assert not bool(pool.buffers[layer][0].any())
 
 
+def test_paged_fill_matches_cpu(gpu_device):
+    """GLM-5's 64-token-page pool: the Triton fill leaves the first page zero and matches the CPU fill."""
+    geometry = PoolGeometry(16_384, 1, 576, page_size=64, index_k_bytes=132)
+    gpu = KVPool(geometry, seed=4, device=gpu_device)
+    cpu = KVPool(geometry, seed=4, device=torch.device("cpu"))
+    assert torch.equal(gpu.buffers[0].cpu(), cpu.buffers[0]) and not bool(gpu.buffers[0][:64].any())
+    assert gpu.index_k[0].shape == cpu.index_k[0].shape
+
+
 def test_written_rows_and_queries_match_cpu(gpu_device):
     case = load_case("glm5-tp8.ci.multistep-reuse")
     gpu = PreparedCase(case, gpu_device, "torch").build().data

@@ -1,0 +1,77 @@
+"""Import SGLang (or skip with the reason) and build its real objects on CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+SKIP_REASON = (
+    "sglang is not importable: install it with `bash ci/install_sglang_cpu.sh VENV` "
+    "(or `pip install -e` your SGLang checkout) and run `python -m pytest suites/sglang -m sglang`"
+)
+
+
+def require():
+    """The sglang package, or skip the calling test with the install instructions."""
+    try:
+        import sglang.srt.mem_cache.memory_pool  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"{SKIP_REASON} ({exc})")
+    if not _triton_interpreted():
+        pytest.skip("SGLang's Triton kernels need the interpreter on CPU: run `python -m pytest suites/sglang -m sglang` "
+                    "in its own process (TRITON_INTERPRET=1 must be set before triton is imported)")
+    import sglang
+
+    return sglang
+
+
+def _triton_interpreted() -> bool:
+    import triton
+
+    @triton.jit
+    def probe():
+        pass
+
+    return type(probe).__name__ == "InterpretedFunction"
+
+
+def single_rank():
+    """SGLang's parallel context forced to one rank, no decode-context parallelism."""
+    from sglang.srt.runtime_context import get_parallel
+
+    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0)
+
+
+def layer(layer_id: int, heads: int = 1) -> SimpleNamespace:
+    """The RadixAttention fields the MLA pool and backend read."""
+    return SimpleNamespace(layer_id=layer_id, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=512, head_dim=576)
+
+
+def mla_pool(slots: int, page_size: int, num_layers: int, dsa: bool):
+    """A real MLATokenToKVPool (DSATokenToKVPool for a DSA model) with FP8 KV on the CPU."""
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, MLATokenToKVPool
+
+    common = dict(size=slots, page_size=page_size, dtype=torch.float8_e4m3fn, kv_lora_rank=512,
+                  qk_rope_head_dim=64, layer_num=num_layers, device="cpu", enable_memory_saver=False)
+    with single_rank():
+        if dsa:
+            return DSATokenToKVPool(**common, index_head_dim=128, kv_cache_dim=576)
+        return MLATokenToKVPool(**common)
+
+
+def write_rows(pool, layer_id: int, slots: torch.Tensor, codes_u8: torch.Tensor) -> None:
+    """Store FP8 codes [n, 576] through the real set_mla_kv_buffer, handing it BF16 K as the model does
+    (every e4m3 value is exact in BF16, so the pool's cast back to e4m3 restores the codes)."""
+    k = codes_u8.view(torch.float8_e4m3fn).to(torch.bfloat16).view(-1, 1, 576)
+    with single_rank():
+        pool.set_mla_kv_buffer(layer(layer_id), slots.to(torch.int64), k[..., :512], k[..., 512:])
+
+
+def rope_scaling(preset) -> dict | None:
+    """The preset's rope_scaling as the model's HF config.json writes it (DeepSeek-V3: YaRN, factor 40)."""
+    if preset.yarn_factor <= 1:
+        return None
+    return {"type": "yarn", "factor": preset.yarn_factor, "mscale": 1.0, "mscale_all_dim": preset.yarn_mscale_all_dim,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}

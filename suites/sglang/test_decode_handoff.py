@@ -1,0 +1,186 @@
+"""SGLang's real FlashInferMLAAttnBackend hands FlashInfer exactly what the harness's `stock` hands its
+backend: the plan (token-level kv_indices/indptr, heads, sm_scale, page_size 1, BF16 q and kv) and, per
+layer, BF16 views of the WHOLE layer buffer. Both sides run against recorders instead of FlashInfer."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.pool import KVPool
+from harness.presets import get_preset, get_scale
+from harness.reference import step_queries
+from harness.scenario import load_scenario
+from harness.strategies import REGISTRY
+
+import sgl
+
+pytestmark = pytest.mark.sglang
+
+SLOTS = 16_384
+WHOLE_POOL_CAST = "get_key_buffer(layer.layer_id).to(q.dtype)"
+
+
+class Recorder:
+    """Stands in for FlashInfer's BatchMLAPagedAttentionWrapper (SGLang) or a harness Backend."""
+
+    def __init__(self):
+        self.plans, self.runs = [], []
+
+    def plan(self, *args, **kwargs):
+        self.plans.append((args, kwargs))
+        return "plan"
+
+    def run(self, *args, **kwargs):
+        self.runs.append((args, kwargs))
+        q_nope = args[0] if args[0] != "plan" else args[1]
+        out = kwargs.get("out")
+        return out if out is not None else torch.zeros_like(q_nope)
+
+
+def case_for(preset_name: str, scenario: str = "ragged-mix") -> Case:
+    return Case(get_preset(preset_name), get_scale("ci", slots=SLOTS, num_layers=1), load_scenario(scenario))
+
+
+def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = None) -> dict:
+    """What the harness strategy hands its backend for the first step, layer 0."""
+    pool = pool or KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
+    batch = case.schedule().steps[0]
+    rec = Recorder()
+    s = REGISTRY[strategy](pool, rec, case.preset)
+    s.setup(case.schedule())
+    plan = s.begin_step(batch)
+    q_nope, q_pe = step_queries(case.preset, case.scenario.seed, batch, 0)
+    s.attend(plan, q_nope, q_pe, s.prepare_kv(0))
+    (problem,), _ = rec.plans[0]
+    (_, q_n, q_p, ckv, kpe), kwargs = rec.runs[0]
+    return dict(kv_indptr=problem.kv_indptr.tolist(), kv_indices=problem.kv_indices.tolist(), num_heads=problem.num_heads,
+                sm_scale=problem.sm_scale, q_dtype=q_n.dtype, kv_dtype=problem.kv_dtype, page_size=1,
+                q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
+
+
+def sglang_handoff(case: Case) -> dict:
+    """What SGLang's FlashInfer MLA backend hands FlashInfer for the same step and layer: its decode
+    indices updater plans (real call_begin_forward, real kv-indices kernel over req_to_token) and its
+    real forward_decode runs, each on an object built without __init__ and with the wrapper recorded."""
+    sgl.require()
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.layers.attention.flashinfer_mla_backend import (
+        FlashInferMLAAttnBackend,
+        FlashInferMLAIndicesUpdaterDecode,
+    )
+    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+
+    preset, batch = case.preset, case.schedule().steps[0]
+    pool = sgl.mla_pool(SLOTS, preset.page_size, 1, dsa=preset.index_k_bytes > 0)
+    # the same pool content (byte identity of the written pools is test_pool_bytes' job)
+    pool.kv_buffer[0].copy_(KVPool(case.geometry, case.scenario.seed, torch.device("cpu")).buffers[0])
+
+    # the request table SGLang's scheduler keeps: token position -> pool slot
+    lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
+    req_to_token = torch.zeros((batch.batch_size, int(lens.max())), dtype=torch.int32)
+    for i in range(batch.batch_size):
+        req_to_token[i, : lens[i]] = torch.as_tensor(batch.kv_indices[batch.rows_of(i)])
+    translator = KVIndexTranslator(req_to_token=req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=pool,
+                                   page_size=preset.page_size, device="cpu")
+    config = object.__new__(ModelConfig)
+    config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
+    config._init_mla_scaling(sgl.rope_scaling(preset))
+    updater = object.__new__(FlashInferMLAIndicesUpdaterDecode)
+    updater.num_local_heads, updater.kv_lora_rank, updater.qk_rope_head_dim = preset.heads_per_rank, 512, 64
+    updater.scaling, updater.data_type = config.scaling, torch.bfloat16
+    updater.attn_backend = SimpleNamespace(kv_index_translator=translator)
+    wrapper = Recorder()
+    kv_indptr = torch.zeros(batch.batch_size + 1, dtype=torch.int32)
+    kv_indices = torch.full((int(lens.sum()),), -1, dtype=torch.int32)
+    with sgl.single_rank():
+        updater.call_begin_forward(
+            wrapper, lens, int(lens.sum()), torch.arange(batch.batch_size + 1, dtype=torch.int32), kv_indptr,
+            init_metadata_replay=True, plan=None, req_pool_indices=torch.arange(batch.batch_size),
+            kv_indices=kv_indices, qo_indptr_cpu=None, kv_indptr_cpu=None, kv_len_arr_cpu=None,
+        )
+    (_, _, plan_indices, _, heads, ckv_dim, kpe_dim, page_size, causal, sm_scale, q_dtype, kv_dtype), _ = wrapper.plans[0]
+    assert (ckv_dim, kpe_dim, causal) == (512, 64, False)
+
+    backend = object.__new__(FlashInferMLAAttnBackend)
+    backend.token_to_kv_pool = pool
+    backend.forward_metadata = SimpleNamespace(decode_wrapper=wrapper)
+    forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True))
+    q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, 0)
+    with sgl.single_rank():
+        backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, sgl.layer(0, preset.heads_per_rank),
+                               forward_batch, save_kv_cache=False, q_rope=q_pe.reshape(batch.batch_size, -1))
+    (q_n, q_p, ckv, kpe), _ = wrapper.runs[0]
+    return dict(kv_indptr=kv_indptr.tolist(), kv_indices=plan_indices.tolist(), num_heads=heads, sm_scale=sm_scale,
+                q_dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
+
+
+def whole_layer(ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
+    """The [rows, 1, 576] buffer ckv and kpe are views of (asserts they are split views of one)."""
+    assert ckv.data_ptr() + ckv.shape[-1] * ckv.element_size() == kpe.data_ptr() and ckv.stride() == kpe.stride()
+    return torch.as_strided(ckv, (ckv.shape[0], 1, ckv.shape[-1] + kpe.shape[-1]), ckv.stride())
+
+
+def assert_same_handoff(theirs: dict, ours: dict, layer_rows: int) -> None:
+    for key in ("kv_indptr", "kv_indices", "num_heads", "page_size", "q_dtype", "kv_dtype"):
+        assert theirs[key] == ours[key], f"{key}: SGLang {theirs[key]!r} vs harness {ours[key]!r}"
+    assert abs(theirs["sm_scale"] - ours["sm_scale"]) <= 1e-12 * theirs["sm_scale"], (theirs["sm_scale"], ours["sm_scale"])
+    assert torch.equal(theirs["q_nope"], ours["q_nope"]) and torch.equal(theirs["q_pe"], ours["q_pe"])
+    their_kv, our_kv = whole_layer(theirs["ckv"], theirs["kpe"]), whole_layer(ours["ckv"], ours["kpe"])
+    assert their_kv.dtype == our_kv.dtype == torch.bfloat16
+    assert their_kv.shape == our_kv.shape == (layer_rows, 1, 576), (their_kv.shape, our_kv.shape)
+    assert torch.equal(their_kv.view(torch.int16), our_kv.view(torch.int16)), "the BF16 layer buffers differ"
+
+
+PRESETS = ["glm5-tp8", "deepseek-v3-tp8"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_stock_hands_the_backend_what_sglang_hands_flashinfer(preset):
+    case = case_for(preset)
+    assert_same_handoff(sglang_handoff(case), harness_handoff(case), case.geometry.rows)
+
+
+@pytest.mark.parametrize("fault", ["gather_cast", "page1-pool", "old-sm-scale"])
+def test_handoff_comparison_catches_planted_faults(fault):
+    case = case_for("deepseek-v3-tp8" if fault == "old-sm-scale" else "glm5-tp8")
+    theirs = sglang_handoff(case)
+    if fault == "gather_cast":  # a compact gathered buffer is not the whole layer
+        ours = harness_handoff(case, "gather_cast")
+    elif fault == "page1-pool":  # the token-granular pool the harness had before (same row count)
+        from harness.pool import PoolGeometry
+
+        ours = harness_handoff(case, pool=KVPool(PoolGeometry(SLOTS + 63, 1, 576), case.scenario.seed, torch.device("cpu")))
+    else:  # DeepSeek-V3 without the YaRN mscale
+        from dataclasses import replace
+
+        ours = harness_handoff(replace(case, preset=replace(case.preset, yarn_factor=1.0)))
+    with pytest.raises(AssertionError):
+        assert_same_handoff(theirs, ours, case.geometry.rows)
+
+
+def assert_whole_pool_cast(source: str) -> None:
+    assert WHOLE_POOL_CAST in source, (
+        f"SGLang's FlashInferMLAAttnBackend.forward_decode no longer contains `{WHOLE_POOL_CAST}`: "
+        "`stock` no longer models SGLang; re-read the installed backend and update harness/strategies/stock.py"
+    )
+
+
+def test_installed_backend_still_casts_the_whole_pool():
+    sgl.require()
+    from sglang.srt.layers.attention.flashinfer_mla_backend import FlashInferMLAAttnBackend
+
+    assert_whole_pool_cast(inspect.getsource(FlashInferMLAAttnBackend.forward_decode))
+
+
+def test_source_pin_fails_when_the_cast_is_gone():
+    sgl.require()
+    from sglang.srt.layers.attention.flashinfer_mla_backend import FlashInferMLAAttnBackend
+
+    patched = inspect.getsource(FlashInferMLAAttnBackend.forward_decode).replace(".to(q.dtype)", "")
+    with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
+        assert_whole_pool_cast(patched)
