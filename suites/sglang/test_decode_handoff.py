@@ -46,11 +46,19 @@ def case_for(preset_name: str, scenario: str = "ragged-mix") -> Case:
     return Case(get_preset(preset_name), get_scale("ci", slots=SLOTS, num_layers=1), load_scenario(scenario))
 
 
+class BackendRecorder(Recorder):
+    """A recorder behind the harness's Backend contract: run returns (out bf16 [B, H, 512], lse fp32 [B, H])."""
+
+    def run(self, *args, **kwargs):
+        q_nope = super().run(*args, **kwargs)
+        return torch.zeros_like(q_nope), torch.zeros(q_nope.shape[:2], dtype=torch.float32)
+
+
 def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = None) -> dict:
     """What the harness strategy hands its backend for the first step, layer 0."""
     pool = pool or KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
     batch = case.schedule().steps[0]
-    rec = Recorder()
+    rec = BackendRecorder()
     s = REGISTRY[strategy](pool, rec, case.preset)
     s.setup(case.schedule())
     plan = s.begin_step(batch)
