@@ -13,7 +13,7 @@ results document exactly as `harness run --json` writes it, and each (A, B) pair
 
 - A/A: B is the same code: no gating metric may come out `regressed`;
 - planted 10% / 5%: B's step graph replay is followed by a busy-wait kernel
-  (`torch.cuda._sleep`, calibrated in cycles per ms on this GPU) lasting 10% / 5% of A's
+  (an extra device-to-device copy, calibrated in bytes per ms on this GPU) lasting 10% / 5% of A's
   median step: real GPU work inside the timed region, not an edited number. 10% must be
   `regressed` in every pair; 5% `regressed` or `inconclusive` with MDE <= 5% (or `slower`),
   never `unchanged`.
@@ -60,23 +60,28 @@ TOLERANCE = 0.05
 STEP_METRICS = ("step_device_ms", "step_ms")  # the planted metric: graph replay alone when measured apart
 
 
-def sleep_cycles_per_ms(device: torch.device) -> float:
-    """Clock cycles torch.cuda._sleep spins per millisecond on this GPU (median of 5)."""
-    cycles, rates = 20_000_000, []
-    torch.cuda._sleep(cycles)  # warm-up
+def copy_bytes_per_ms(device: torch.device) -> float:
+    """Bytes a device-to-device copy moves per millisecond on this GPU (median of 5, 1 GiB)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up
+    rates = []
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.cuda._sleep(cycles)
+        dst.copy_(src)
         end.record()
-        torch.cuda.synchronize(device)
-        rates.append(cycles / start.elapsed_time(end))
+        end.synchronize()
+        rates.append(src.numel() / start.elapsed_time(end))
     return statistics.median(rates)
 
 
-def plant(session: DecodeSession, cycles: int) -> None:
-    """Make every bucket graph of this session spin `cycles` more on the GPU after its replay."""
+def plant(session: DecodeSession, nbytes: int) -> None:
+    """Make every bucket graph of this session copy `nbytes` more on the GPU after its replay: a
+    memory-bound kernel whose time, unlike a clock-cycle spin, does not move with the SM clock."""
     bucket_graph = type(session).bucket_graph
+    src = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=session.strategy.device)
+    dst = torch.empty_like(src)
 
     class SlowerGraph:
         def __init__(self, graph):
@@ -84,7 +89,7 @@ def plant(session: DecodeSession, cycles: int) -> None:
 
         def replay(self):
             out = self.graph.replay()
-            torch.cuda._sleep(cycles)
+            dst.copy_(src)
             return out
 
         def __getattr__(self, name):
@@ -138,7 +143,7 @@ def spread(doc: dict) -> dict[str, float]:
             if METRICS[r["metric"]].timed and r["value"] and r.get("iqr") is not None}
 
 
-def run_scenario(name: str, args, env: dict, cycles_per_ms: float | None) -> dict:
+def run_scenario(name: str, args, env: dict, bytes_per_ms: float | None) -> dict:
     case = Case(get_preset("glm5-tp8"), get_scale(args.scale), load_scenario(name))
     device = torch.device(args.device)
     t0 = time.perf_counter()
@@ -154,10 +159,10 @@ def run_scenario(name: str, args, env: dict, cycles_per_ms: float | None) -> dic
             result["spread"] += [spread(a), spread(b)]
         metric = step_metric(a)
         step_ms = statistics.median([r["value"] for r in a["rows"] if r["metric"] == metric])
-        for fraction in PLANTS if cycles_per_ms is not None else ():  # planting needs torch.cuda._sleep
+        for fraction in PLANTS if bytes_per_ms is not None else ():  # planting needs CUDA events
             for i in range(args.pairs):
                 a = block(case, session, backend.name, env, args.repeats)
-                plant(session, int(fraction * step_ms * cycles_per_ms))
+                plant(session, int(fraction * step_ms * bytes_per_ms))
                 try:
                     b = block(case, session, backend.name, env, args.repeats)
                 finally:
@@ -240,25 +245,25 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     env = environment(device)
-    cycles_per_ms = sleep_cycles_per_ms(device) if device.type == "cuda" else None
+    bytes_per_ms = sleep_bytes_per_ms(device) if device.type == "cuda" else None
     results = []
     for name in args.scenario or HEADLINE:
         try:
-            results.append(run_scenario(name, args, env, cycles_per_ms))
+            results.append(run_scenario(name, args, env, bytes_per_ms))
             print(f"{name}: done in {results[-1]['seconds']:.0f} s", flush=True)
         except Exception as exc:  # one scenario failing must not lose the others' evidence
             print(f"{name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
             results.append({"scenario": name, "aa": [], "planted": [], "spread": [], "error": f"{type(exc).__name__}: {exc}"})
-        failed = write(args, env, cycles_per_ms, results)  # after each scenario: a timeout keeps what was done
+        failed = write(args, env, bytes_per_ms, results)  # after each scenario: a timeout keeps what was done
     print((args.out / "gate-experiment.md").read_text())
     return 1 if failed else 0
 
 
-def write(args, env: dict, cycles_per_ms: float | None, results: list[dict]) -> list[str]:
+def write(args, env: dict, bytes_per_ms: float | None, results: list[dict]) -> list[str]:
     """Write the markdown and JSON for the scenarios done so far; return the failed criteria."""
     failed = criteria(results) + [f"{r['scenario']}: {r['error']}" for r in results if "error" in r]
     (args.out / "gate-experiment.json").write_text(json.dumps(
-        {"cycles_per_ms": cycles_per_ms, "environment": env, "results": results, "failed": failed}, indent=1, default=str))
+        {"bytes_per_ms": bytes_per_ms, "environment": env, "results": results, "failed": failed}, indent=1, default=str))
     (args.out / "gate-experiment.md").write_text(markdown(results, args, env, failed))
     return failed
 

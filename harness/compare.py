@@ -224,7 +224,7 @@ def _numeric(key: tuple, base: dict, head: dict, f: float) -> Change:
     why = _disturbed(base) or _disturbed(head)
     if why:
         return Change(key, base, head, "disturbed", note=f"clock guard: {why}")
-    d = decision.decide(_samples(base), _samples(head), metric.better, f)
+    d = decision.decide(_samples(base), _samples(head), metric.better, f, resolution=metric.resolution)
     return Change(key, base, head, d.status, d.ratio, d, note=d.note)
 
 

@@ -67,8 +67,9 @@ def ratio_interval(base, head, confidence: float = CONFIDENCE, resamples: int = 
     return float(np.median(b) / np.median(a)), float(low), float(high)
 
 
-def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE) -> Decision:
-    """Judge head's samples against base's for a metric where `better` is "lower" or "higher"."""
+def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE, resolution: float = 0.0) -> Decision:
+    """Judge head's samples against base's for a metric where `better` is "lower" or "higher".
+    `resolution`: an absolute change of the medians below it is never regressed or inconclusive."""
     if min(len(base), len(head)) < MIN_SAMPLES:
         ratio = float(np.median(head) / np.median(base)) if len(base) and len(head) else math.nan
         return Decision(INCONCLUSIVE, ratio, None, None, None,
@@ -89,4 +90,7 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     else:
         status = UNCHANGED
     mde = math.exp((math.log(high) - math.log(low)) / 2) - 1
+    change = abs(float(np.median(head)) - float(np.median(base)))
+    if status in (REGRESSED, INCONCLUSIVE) and change < resolution:
+        return Decision(SLOWER, ratio, low, high, mde, f"change {change:.3g} is below the metric's resolution {resolution:g}")
     return Decision(status, ratio, low, high, mde)

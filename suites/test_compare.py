@@ -93,16 +93,16 @@ def test_same_commit_exits_0(write, capsys):
 
 
 def test_slowdown_within_tolerance_is_slower_not_a_regression(write, capsys):
-    base = write("base.json", _rows(cast_us=10.0))
-    head = write("head.json", _rows(cast_us=10.25, seed=3))  # 2.5%: clearly slower, clearly under 5%
+    base = write("base.json", _rows(cast_us=100.0))
+    head = write("head.json", _rows(cast_us=102.5, seed=3))  # 2.5%: clearly slower, clearly under 5%
     assert main_compare(base, head, "5%") == 0
     assert "slower" in capsys.readouterr().out
     assert main_compare(base, head, "1%") == 1
 
 
 def test_straddling_change_is_inconclusive_with_its_mde(write, capsys):
-    base = write("base.json", _rows(cast_us=10.0, spread=0.03))
-    head = write("head.json", _rows(cast_us=10.5, spread=0.03, seed=5))  # 5% change, 5% tolerance
+    base = write("base.json", _rows(cast_us=100.0, spread=0.03))
+    head = write("head.json", _rows(cast_us=105.0, spread=0.03, seed=5))  # 5% change, 5% tolerance
     comparison = compare_results(load_results(base), load_results(head), 0.05)
     change = _change(comparison, "gather_cast", "cast_us")
     assert change.status == "inconclusive" and change.gating

@@ -127,3 +127,15 @@ def test_cpu_aa_twin_planted_verdict_failure_exits_1(sequential_runs, tmp_path, 
     head.write_text(json.dumps(doc))
     assert main_compare(sequential_runs[0], head, "5%") == 1
     assert "REGRESSION" in capsys.readouterr().out
+
+
+def test_a_change_below_the_resolution_is_never_regressed():
+    """A tight 8% shift of a 2.7 us kernel is a regression by ratio alone, not with a 0.5 us resolution;
+    the twin: the same shift with no resolution regresses."""
+    rng = np.random.default_rng(3)
+    base = list(2.7 * (1 + 0.005 * rng.standard_normal(30)))
+    head = [v * 1.08 for v in base]
+    assert decide(base, head, "lower", 0.05).status == "regressed"
+    d = decide(base, head, "lower", 0.05, resolution=0.5)
+    assert d.status == "slower" and "resolution" in d.note
+    assert decide([v * 10 for v in base], [v * 10 for v in head], "lower", 0.05, resolution=0.5).status == "regressed"

@@ -3,8 +3,9 @@
 #   PHASE=1: GPU 0: the GPU suite with the binding proof, the four headline scenarios (all strategies,
 #            fa3) and two with fa2; GPU 1 at the same time: the gate's A/A + planted-slowdown
 #            experiment, then the model-shaped TPOT step (b1-l4096, b32-l4096) and its rotation check.
-#   PHASE=2: both GPUs: the suite sharded with -n 2 (binding proof), the TP2 NCCL all-reduce check
-#            of the one-GPU all-reduce model, the timing-isolation experiment.
+#   PHASE=2: GPU 0: the GPU suite again (after phase 1's fixes); GPU 1 at the same time: the gate
+#            experiment again; then both GPUs: the suite sharded with -n 2 (binding proof), the TP2
+#            NCCL all-reduce check of the one-GPU all-reduce model, the timing-isolation experiment.
 # Every step has a time cap; a failing step is logged and the next one runs. Results land in
 # $EVIDENCE (default /tmp/evidence) and are packed into $OUT/evidence-phase$PHASE.tar.gz.
 #   . ci/gpu_env.sh BUNDLE JIT_TAR; PHASE=1 bash ci/evidence/h200x2.sh
@@ -19,6 +20,7 @@ step() {  # step NAME SECONDS CMD...: capped, logged, never fatal
     local t0; t0=$(date +%s)
     timeout -k 5 "$secs" "$@" > "$E/logs/$name.log" 2>&1
     log "$name: exit $? in $(( $(date +%s) - t0 )) s"
+    tar -czf "$OUT/evidence-phase$PHASE.tar.gz" -C "$(dirname "$E")" "$(basename "$E")" 2>/dev/null  # a cut call keeps what was done
 }
 
 if [ "$PHASE" = 1 ]; then
@@ -48,13 +50,21 @@ if [ "$PHASE" = 1 ]; then
     wait "$side"
     unset CUDA_VISIBLE_DEVICES
 else
+    (
+        export CUDA_VISIBLE_DEVICES=1
+        step gate-experiment 200 python3 ci/gate_experiment.py "$E/gate" --pairs 5 --repeats 12
+    ) &
+    side=$!
+    CUDA_VISIBLE_DEVICES=0 step gpu-suite 160 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -rs --durations=10 \
+        --binding-proof "$E/proof-n0" --junitxml="$E/gpu-junit.xml"
+    wait "$side"
     t0=$(date +%s)
-    step gpu-suite-n2 110 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -n 2 \
+    step gpu-suite-n2 90 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -n 2 \
         --binding-proof "$E/proof-n2" --junitxml="$E/gpu-junit-n2.xml"
     echo "$(( $(date +%s) - t0 ))" > "$E/wall-n2.txt"
-    step tp2 70 python3 -m torch.distributed.run --standalone --nproc-per-node 2 ci/tp2_allreduce.py --out "$E/tp2" \
+    step tp2 50 python3 -m torch.distributed.run --standalone --nproc-per-node 2 ci/tp2_allreduce.py --out "$E/tp2" \
         --layers 6 --repeats 15
-    step isolation 110 python3 -m ci.isolation "$E/isolation" --gpus 0,1 --rounds 2 --repeats 12
+    step isolation 80 python3 -m ci.isolation "$E/isolation" --gpus 0,1 --rounds 2 --repeats 10
 fi
 log "phase $PHASE done"
 tar -czf "$OUT/evidence-phase$PHASE.tar.gz" -C "$(dirname "$E")" "$(basename "$E")"

@@ -59,7 +59,7 @@ def ctx():
     from harness.presets import get_preset, get_scale
     from harness.scenario import load_scenario
 
-    case = Case(get_preset("glm5-tp8"), get_scale("prod", slots=65_536, num_layers=3), load_scenario("b32-l4096"))
+    case = Case(get_preset("glm5-tp8"), get_scale("prod", slots=262_144, num_layers=3), load_scenario("b32-l4096"))
     return build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cuda"), "auto", 2, AllReduce())
 
 
@@ -71,7 +71,7 @@ def _run(ctx, name, graph: bool):
 
     s = REGISTRY[name](ctx.pool, ctx.backend, ctx.case.preset)
     last = ctx.schedule.steps[-1]
-    slots = ctx.data.write_slots[last.step]
+    slots = ctx.data.steps[last.step].slots
     hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
     with DecodeSession(s, ctx.schedule, ctx.data):
         model = ModelStep(ctx.shape, ctx.weights, s, ctx.allreduce, last.batch_size)
@@ -122,5 +122,5 @@ def test_kernel_breakdown_sees_the_steps_kernels(ctx):
         model = ModelStep(ctx.shape, ctx.weights, s, ctx.allreduce, last.batch_size)
         plan = s.begin_step(last)
         hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
-        prof = kernel_breakdown(lambda: model.forward(hidden, plan, last, ctx.data.write_slots[last.step]))
+        prof = kernel_breakdown(lambda: model.forward(hidden, plan, last, ctx.data.steps[last.step].slots))
     assert prof["kernel_ms"] > 0 and prof["launches"] >= 10 * ctx.shape.num_layers, prof
