@@ -55,8 +55,8 @@ else
         step gate-experiment 200 python3 ci/gate_experiment.py "$E/gate" --pairs 5 --repeats 12
     ) &
     side=$!
-    CUDA_VISIBLE_DEVICES=0 step gpu-suite 160 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -rs --durations=10 \
-        --binding-proof "$E/proof-n0" --junitxml="$E/gpu-junit.xml"
+    ( export CUDA_VISIBLE_DEVICES=0; step gpu-suite 160 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -rs --durations=10 \
+        --binding-proof "$E/proof-n0" --junitxml="$E/gpu-junit.xml" )
     wait "$side"
     t0=$(date +%s)
     step gpu-suite-n2 90 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -n 2 \
