@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     env = environment(device)
-    bytes_per_ms = sleep_bytes_per_ms(device) if device.type == "cuda" else None
+    bytes_per_ms = copy_bytes_per_ms(device) if device.type == "cuda" else None
     results = []
     for name in args.scenario or HEADLINE:
         try:

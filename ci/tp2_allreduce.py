@@ -77,7 +77,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", default="glm5-tp8")
     ap.add_argument("--scenario", action="append", help="scenarios of the step check (default b1-l4096, b32-l4096)")
-    ap.add_argument("--slots", type=int, default=65_536)
+    ap.add_argument("--slots", type=int, default=262_144)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--weight-sets", type=int, default=4)
     ap.add_argument("--strategy", default="gather_cast")
