@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 
 

@@ -10,8 +10,8 @@ import torch
 
 from harness import synth
 from harness.cases import Case
-from harness.fsio import write_bytes
 from harness.errors import HarnessError
+from harness.fsio import write_bytes
 from harness.reference import step_queries
 
 

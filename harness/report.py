@@ -18,9 +18,9 @@ from rich.text import Text
 
 from harness.compare import index_rows, is_number
 from harness.datafiles import read_json
+from harness.errors import HarnessError
 from harness.fsio import write_bytes
 from harness.schema import ResultsFile, validate
-from harness.errors import HarnessError
 from harness.table import STATUS_STYLE
 
 INDEPENDENT = "independent.json"

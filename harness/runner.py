@@ -14,10 +14,10 @@ from harness.cases import Case, golden_case_names
 from harness.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
 from harness.decode import Outputs
 from harness.errors import CheckFailed, HarnessError
-from harness.measure import Measured, measure, one_line
 from harness.fsio import write_bytes
-from harness.prepared import PreparedCase
+from harness.measure import Measured, measure, one_line
 from harness.metrics import spec as metric_spec
+from harness.prepared import PreparedCase
 from harness.progress import progress_bar
 from harness.results import Row
 from harness.strategies import BASELINE, ORDER, REGISTRY

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from harness.backends import flashinfer as fi_backend
-from harness.backends.base import AttnProblem
 from harness.backends.arch_policy import load_policy, select_kernel, support
+from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
 
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn

@@ -23,7 +23,6 @@ pytest.importorskip("triton", reason="triton is not installed")
 
 from harness.errors import HarnessError  # noqa: E402
 from harness.faults import Fault  # noqa: E402
-
 from suites.helpers import run_strategies  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -152,7 +151,6 @@ def test_tuning_table_and_default(tmp_path):
 def test_roofline_bytes():
     from harness import roofline
     from harness.cases import load_case
-    from harness.pool import PoolGeometry
 
     case = load_case("glm5-tp8.prod.b32-l4096")
     geometry = case.geometry

@@ -12,11 +12,11 @@ from harness.decode import DecodeSession
 from harness.errors import HarnessError
 from harness.faults import Fault
 from harness.model import bytes as nbytes
+from harness.model.allreduce import AllReduce
 from harness.model.config import load_shape
-from harness.model.fp8 import FP8Weight, _probe_ok, _bf16, bind_kernel, dequantize_blocks, quantize_blocks
+from harness.model.fp8 import FP8Weight, _bf16, _probe_ok, bind_kernel, dequantize_blocks, quantize_blocks
 from harness.model.moe import RoutedExperts, _silu_mul, naive_route, route
 from harness.model.step import ModelStep
-from harness.model.allreduce import AllReduce
 from harness.model.tpot import build_context, hidden_states
 from harness.presets import get_preset, get_scale
 from harness.scenario import load_scenario

@@ -5,7 +5,6 @@ import torch
 
 from harness.faults import CONTROL_SCENARIO, Fault
 from harness.strategies import FAULT_TARGET
-
 from suites.helpers import run_strategies
 
 CONTROLS = [(fault, f"glm5-tp8.ci.{scenario}") for fault, scenario in CONTROL_SCENARIO.items()]

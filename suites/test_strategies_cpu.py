@@ -5,7 +5,6 @@ import torch
 
 from harness.cases import golden_case_names
 from harness.strategies import BASELINE, ORDER, REGISTRY
-
 from suites.helpers import run_strategies
 
 CI_CASES = [n for n in golden_case_names() if ".ci." in n]

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from harness.datafiles import read_json
-from harness.fsio import write_bytes, write_text
 from harness.errors import HarnessError
+from harness.fsio import write_bytes, write_text
 
 # GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
 # (/work/shared/seeds): the whole-pool FP8->BF16 cast was 64.6 ms of a 95.6 ms TPOT (69%);

@@ -13,7 +13,6 @@ from harness.cases import golden_case_names, load_case
 from harness.decode import DecodeSession, make_step_data
 from harness.faults import Fault
 from harness.pool import KVPool
-
 from suites.helpers import run_strategies
 
 pytestmark = [

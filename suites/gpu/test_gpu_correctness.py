@@ -7,7 +7,6 @@ from harness.backends import make_backend
 from harness.cases import golden_case_names
 from harness.faults import CONTROL_SCENARIO
 from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
-
 from suites.helpers import run_strategies
 
 pytestmark = [pytest.mark.gpu]

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from suites.plugins.binding_proof import nvidia_smi, normalize_uuid, parse_smi_csv, resolve
+from suites.plugins.binding_proof import normalize_uuid, nvidia_smi, parse_smi_csv, resolve
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+
 def _sglang_installed() -> bool:
     import importlib.util
 

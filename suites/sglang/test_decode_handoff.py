@@ -8,6 +8,7 @@ import inspect
 from types import SimpleNamespace
 
 import pytest
+import sgl
 import torch
 
 from harness.cases import Case
@@ -16,8 +17,6 @@ from harness.presets import get_preset, get_scale
 from harness.reference import step_queries
 from harness.scenario import load_scenario
 from harness.strategies import REGISTRY
-
-import sgl
 
 pytestmark = pytest.mark.sglang
 

@@ -6,13 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import sgl
 import torch
 
 from harness.presets import PRESETS
 from harness.scenario import builtin_names, load_scenario
 from harness.schedule import compile_schedule
-
-import sgl
 
 pytestmark = pytest.mark.sglang
 

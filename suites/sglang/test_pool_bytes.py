@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sgl
 import torch
 
 from harness import synth
 from harness.pool import KVPool, PoolGeometry
 from harness.presets import DSA_INDEX_K_BYTES
-
-import sgl
 
 pytestmark = pytest.mark.sglang
 
