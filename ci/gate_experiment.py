@@ -12,7 +12,7 @@ results document exactly as `harness run --json` writes it, and each (A, B) pair
 `harness.compare.compare_results` at the default 5% tolerance:
 
 - A/A: B is the same code: no gating metric may come out `regressed`;
-- planted 10% / 5%: B's step graph replay is followed by a busy-wait kernel
+- planted 10% / 5%: B's step graph replay is followed by an extra copy kernel
   (an extra device-to-device copy, calibrated in bytes per ms on this GPU) lasting 10% / 5% of A's
   median step: real GPU work inside the timed region, not an edited number. 10% must be
   `regressed` in every pair; 5% `regressed` or `inconclusive` with MDE <= 5% (or `slower`),
@@ -212,7 +212,7 @@ def markdown(results: list[dict], args, env: dict, failed: list[str]) -> str:
         lines.append(f"| {r['scenario']} | {len(aa)} | {aa[0]['gating'] if aa else '-'} | "
                      f"{sum(bool(p['regressed']) for p in aa)} | {sum(len(p['inconclusive']) for p in aa)} | "
                      f"{sum(bool(p['environment_differs']) for p in aa)} |")
-    lines += ["", "## Planted slowdown (busy-wait kernel after the step's graph replay)", "",
+    lines += ["", "## Planted slowdown (an extra calibrated copy after the step's graph replay)", "",
               "| scenario | planted | metric | pair | ratio | 99% CI | MDE | status |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         for i, p in enumerate(r["planted"]):
