@@ -76,3 +76,27 @@ def test_kernel_flag_is_checked_before_any_work():
         make_backend("torch", torch.device("cpu"), "fa2")
     with pytest.raises(HarnessError, match="--kernel"):
         make_backend("auto", torch.device("cpu"), "fa4")
+
+
+def test_gather_cast_replan_keeps_the_index_tensor_a_graph_reads():
+    """A graph captured over gather_cast's gather indices must see a re-plan: the tensor is refilled in
+    place, never replaced (a replaced one is freed and its memory reused under the graph)."""
+    import torch
+
+    from harness.cases import load_case
+    from harness.prepared import PreparedCase
+
+    prep = PreparedCase(load_case("glm5-tp8.ci.ragged-mix"), torch.device("cpu")).build()
+    first, last = prep.schedule.steps
+    with prep.session("gather_cast") as session:
+        s = session.strategy
+        s.begin_step(last)
+        held = s.gather_indices
+        s.step_indices(last)  # what replan_step calls, for the same step
+        assert s.gather_indices.data_ptr() == held.data_ptr()
+        s.use_graph_capacity(len(last.kv_indices))  # a graph over steps of different lengths
+        s.begin_step(last)
+        held = s.gather_indices
+        s.step_indices(first)
+        assert s.gather_indices.data_ptr() == held.data_ptr() and int(s.count) == len(first.kv_indices)
+        assert torch.equal(held[: len(first.kv_indices)], torch.as_tensor(first.kv_indices, dtype=torch.int32))

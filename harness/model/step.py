@@ -93,6 +93,7 @@ class ModelStep:
     def capture(self, hidden: torch.Tensor, batch, slots):
         """(plan, graph, logits): the whole step in one CUDA graph over a re-plannable plan."""
         st = self.strategy
+        st.use_graph_capacity(len(batch.kv_indices))  # buffers the graph reads, refilled in place by replan_step
         plan = st.begin_step(batch, graph_capacity=len(batch.kv_indices))
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

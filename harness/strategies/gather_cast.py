@@ -47,6 +47,8 @@ class GatherCast(Strategy):
         if self.count is not None:  # in place: a captured graph keeps reading these tensors
             self.gather_indices[: len(pool_rows)].copy_(pool_rows)
             self.count.fill_(len(pool_rows))
+        elif self.gather_indices is not None and self.gather_indices.shape == pool_rows.shape:
+            self.gather_indices.copy_(pool_rows)  # in place: a graph captured over the old tensor stays valid
         else:
             self.gather_indices = pool_rows
         start = 1 if Fault.REMAP_OFF_BY_ONE in self.faults else 0
