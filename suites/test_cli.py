@@ -79,7 +79,7 @@ def test_planted_fault_exits_1(tmp_path):
         (["run", "--scenario", "nope"], ["--scenario", "unknown scenario"]),
         (["run", "--scale", "huge"], ["--scale"]),
         (["run", "--slots", "128"], ["kv_lens", "needs up to 4096 slots but the pool has 128"]),
-        (["run", "--slots", "100"], ["--slots", "not a whole number of 64-token pages"]),
+        (["run", "--slots", "100"], ["kv_lens", "64-token pages: needs 64, has 1"]),
         (["run", "--strategy", "magic"], ["--strategy"]),
         (["run", "--plant-fault", "gremlin"], ["--plant-fault"]),
         (["run", "--device", "cuda"], ["--device"] if not torch.cuda.is_available() else ["--device"]),
@@ -99,7 +99,7 @@ def test_bad_scenario_files_exit_2(tmp_path):
         "dup.toml": ('name = "d"\nkv_lens = [3, 2]\nlayout = "explicit"\nslots = [[5, 6], [6]]\n', "duplicate slot 6"),
         "slot0.toml": ('name = "s"\nkv_lens = [2]\nlayout = "explicit"\nslots = [[0]]\n', "reserved dummy"),
         "broken.toml": ('name = "b"\nkv_lens = [1,\n', "malformed TOML"),
-        "huge.toml": ('name = "h"\nkv_lens = [20000]\n', "needs up to 20032 slots"),
+        "huge.toml": ('name = "h"\nkv_lens = [20000]\n', "needs up to 20000 slots"),
     }
     for fname, (text, fragment) in bad.items():
         path = tmp_path / fname

@@ -65,7 +65,8 @@ def _run_all(workdir: Path) -> dict[str, int]:
     for name, file, original, mutated, tests in MUTATIONS:
         copy = workdir / name
         _mutated_copy(copy, file, original, mutated)
-        for mod in [m for m in sys.modules if m == "harness" or m.startswith(("harness.", "test_")) or m in ("helpers", "conftest")]:
+        stale = ("harness", "suites", "ci")  # packages of the previous copy (suites: its plugins and helpers)
+        for mod in [m for m in sys.modules if m in stale or m.startswith(tuple(f"{p}." for p in stale) + ("test_",)) or m == "conftest"]:
             del sys.modules[mod]
         sys.path.insert(0, str(copy))
         os.chdir(copy)
