@@ -114,14 +114,12 @@ def cmd_run(args, console: Console) -> int:
     from harness.faults import cannot_fire, did_not_fire, parse_faults
     from harness.results import environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
-    from harness.strategies import ORDER, REGISTRY
+    from harness.strategies import ORDER
+    from harness.strategies import select as select_strategies
     from harness.table import results_table
 
     device = _device(args.device)
-    strategies = tuple(dict.fromkeys(args.strategy)) if args.strategy else ORDER
-    for name in strategies:
-        if name not in REGISTRY:
-            raise HarnessError("--strategy", f"unknown strategy {name!r}; choose from {', '.join(ORDER)}")
+    strategies = select_strategies(args.strategy, ORDER)
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
     if repeats < 0:
         raise HarnessError("--repeats", f"must be >= 0, got {repeats}")

@@ -37,12 +37,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.model.config import load_shape
     from harness.model.tpot import build_context, rotation_check, time_strategy, to_rows
     from harness.results import environment, repro_command, write_results
-    from harness.strategies import REGISTRY
+    from harness.strategies import REGISTRY, select
 
-    names = tuple(dict.fromkeys(args.strategy)) if args.strategy else DEFAULT_STRATEGIES
-    for name in names:
-        if name not in REGISTRY:
-            raise HarnessError("--strategy", f"unknown strategy {name!r}; choose from {', '.join(REGISTRY)}")
+    names = select(args.strategy, DEFAULT_STRATEGIES)
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
     if repeats < 1:
         raise HarnessError("--repeats", f"must be >= 1, got {repeats}")
