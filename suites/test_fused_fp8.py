@@ -11,10 +11,6 @@ turns the e4m3 NaN codes into +-480, so NaN propagation is checked on the GPU
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,9 +19,8 @@ pytest.importorskip("triton", reason="triton is not installed")
 
 from harness.errors import HarnessError  # noqa: E402
 from harness.faults import Fault  # noqa: E402
-from suites.helpers import run_strategies  # noqa: E402
+from suites.helpers import INTERPRETED, run_strategies, run_under_interpreter  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(
     not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child process of test_fused_under_interpreter")
 SM_SCALE = 1 / math.sqrt(192)
@@ -33,10 +28,7 @@ SM_SCALE = 1 / math.sqrt(192)
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the TRITON_INTERPRET=1 child run")
 def test_fused_under_interpreter():
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning", __file__],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True, text=True, timeout=600)
+    proc = run_under_interpreter(__file__, "-W", "ignore::RuntimeWarning")
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-10000:] + proc.stderr[-3000:]
 
 

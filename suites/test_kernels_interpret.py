@@ -9,11 +9,6 @@ interpreter tests are skipped in the parent; the AOT test runs in the parent onl
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -25,8 +20,8 @@ import triton.language as tl  # noqa: E402
 
 from harness import synth  # noqa: E402
 from harness.kernels import cast, gather_cast, shadow_write, synth_fill  # noqa: E402
+from suites.helpers import INTERPRETED, run_under_interpreter  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(
     not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child process of test_kernels_under_interpreter")
 WIDTH = 576
@@ -37,10 +32,7 @@ NAN_CODES = (0x7F, 0xFF)
 @pytest.mark.skipif(INTERPRETED, reason="this is the TRITON_INTERPRET=1 child run")
 def test_kernels_under_interpreter():
     """Every interpreter test below, in a fresh process with TRITON_INTERPRET=1."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True, text=True, timeout=600)
+    proc = run_under_interpreter(__file__)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-10000:] + proc.stderr[-3000:]
 
 

@@ -5,28 +5,20 @@ Like test_kernels_interpret.py, this file reruns itself in a TRITON_INTERPRET=1 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="triton is not installed")
 
 from harness.model.fp8 import dequantize_blocks, quantize_blocks  # noqa: E402
+from suites.helpers import INTERPRETED, run_under_interpreter  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child of test_under_interpreter")
 
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the TRITON_INTERPRET=1 child run")
 def test_under_interpreter():
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True, text=True, timeout=600)
+    proc = run_under_interpreter(__file__)
     assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-5000:] + proc.stderr[-2000:]
 
 
