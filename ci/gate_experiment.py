@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare_results  # noqa: E402
-from harness.control import control_row  # noqa: E402
+from harness.control import control_row, measure_control  # noqa: E402
 from harness.decode import DecodeSession  # noqa: E402
 from harness.measure import measure  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
@@ -61,19 +61,9 @@ STEP_METRICS = ("step_device_ms", "step_ms")  # the planted metric: graph replay
 
 
 def copy_bytes_per_ms(device: torch.device) -> float:
-    """Bytes a device-to-device copy moves per millisecond on this GPU (median of 5, 1 GiB)."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up
-    rates = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        rates.append(src.numel() / start.elapsed_time(end))
-    return statistics.median(rates)
+    """Bytes a device-to-device copy moves per millisecond on this GPU (the control's copy bandwidth,
+    which counts bytes read + written)."""
+    return measure_control(device).median * 1e9 / 2 / 1e3
 
 
 def plant(session: DecodeSession, nbytes: int) -> None:

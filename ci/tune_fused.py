@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.control import measure_control  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
 from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config  # noqa: E402
 from harness.presets import get_preset  # noqa: E402
@@ -34,20 +35,6 @@ BLOCK_N, WARPS, STAGES, PV_FP16 = (32, 64), (4, 8), (2,), (False, True)
 LOADS = ((False, False), (True, False), (False, True))  # (reload_v, prefetch)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
-
-
-def copy_gbps(dev) -> float:
-    n = 2 << 30
-    src, dst = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
-    times = []
-    for _ in range(12):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return 2 * n / (statistics.median(times[2:]) * 1e-3) / 1e9
 
 
 def candidates(batch: int, kv_len: int, sm_count: int):
@@ -144,7 +131,7 @@ def main() -> int:
     dev = torch.device("cuda")
     preset = get_preset("glm5-tp8")
     props = torch.cuda.get_device_properties(dev)
-    gbps = copy_gbps(dev)
+    gbps = measure_control(dev).median
     env = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs), copy {gbps:.0f} GB/s"
     print(env, flush=True)
     pools = []

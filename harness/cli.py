@@ -142,16 +142,15 @@ def cmd_run(args, console: Console) -> int:
                                 host_timed=device.type != "cuda", width=console.width))
     did_not_fire(faults, outcome.results)
     if args.json:
-        env = environment(device)
-        if device.type == "cuda":
-            from harness.timing import copy_bandwidth_gbps
-
-            env["copy_gbps"] = copy_bandwidth_gbps(device)
         from harness import roofline
         from harness.control import control_row
 
         ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
-        rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control_row(ident, device)]
+        control = control_row(ident, device)
+        env = environment(device)
+        if device.type == "cuda":
+            env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
+        rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
         write_results(args.json, rows, env, repro_command(args.argv))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]

@@ -81,11 +81,3 @@ def device_time_ms(fn, repeats: int, *, use_cuda_graph: bool = False, input_args
             input_args=input_args,
         )
     return [float(t) for t in times]
-
-
-def copy_bandwidth_gbps(device: torch.device, nbytes: int = 2 << 30) -> float:
-    """Device-to-device copy speed (bytes read + written per second), the ceiling for casts."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = statistics.median(device_time_ms(lambda: dst.copy_(src), 20))
-    return 2 * nbytes / (ms * 1e-3) / 1e9

@@ -69,9 +69,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
     copy_gbps = None
     if device.type == "cuda":
-        from harness.timing import copy_bandwidth_gbps
+        from harness.control import measure_control
 
-        copy_gbps = copy_bandwidth_gbps(device)
+        copy_gbps = measure_control(device).median
     rows = to_rows(ctx, results, ctx.backend.name, copy_gbps, rotation)
     console.print(_table(rows))
     if args.json:
