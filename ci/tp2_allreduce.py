@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.cases import Case  # noqa: E402
 from harness.model.allreduce import AllReduce, LatencyAllReduce, NcclAllReduce, load_table  # noqa: E402
 from harness.model.config import load_shape  # noqa: E402
-from harness.model.tpot import build_context, time_strategy  # noqa: E402
+from harness.model.tpot import build_context, event_time_ms, time_strategy  # noqa: E402
 from harness.presets import get_preset, get_scale  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 
@@ -52,17 +52,8 @@ def allreduce_us(numel: int, device, repeats: int = 20) -> tuple[float, str]:
                 dist.all_reduce(t)
 
         how = "eager"
-    run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / CALLS_PER_GRAPH)
-    return statistics.median(times), how
+    times = event_time_ms(run, repeats, warmup=1)
+    return statistics.median(times) * 1e3 / CALLS_PER_GRAPH, how
 
 
 def rank_max(value: float, device) -> float:
