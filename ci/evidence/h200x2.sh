@@ -6,13 +6,18 @@
 #   PHASE=2: GPU 0: the GPU suite again (after phase 1's fixes); GPU 1 at the same time: the gate
 #            experiment again; then both GPUs: the suite sharded with -n 2 (binding proof), the TP2
 #            NCCL all-reduce check of the one-GPU all-reduce model, the timing-isolation experiment.
+#   PHASE=3: GPU 1: the gate experiment on all four headline scenarios; GPU 0 at the same time: the
+#            GPU suite (its Triton cache goes to $OUT/triton-cache.tar.xz); then both GPUs: the TP2
+#            step check and the timing-isolation experiment.
 # Every step has a time cap; a failing step is logged and the next one runs. Results land in
 # $EVIDENCE (default /tmp/evidence) and are packed into $OUT/evidence-phase$PHASE.tar.gz.
 #   . ci/gpu_env.sh BUNDLE JIT_TAR; PHASE=1 bash ci/evidence/h200x2.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 E=${EVIDENCE:-/tmp/evidence}
-PHASE=${PHASE:?set PHASE=1 or 2}
+PHASE=${PHASE:?set PHASE=1, 2 or 3}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+mkdir -p "$TRITON_CACHE_DIR"
 mkdir -p "$E/results" "$E/logs"
 log() { echo "[$(date +%T)] $*" | tee -a "$E/steps-phase$PHASE.txt"; }
 step() {  # step NAME SECONDS CMD...: capped, logged, never fatal
@@ -49,6 +54,23 @@ if [ "$PHASE" = 1 ]; then
     done
     wait "$side"
     unset CUDA_VISIBLE_DEVICES
+elif [ "$PHASE" = 3 ]; then
+    nvidia-smi > "$E/nvidia-smi.txt" 2>&1
+    (   # GPU 1: the gate experiment, all four headline scenarios
+        export CUDA_VISIBLE_DEVICES=1
+        step gate-experiment 330 python3 ci/gate_experiment.py "$E/gate" --pairs 5 --repeats 12
+    ) &
+    side=$!
+    (   # GPU 0: the GPU suite (Triton cold: its cache is packed for later calls)
+        export CUDA_VISIBLE_DEVICES=0
+        step gpu-suite 200 python3 -m pytest suites/gpu -m gpu -q -p no:cacheprovider -rs --durations=15 \
+            --binding-proof "$E/proof-n0" --junitxml="$E/gpu-junit.xml"
+        tar -cJf "$OUT/triton-cache.tar.xz" -C "$TRITON_CACHE_DIR" . 2>/dev/null
+    )
+    wait "$side"
+    step tp2 70 python3 -m torch.distributed.run --standalone --nproc-per-node 2 ci/tp2_allreduce.py --out "$E/tp2" \
+        --layers 6 --repeats 15
+    step isolation 150 python3 -m ci.isolation "$E/isolation" --gpus 0,1 --rounds 2 --repeats 10
 else
     (
         export CUDA_VISIBLE_DEVICES=1
