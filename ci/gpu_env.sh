@@ -1,6 +1,6 @@
 # Source me on an air-gapped GPU runner: unpack the offline FlashInfer bundle and a carried
-# JIT cache, and set the variables the harness and FlashInfer need.
-#   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR]
+# JIT cache (and a Triton cache), and set the variables the harness and FlashInfer need.
+#   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR]
 FI_BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
 JIT_TAR=${2:-.jitcache/flashinfer-jit.tar}
 eval "$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site)"
@@ -9,4 +9,8 @@ export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}
 mkdir -p "$FLASHINFER_WORKSPACE_BASE"
 if [ -f "$JIT_TAR" ]; then tar -xf "$JIT_TAR" -C "$FLASHINFER_WORKSPACE_BASE"; fi
+# One Triton cache for every process (xdist workers too): warm when a packed one is given.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+mkdir -p "$TRITON_CACHE_DIR"
+if [ -n "${3:-}" ] && [ -f "$3" ]; then tar -xf "$3" -C "$TRITON_CACHE_DIR"; fi
 export PYTHONUNBUFFERED=1
