@@ -118,6 +118,9 @@ def judge(base: dict, head: dict, metric: str | None = None) -> dict:
         "regressed": [c.key[5] for c in comparison.regressions],
         "inconclusive": [c.key[5] for c in comparison.unjudged],
         "environment_differs": comparison.environment_differs,
+        "rows": [dict(metric=c.key[5], status=c.status, ratio=c.ratio,
+                      low=c.decision.low if c.decision else None, high=c.decision.high if c.decision else None)
+                 for c in gating],  # every gating row's verdict: an A/A false alarm can be read back
     }
     if metric:
         (c,) = [c for c in comparison.changes if c.key[5] == metric]
@@ -194,14 +197,18 @@ def markdown(results: list[dict], args, env: dict, failed: list[str]) -> str:
         "",
         "## A/A (same code, blocks A, B interleaved)",
         "",
-        "| scenario | pairs | gating rows per pair | pairs with a regressed gating metric | inconclusive gating rows | environment differs |",
-        "|---|---|---|---|---|---|",
+        "| scenario | pairs | gating rows per pair | pairs with a regressed gating metric | inconclusive gating rows | environment differs | largest A/A ratio (99% CI) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         aa = r["aa"]
+        rows = [row for p in aa for row in p.get("rows", [])]
+        worst = max(rows, key=lambda row: row["ratio"], default=None)
+        worst_text = (f"{worst['metric']} {worst['ratio']:.3f} ({_f(worst['low'], '.3f')}-{_f(worst['high'], '.3f')})"
+                      if worst else "-")
         lines.append(f"| {r['scenario']} | {len(aa)} | {aa[0]['gating'] if aa else '-'} | "
                      f"{sum(bool(p['regressed']) for p in aa)} | {sum(len(p['inconclusive']) for p in aa)} | "
-                     f"{sum(bool(p['environment_differs']) for p in aa)} |")
+                     f"{sum(bool(p['environment_differs']) for p in aa)} | {worst_text} |")
     lines += ["", "## Planted slowdown (an extra calibrated copy after the step's graph replay)", "",
               "| scenario | planted | metric | pair | ratio | 99% CI | MDE | status |", "|---|---|---|---|---|---|---|---|"]
     for r in results:

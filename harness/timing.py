@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import torch
 
 
+GRAPH_ROUNDS = 3  # separately captured benchmark calls per single-kernel timing
+
+
 @dataclass(frozen=True)
 class Samples:
     unit: str
@@ -65,19 +68,26 @@ def device_time_ms(fn, repeats: int, *, use_cuda_graph: bool = False, input_args
     """GPU time of fn(*input_args) in ms via flashinfer.testing.bench_gpu_time.
 
     With `use_cuda_graph` (single kernels): 10 calls per graph replay amortize launch
-    latency, and L2 is kept cold by rotating clones of `input_args`. Without it (whole
-    decode steps): CUDA events around each call, host work such as planning included,
-    no L2 flush (a 78-layer step streams far more than L2 holds).
+    latency, and L2 is kept cold by rotating clones of `input_args`. The samples come from
+    GRAPH_ROUNDS separate benchmark calls (each its own graph capture and clones), so that a
+    shift between captures, seen on an H200 as a 5% A/A jump of a 18 us kernel, lands inside
+    one result's samples instead of between two results. Without it (whole decode steps):
+    CUDA events around each call, host work such as planning included, no L2 flush (a
+    78-layer step streams far more than L2 holds).
     """
     from flashinfer.testing import bench_gpu_time
 
+    rounds = GRAPH_ROUNDS if use_cuda_graph else 1
+    per_round = -(-repeats // rounds)
+    times: list[float] = []
     with no_gc():
-        times = bench_gpu_time(
-            fn,
-            dry_run_iters=5,
-            repeat_iters=repeats,
-            cold_l2_cache=use_cuda_graph,
-            use_cuda_graph=use_cuda_graph,
-            input_args=input_args,
-        )
-    return [float(t) for t in times]
+        for _ in range(rounds):
+            times += bench_gpu_time(
+                fn,
+                dry_run_iters=5,
+                repeat_iters=per_round,
+                cold_l2_cache=use_cuda_graph,
+                use_cuda_graph=use_cuda_graph,
+                input_args=input_args,
+            )
+    return [float(t) for t in times[:repeats]]
