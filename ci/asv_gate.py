@@ -5,8 +5,9 @@ usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machin
 
 The factor is asv's: 1.05 (the default, harness compare's 5% tolerance) flags a
 benchmark that got more than 5% slower (asv also requires the change to be
-statistically significant); "5%" is accepted as a synonym. Only benchmarks of gating
-metrics (harness/metrics.py) fail the gate; informational ones (host time) are listed. Unknown options go to asv unchanged. The full asv output
+statistically significant); "5%" is accepted as a synonym. Only benchmarks of gating metrics
+(harness/metrics.py) fail the gate, and only by more than the metric's resolution;
+informational ones (host time) are listed. Unknown options go to asv unchanged. The full asv output
 is streamed through, then one `asv-gate:` line gives the verdict.
 
 How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
@@ -55,7 +56,7 @@ class Outcome:
     reason: str
     regressions: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    informational: list[str] = field(default_factory=list)  # slower, but their metric does not gate
+    informational: list[str] = field(default_factory=list)  # slower, but not gating (metric table)
 
 
 def _table_rows(lines: list[str]) -> list[list[str]]:
@@ -68,35 +69,56 @@ def _table_rows(lines: list[str]) -> list[list[str]]:
     return rows
 
 
-def gates(benchmark: str) -> bool:
-    """Whether a benchmark's metric gates on the GPU, from the metric table: the benchmark class names
-    the metric (`benchmarks.StepHostMs.time_step_host(...)` -> step_host_ms); unknown ones gate."""
+TIME_UNITS = {"ns": 1e-9, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+ASV_VALUE = re.compile(r"^(?P<value>[0-9.]+(?:e[-+]?\d+)?)(?:±[0-9.]+(?:e[-+]?\d+)?)?(?P<unit>ns|μs|us|ms|s)$")
+
+
+def _seconds(cell: str) -> float | None:
+    """asv's printed time ('2.23±0.08μs') in seconds; None for anything else."""
+    m = ASV_VALUE.match(cell.strip())
+    return float(m["value"]) * TIME_UNITS[m["unit"]] if m else None
+
+
+def gates(row: list[str]) -> bool:
+    """Whether a regressed comparison row (change, before, after, ratio, benchmark) fails the gate, by
+    the metric table: the benchmark class names the metric (`benchmarks.StepHostMs.time_step_host(...)`
+    -> step_host_ms); an informational metric never gates, nor does a change smaller than the metric's
+    resolution (0.5 us for microsecond kernels, as in `harness compare`). Unknown benchmarks gate."""
     from harness.metrics import METRICS
 
-    parts = benchmark.split("(")[0].split(".")
-    metric = re.sub(r"(?<!^)(?=[A-Z])", "_", parts[-2]).lower() if len(parts) >= 2 else ""
-    return METRICS[metric].gates("cuda") if metric in METRICS else True
+    parts = row[4].split("(")[0].split(".")
+    metric = METRICS.get(re.sub(r"(?<!^)(?=[A-Z])", "_", parts[-2]).lower() if len(parts) >= 2 else "")
+    if metric is None:
+        return True
+    if not metric.gates("cuda"):
+        return False
+    before, after = _seconds(row[1]), _seconds(row[2])
+    if metric.resolution and before is not None and after is not None and metric.unit in TIME_UNITS:
+        return (after - before) / TIME_UNITS[metric.unit] >= metric.resolution
+    return True
 
 
 def classify(returncode: int, output: str) -> Outcome:
     """Read `asv continuous` output and exit status (asv 0.6.x) into the gate's verdict. A benchmark
-    of an informational metric (step_ms, step_host_ms: host time) is reported, never gating."""
+    of an informational metric (step_ms, step_host_ms: host time), or slower by less than its metric's
+    resolution, is reported, never gating."""
     lines = [ANSI.sub("", line).rstrip() for line in output.splitlines()]
     rows = _table_rows(lines)
     failures = [m["name"] for m in map(FAILED_LINE.match, lines) if m]
     failures += [f"{r[4]} (newly failing)" for r in rows if r[0] == "!"]
-    regressions = [f"{r[4]} ({r[1]} -> {r[2]}, ratio {r[3]})" for r in rows if r[0] == "+"]
+    describe = lambda r: f"{r[4]} ({r[1]} -> {r[2]}, ratio {r[3]})"  # noqa: E731
+    regressions = [describe(r) for r in rows if r[0] == "+"]
+    gating = [describe(r) for r in rows if r[0] == "+" and gates(r)]
     summary = next((line.strip() for line in reversed(lines) if line.strip() in SUMMARIES), None)
     if failures or returncode == 2:
         return Outcome(FAILURE, "benchmarks failed", regressions, failures)
     if summary is None:
         return Outcome(FAILURE, "asv printed no comparison (crashed or bad input)")
-    gating = [r for r in regressions if gates(r)]
     if gating:
         return Outcome(REGRESSION, "performance decreased beyond the factor", gating,
                        informational=[r for r in regressions if r not in gating])
     if summary == DECREASED or regressions:  # only informational metrics got slower: reported, never failing
-        return Outcome(CLEAN, "only informational benchmarks slower (harness/metrics.py: not gating)",
+        return Outcome(CLEAN, "only informational benchmarks, or changes below a metric's resolution, slower",
                        informational=regressions)
     if returncode != 0:
         return Outcome(FAILURE, f"asv exited non-zero although it reported {summary!r}")
@@ -231,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in outcome.failures:
         print(f"asv-gate:   failed: {item}")
     for item in outcome.informational:
-        print(f"asv-gate:   slower (informational, not gating): {item}")
+        print(f"asv-gate:   slower (not gating: informational metric or below its resolution): {item}")
     if outcome.code != FAILURE:
         print_decided_by(args, extra, outcome)
     return outcome.code

@@ -115,15 +115,35 @@ def run_pair(repo: Path, base: str, head: str, machine: str, log: Path) -> dict:
     proc = subprocess.run(cmd, cwd=repo, env=gate_env(), capture_output=True, text=True, errors="replace")
     log.write_text(proc.stdout + proc.stderr)
     lines = [line.strip() for line in proc.stdout.splitlines() if line.startswith("asv-gate:")]
-    return {"base": base, "head": head, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
-            "slower": [line.split("slower: ", 1)[1] for line in lines if "  slower: " in line],
-            "gate_lines": lines}
+    return judged({"base": base, "head": head, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
+                   "gate_lines": lines})
+
+
+def judged(pair: dict) -> dict:
+    """The pair with its gating slowdowns read from its `asv-gate:` lines."""
+    return {**pair, "slower": [line.split("slower: ", 1)[1] for line in pair["gate_lines"] if "  slower: " in line]}
+
+
+def rejudge(args) -> bool:
+    """Judge each stored pair log (asv's own output, as ci/asv_gate streamed it) with the current gate."""
+    from ci.asv_gate import classify
+
+    old = json.loads((args.out / f"asv-gate-{args.role}.json").read_text())
+    pairs = []
+    for k, pair in enumerate(old["pairs"]):
+        output = (args.out / f"asv-gate-{args.role}-{k}.log").read_text()
+        asv_part = output.split("\nasv-gate: ", 1)[0]
+        outcome = classify(0 if "NOT SIGNIFICANTLY" in asv_part or "INCREASED" in asv_part else 1, asv_part)
+        pairs.append({**pair, "exit": outcome.code, "slower": outcome.regressions, "rejudged": True,
+                      "not_gating": outcome.informational})
+    return write(args.out, args.role, args, pairs, old["scenarios"])
 
 
 def met(role: str, pair: dict, scenarios: list[str]) -> bool:
     if role == "aa":
         return pair["exit"] == 0
-    caught = {s for s in scenarios for item in pair["slower"] if item.startswith(f"benchmarks.StepDeviceMs.time_step_device({s},")}
+    caught = {s for s in scenarios for item in pair["slower"]
+              if item.replace("'", "").startswith(f"benchmarks.StepDeviceMs.time_step_device({s},")}
     return pair["exit"] == 1 and caught == set(scenarios)
 
 
@@ -152,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=0.10)
     parser.add_argument("--deadline", type=float, default=1e9, help="start no pair after this many seconds")
     parser.add_argument("--machine", default="h200")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="no GPU: re-read OUT_DIR's stored asv output with this checkout's gate and rewrite the tables")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.rejudge:
+        return 0 if rejudge(args) else 1
     repo = args.out / "repo"
     subprocess.run(["git", "clone", "-q", args.source, str(repo)], check=True)
     git(repo, "config", "user.email", "gate@localhost")

@@ -278,15 +278,17 @@ def test_script_runs_standalone():
     assert proc.returncode == 0 and "--factor" in proc.stdout
 
 
-@pytest.mark.parametrize("name, gating", [
-    ("benchmarks.StepDeviceMs.time_step_device(b1-l4096, gather_cast)", True),
-    ("benchmarks.CastUs.time_cast(b32-l4096, stock)", True),
-    ("benchmarks.StepHostMs.time_step_host(b1-l4096, gather_cast)", False),
-    ("benchmarks.StepMs.time_step(b1-l4096, gather_cast)", False),
-    ("bench.time_sleep", True),  # no metric in the table: gates (conservative)
+@pytest.mark.parametrize("row, gating", [
+    (["+", "8.81±0ms", "9.63±0ms", "1.09", "benchmarks.StepDeviceMs.time_step_device('b32-l4096', 'gather_cast')"], True),
+    (["+", "59.5±0.1μs", "66.0±0.1μs", "1.11", "benchmarks.CastUs.time_cast('b32-l4096', 'stock')"], True),
+    (["+", "1.98±0.09μs", "2.23±0.08μs", "1.13", "benchmarks.CastUs.time_cast('b1-l500', 'gather_cast')"], False),  # < 0.5 us
+    (["+", "1.98±0.09μs", "2.53±0.08μs", "1.28", "benchmarks.CastUs.time_cast('b1-l500', 'gather_cast')"], True),  # twin
+    (["+", "1.2±0.1ms", "1.9±0.1ms", "1.58", "benchmarks.StepHostMs.time_step_host('b1-l4096', 'gather_cast')"], False),
+    (["+", "1.2±0.1ms", "1.9±0.1ms", "1.58", "benchmarks.StepMs.time_step('b1-l4096', 'gather_cast')"], False),
+    (["+", "1.00ms", "2.00ms", "2.00", "bench.time_sleep"], True),  # no metric in the table: gates (conservative)
 ])
-def test_gates_follows_the_metric_table(name, gating):
-    assert asv_gate.gates(name) is gating
+def test_gates_follows_the_metric_table(row, gating):
+    assert asv_gate.gates(row) is gating
 
 
 def _renamed(output: str, benchmark: str) -> str:

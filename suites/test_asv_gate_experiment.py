@@ -29,7 +29,7 @@ def test_plant_refuses_a_changed_replay(tmp_path):  # twin: nothing to plant int
 
 
 SCENARIOS = ["b1-l500", "b32-l4096"]
-CAUGHT = [f"benchmarks.StepDeviceMs.time_step_device({s}, gather_cast) (1.0 -> 1.1, ratio 1.10)" for s in SCENARIOS]
+CAUGHT = [f"benchmarks.StepDeviceMs.time_step_device('{s}', 'gather_cast') (1.0ms -> 1.1ms, ratio 1.10)" for s in SCENARIOS]
 
 
 @pytest.mark.parametrize("role, pair, ok", [
