@@ -96,5 +96,44 @@ def test_gpu_scripts_parse_on_cpu():
     checker = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(checker).exists():
         pytest.skip("shellcheck is not installed")
-    proc = subprocess.run([checker, "ci/evidence/tpot.sh"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([checker, "ci/evidence/tpot.sh", "ci/evidence/tpot_h200.sh"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_tpot_json_says_where_the_time_goes_and_the_memory_plan(results):
+    from harness.model.step import PARTS
+
+    rows = json.loads(results.read_text())["rows"]
+    detail = next(r["detail"] for r in rows if r["metric"] == "tpot_ms")
+    bd = detail["breakdown"]
+    assert set(bd["parts"]) == set(PARTS) and bd["sum_ms"] > 0 and "each component alone" in bd["how"]
+    by = {r["metric"]: r["value"] for r in rows if r["strategy"] == "gather_cast"}
+    floors = sum(p["floor_bytes"] for p in bd["parts"].values())
+    assert floors == by["step_weight_bytes"] + by["step_kv_bytes"] + by["step_cast_bytes"]  # the floors split the roofline's bytes
+    assert detail["memory_plan"].startswith("gather_cast:")
+
+
+def test_default_allreduce_table_is_the_committed_h200_tp2_measurement():
+    from harness.model.allreduce import DEFAULT_TABLE, load_table
+
+    default, measured = load_table(DEFAULT_TABLE), load_table(ROOT / "docs/h200/2026-11-30/phase2/tp2/allreduce_tp2.toml")
+    assert (default.sizes, default.micros) == (measured.sizes, measured.micros) and "TP2" in default.source
+    assert 9 < default.us(32 * 6144 * 2) < 20  # a b32 GLM-5 message: ~11 us
+
+
+def test_allreduce_model_adds_its_latency_to_the_roofline():
+    from harness.model.allreduce import AllReduce, LatencyAllReduce, LatencyTable
+
+    lat = object.__new__(LatencyAllReduce)  # no GPU: skip the spin-kernel calibration
+    lat.table, lat.default = LatencyTable("t", (1000, 2000), (10.0, 20.0)), True
+    assert lat.model_ms(1, 750, 78) == 2 * 78 * 15.0 / 1e3 and "default one-GPU model" in lat.describe()
+    assert AllReduce().model_ms(1, 750, 78) == 0.0
+
+
+def test_tpot_allreduce_none_is_accepted_and_a_missing_table_is_one_error_line(capsys, tmp_path):
+    from harness.cli import main
+
+    assert main(["tpot", *SMALL, "--strategy", "native_fp8", "--layers", "1", "--no-breakdown", "--allreduce-table", "none"]) == 0
+    capsys.readouterr()
+    line = _main_error(capsys, "--allreduce-table", str(tmp_path / "missing.toml"))
+    assert "missing.toml" in line

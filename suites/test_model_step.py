@@ -206,3 +206,131 @@ def test_reuse_distance_glm5_prod_exceeds_l2_several_times():
     assert nbytes.reuse_distance_bytes(s, 4, 8) > 3 * nbytes.L2_BYTES
     assert nbytes.reuse_distance_bytes(s, 1, 8) == 0  # one set: every layer re-reads the same weights
     assert dataclasses.replace(s).with_layers(2).first_k_dense == 2
+
+
+# ---- FP8 block-scaled GEMM: cuBLAS's scale layout (the H200 rotation-check crash) ----------
+
+
+def _cublas_rule(a, scale_a, b, scale_b) -> str | None:
+    """cuBLASLt's layout for 1x128 x 128x128 block scaling, restated from its docs (independent of
+    fp8.block_layout_error): A [M, K] scales [M, K/128] stride (1, M); B [K, N] scales
+    [round_up(K/128, 4), N/128] stride (1, round_up(K/128, 4)). Anything else is read out of bounds."""
+    m, k = a.shape
+    n = b.shape[1]
+    kb, nb = -(-k // 128), -(-n // 128)
+    kb4 = -(-kb // 4) * 4
+    if tuple(scale_a.shape) != (m, kb) or (kb > 1 and scale_a.stride() != (1, m)):
+        return f"scale_a {tuple(scale_a.shape)} {scale_a.stride()}"
+    if tuple(scale_b.shape) != (kb4, nb) or (nb > 1 and scale_b.stride() != (1, kb4)):
+        return f"scale_b {tuple(scale_b.shape)} {scale_b.stride()} for K = {k}"
+    return None
+
+
+@pytest.fixture
+def fake_cublas(monkeypatch):
+    """torch's two blockwise entry points replaced by a recorder that checks cuBLAS's layout."""
+    import torch.nn.functional as F
+
+    calls = []
+
+    def record(a, b, scale_a, scale_b):
+        calls.append((tuple(a.shape), tuple(b.shape), _cublas_rule(a, scale_a, b, scale_b)))
+        return torch.zeros((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
+
+    monkeypatch.setattr(F, "scaled_mm", lambda a, b, sa, _ra, sb, _rb, output_dtype=None: record(a, b, sa, sb))
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, scale_a, scale_b, out_dtype=None: record(a, b, scale_a, scale_b))
+    return calls
+
+
+def _launch_blockwise(n: int, k: int, batch: int, calls) -> list:
+    """Each blockwise candidate on an [n, k] weight: the launches it made (refusals launch nothing)."""
+    from harness.model.fp8 import CANDIDATES
+
+    w = FP8Weight(torch.zeros((n, k), dtype=torch.float8_e4m3fn), torch.ones((-(-n // 128), k // 128)))
+    x = torch.randn(batch, k).to(torch.bfloat16)
+    launched = []
+    for name in ("scaled_mm_blockwise_t", "_scaled_mm_blockwise"):
+        before = len(calls)
+        try:
+            out = CANDIDATES[name](w)(x)
+            assert out.shape == (batch, n)
+        except ValueError:
+            pass
+        launched += [(name, *c) for c in calls[before:]]
+    return launched
+
+
+@pytest.mark.parametrize("model", ["glm5-tp8", "deepseek-v3-tp8"])
+@pytest.mark.parametrize("batch", [1, 32])
+def test_blockwise_gemm_never_launches_a_layout_cublas_reads_out_of_bounds(fake_cublas, model, batch):
+    """Every FP8 linear of the model's TP8 rank: a blockwise launch always has cuBLAS's layout.
+    GLM-5's shared-expert down_proj (K = 256: 2 K-blocks) was launched with unpadded scales."""
+    s = load_shape(model)
+    shapes = {(s.q_lora_rank + s.kv_a_width, s.hidden_size), (s.heads * (s.qk_nope_head_dim + s.qk_rope_head_dim), s.q_lora_rank),
+              (s.hidden_size, s.heads * s.v_head_dim), (2 * s.dense_inter, s.hidden_size), (s.hidden_size, s.dense_inter),
+              (2 * s.moe_inter, s.hidden_size), (s.hidden_size, s.moe_inter)}
+    launched = [c for n, k in sorted(shapes) for c in _launch_blockwise(n, k, batch, fake_cublas)]
+    assert launched and not [c for c in launched if c[-1]], launched
+    shared_down = [c for c in launched if c[2][0] == s.moe_inter]
+    assert [c[0] for c in shared_down] == ["scaled_mm_blockwise_t"]  # padded: the v2 entry runs it, legacy refuses
+
+
+def test_unpadded_block_scales_are_caught(fake_cublas, monkeypatch):
+    """Negative control: the old layout (K-blocks not padded to 4) is refused by the guard, and with
+    the guard planted away the recorder flags the out-of-bounds layout."""
+    from harness.model import fp8
+
+    monkeypatch.setattr(fp8, "padded_block_scales", lambda w: w.scale.contiguous())  # planted: the pre-fix layout
+    assert _launch_blockwise(6144, 256, 32, fake_cublas) == []  # the guard refuses both, nothing launched
+    monkeypatch.setattr(fp8, "block_layout_error", lambda *a: None)  # planted: no guard either
+    launched = _launch_blockwise(6144, 256, 32, fake_cublas)
+    assert launched and all(c[-1] and "K = 256" in c[-1] for c in launched)
+
+
+def test_probe_runs_in_a_child_and_a_dying_child_falls_back_to_safe_kernels():
+    from harness.model import fp8
+
+    got, note = fp8.probe_in_child([(256, 256), (256, 256), (384, 256)], 2, "cpu", names=("bf16",))
+    assert got == {(256, 256): "bf16", (384, 256): "bf16"} and note == "probed in a child process"
+    # planted fault: a candidate the child can't resolve kills it; the retry keeps only SAFE ones and says so
+    got, note = fp8.probe_in_child([(256, 256)], 2, "cpu", names=("no_such_kernel", "bf16"))
+    assert got == {(256, 256): "bf16"} and "first child died" in note and "KeyError" in note
+
+
+# ---- where the time goes; memory plan --------------------------------------------------------
+
+
+def test_step_parts_replace_left_out_components_with_same_shape_stand_ins(tiny_ctx):
+    from harness.model.step import PARTS
+
+    strategy = REGISTRY["gather_cast"](tiny_ctx.pool, tiny_ctx.backend, tiny_ctx.case.preset)
+    last = tiny_ctx.schedule.steps[-1]
+    hidden = hidden_states(tiny_ctx.shape, last.batch_size, 0, tiny_ctx.device)
+    slots = tiny_ctx.data.steps[last.step].slots
+    with DecodeSession(strategy, tiny_ctx.schedule, tiny_ctx.data):
+        model = ModelStep(tiny_ctx.shape, tiny_ctx.weights, strategy, tiny_ctx.allreduce, last.batch_size)
+        plan = strategy.begin_step(last)
+        full = model.forward(hidden, plan, last, slots)
+        for part in PARTS:
+            model.parts = frozenset((part,))
+            assert model.forward(hidden, plan, last, slots).shape == full.shape, part
+        model.parts = frozenset(PARTS)
+        assert torch.equal(model.forward(hidden, plan, last, slots), full)  # all parts: the step itself
+        model.parts = frozenset(("moe",))
+        assert not torch.equal(model.forward(hidden, plan, last, slots), full)  # negative control: a part is not the step
+    with pytest.raises(ValueError, match="unknown step parts"):
+        model.capture(hidden, last, slots, parts=("gemm", "bogus"))
+
+
+def test_memory_plan_glm5_prod_shadow_does_not_fit_beside_the_weights():
+    from harness.model.tpot import memory_plan
+
+    full = nbytes.full_rank_weight_bytes(load_shape("glm5-tp8"))
+    h200, pool, slots = 150_109_880_320, 27_369_897_984, 524_288  # H200 bytes; the prod pool bytes of the H200 run
+    shadow = memory_plan("shadow", pool, slots, 2 * pool, full, h200, 4)
+    stock = memory_plan("stock", pool, slots, 570_949_632, full, h200, 4)
+    assert stock["fits_with_full_weights"] and not shadow["fits_with_full_weights"]
+    assert "does NOT fit" in shadow["memory_plan"] and 0 < shadow["max_slots_with_full_weights"] < slots
+    assert full + shadow["max_slots_with_full_weights"] * 3 * pool / slots <= h200 * 0.95
+    # negative control: a plan that forgets shadow's BF16 copy says it fits
+    assert memory_plan("shadow", pool, slots, 0, full, h200, 4)["fits_with_full_weights"]

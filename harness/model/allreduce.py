@@ -47,6 +47,9 @@ def load_table(path: Path) -> LatencyTable:
     return LatencyTable(str(data.get("source", path)), sizes, micros)
 
 
+DEFAULT_TABLE = Path(__file__).with_name("allreduce_h200_tp2.toml")  # copy of docs/h200/2026-11-30/phase2/tp2/
+
+
 class AllReduce:
     """Called on the [B, hidden] bf16 tensor after o_proj and after the FFN; returns it reduced."""
 
@@ -57,6 +60,11 @@ class AllReduce:
 
     def describe(self) -> str:
         return "none: all-reduce time not included"
+
+    def model_ms(self, batch: int, hidden: int, layers: int) -> float | None:
+        """The step's all-reduce time this model adds (2 per layer, [batch, hidden] bf16): 0 for none,
+        the table's latency sum for the latency model, None (unmodeled: measured) for real NCCL."""
+        return 0.0
 
 
 class NcclAllReduce(AllReduce):
@@ -75,22 +83,29 @@ class NcclAllReduce(AllReduce):
 
         return f"nccl: real all-reduce over {dist.get_world_size()} ranks"
 
+    def model_ms(self, batch, hidden, layers):
+        return None
+
 
 class LatencyAllReduce(AllReduce):
     """One GPU: a spin kernel lasting the table's latency for the message size (inside the graph)."""
 
     mode = "latency"
 
-    def __init__(self, table: LatencyTable, device: torch.device):
-        self.table = table
+    def __init__(self, table: LatencyTable, device: torch.device, default: bool = False):
+        self.table, self.default = table, default
         self.cycles_per_us = _spin_rate(device)
+
+    def model_ms(self, batch, hidden, layers):
+        return 2 * layers * self.table.us(batch * hidden * 2) / 1e3
 
     def __call__(self, t):
         torch.cuda._sleep(max(1, int(self.table.us(t.numel() * t.element_size()) * self.cycles_per_us)))
         return t
 
     def describe(self) -> str:
-        return f"latency: measured per-size latency from {self.table.source}"
+        how = "default one-GPU model (no --allreduce-table given)" if self.default else "--allreduce-table"
+        return f"latency ({how}): measured per-size latency from {self.table.source}"
 
 
 def _spin_rate(device: torch.device, cycles: int = 2_000_000) -> float:

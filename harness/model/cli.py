@@ -19,10 +19,13 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
     p.add_argument("--shrink", action="store_true", help="CPU/CI size: the [shrink] fields of harness/model/models.toml")
     p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
-    p.add_argument("--allreduce-table", type=Path, help="TOML of measured all-reduce latency per message size (default: no all-reduce time)")
+    p.add_argument("--allreduce-table", help="TOML of measured all-reduce latency per message size, or 'none' (default on CUDA: "
+                   "harness/model/allreduce_h200_tp2.toml, the TP2 NCCL table measured on 2x H200; CPU: none)")
     p.add_argument("--check-rotation", action="store_true", help="also time the first strategy with every layer's weights distinct")
     p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
     p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
+    p.add_argument("--no-breakdown", action="store_true",
+                   help="skip where-the-time-goes (each step component timed as its own CUDA graph, beside its byte floor)")
     p.add_argument("--json", type=Path, help="write results JSON here")
     p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
                    help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
@@ -45,12 +48,17 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         raise HarnessError("--repeats", f"must be >= 1, got {repeats}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+    from harness.model.allreduce import DEFAULT_TABLE
+
     allreduce = AllReduce()
-    if args.allreduce_table:
-        table = load_table(args.allreduce_table)
+    table_arg = args.allreduce_table
+    if table_arg not in (None, "none"):
+        table = load_table(Path(table_arg))
         if device.type != "cuda":
             raise HarnessError("--allreduce-table", "the latency stand-in is a GPU spin kernel; CPU runs have no all-reduce")
         allreduce = LatencyAllReduce(table, device)
+    elif table_arg is None and device.type == "cuda" and args.engine == "harness":
+        allreduce = LatencyAllReduce(load_table(DEFAULT_TABLE), device, default=True)
     shape = load_shape(case.preset.name, shrink=args.shrink)
     if args.engine == "sglang":
         return _sglang(args, console, case, shape, names)
@@ -65,7 +73,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
 
             results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
             continue
-        results.append(time_strategy(name, ctx, repeats, profile=args.profile))
+        results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
     rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
     copy_gbps = None
     if device.type == "cuda":
@@ -74,6 +82,11 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         copy_gbps = measure_control(device).median
     rows = to_rows(ctx, results, ctx.backend.name, copy_gbps, rotation)
     console.print(_table(rows))
+    for table in _breakdown_tables(rows):
+        console.print(table)
+    for r in rows:
+        if r.metric == "tpot_ms" and r.detail and r.detail.get("memory_plan"):
+            console.print(f"memory plan: {r.detail['memory_plan']}")
     if args.json:
         env = environment(device)
         env["copy_gbps"] = copy_gbps
@@ -110,6 +123,26 @@ def torch_device():
     import torch
 
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _breakdown_tables(rows) -> list[Table]:
+    """Where the time goes, per strategy: each component's ms beside its floor."""
+    out = []
+    for r in rows:
+        bd = (r.detail or {}).get("breakdown") if r.metric == "tpot_ms" else None
+        if not bd:
+            continue
+        t = Table(title=f"where the time goes: {r.strategy} (tpot {bd['tpot_ms']:.3f} ms)")
+        for col in ("component", "ms", "share", "floor GB", "floor ms", "ms / floor"):
+            t.add_column(col, justify="right")
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        for name, p in bd["parts"].items():
+            t.add_row(name, fmt(p["ms"], ".3f"), fmt(p["ms"] / bd["tpot_ms"], ".1%"), fmt(p["floor_bytes"] / 1e9, ".3f"),
+                      fmt(p["floor_ms"], ".3f"), fmt(p["over_floor"], ".1f"))
+        t.add_row("sum / unattributed", fmt(bd["sum_ms"], ".3f"), fmt(bd["sum_ms"] / bd["tpot_ms"], ".1%"), "", "",
+                  f"{bd['unattributed_ms']:+.3f} ms")
+        out.append(t)
+    return out
 
 
 def _table(rows) -> Table:

@@ -86,6 +86,18 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
                 top = ", ".join(f"{k['name'][:40]} {k['ms']:.2f} ms x{k['count']}" for k in prof["top"][:6])
                 lines += [f"Where the time goes ({name}, one eager step, torch.profiler): {prof['kernel_ms']:.2f} ms in "
                           f"{prof['launches']} kernel launches; top: {top}.", ""]
+        for name, m in strategies.items():
+            bd = ((m.get("tpot_ms") or {}).get("detail") or {}).get("breakdown")
+            if bd:
+                lines += [f"Where the time goes ({name}, TPOT {bd['tpot_ms']:.2f} ms; {bd['how']}):", "",
+                          "| component | ms | share of TPOT | floor GB | floor ms | ms / floor |", "|---|---|---|---|---|---|"]
+                for part, v in bd["parts"].items():
+                    lines.append(f"| {part} | {v['ms']:.2f} | {v['ms'] / bd['tpot_ms']:.0%} | {v['floor_bytes'] / 1e9:.2f} | "
+                                 f"{_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
+                lines += [f"| sum (unattributed {bd['unattributed_ms']:+.2f} ms) | {bd['sum_ms']:.2f} | {bd['sum_ms'] / bd['tpot_ms']:.0%} | | | |", ""]
+        plans = [((m.get("tpot_ms") or {}).get("detail") or {}).get("memory_plan") for m in strategies.values()]
+        if any(plans):
+            lines += ["Memory plan (beside the rank's full weights):", ""] + [f"- {p}" for p in plans if p] + [""]
         for m in strategies.values():
             if "rotation_check" in m:
                 rc = m["rotation_check"]["detail"]

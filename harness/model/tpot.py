@@ -3,7 +3,12 @@
 tpot_ms: one decode step of one TP rank (on CUDA one CUDA-graph replay of the whole step, host
 re-plan included, CUDA events); attn_path_ms: the strategy's attention path alone (the harness's
 step_ms: writes, casts, attention over every layer, synthetic queries); attn_share = their ratio.
-roofline_ms: the step's bytes (weights + KV + casts) over the measured device copy bandwidth.
+roofline_ms: the step's bytes (weights + KV + casts) over the measured device copy bandwidth, plus the
+all-reduce model's latency (two per layer at the step's message size; 0 when none is modeled).
+breakdown (CUDA, in the tpot_ms row's detail): where the time goes: each component of the step
+(step.PARTS: gemm, moe, attention, allreduce, other) captured as its own CUDA graph over every layer,
+replayed and timed like the step, beside its own floor (its bytes at the copy bandwidth; the
+all-reduce model's latency). The strategy-independent components are timed once per run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from harness.memory import GIB, free_bytes
 from harness.model import bytes as nbytes
 from harness.model.allreduce import AllReduce
 from harness.model.config import ModelShape
-from harness.model.step import ModelStep
+from harness.model.step import PARTS, ModelStep
 from harness.model.weights import make_weights
 from harness.pool import KVPool, PoolGeometry
 from harness.results import Row
@@ -91,7 +96,31 @@ def kernel_breakdown(run, top: int = 12) -> dict:
             "top": [{"name": name[:90], "ms": us / 1e3, "count": n} for us, n, name in kernels[:top]]}
 
 
-def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = False) -> TpotResult:
+SHARED_PARTS = tuple(p for p in PARTS if p != "attention")  # the same for every strategy
+
+
+def time_parts(model: ModelStep, strategy, hidden, plan, last, slots, parts, repeats: int) -> dict[str, list[float]]:
+    """Device time of each component in `parts`, each its own CUDA graph (see step.PARTS)."""
+    out = {}
+    for part in parts:
+        _, graph, _ = model.capture(hidden, last, slots, parts=(part,), plan=plan)
+        if part == "attention":  # the host re-plan belongs to the attention path, as in the step
+            def run(graph=graph):
+                strategy.replan_step(plan, last)
+                graph.replay()
+        else:
+            run = graph.replay
+        out[part] = event_time_ms(run, repeats)
+        del graph, run
+    return out
+
+
+def _parts_extra(name: str, parts: dict, ctx: "TpotContext") -> dict:
+    return {"parts_ms": {p: statistics.median(parts.get(p) or ctx.shared_parts_ms[p]) for p in PARTS},
+            "parts_timed_with": {p: (name if p in parts else "an earlier strategy of this run") for p in PARTS}}
+
+
+def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = False, breakdown: bool = False) -> TpotResult:
     """Set the strategy up on the shared pool, time the model step and its attention path alone."""
     cls = REGISTRY[name]
     strategy = cls(ctx.pool, ctx.backend, ctx.case.preset)
@@ -109,6 +138,14 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
 
             tpot = event_time_ms(replay, repeats)
             del graph
+            extra = {}
+            if breakdown:
+                step_ids = dict(model.last_expert_ids)  # the component warm-ups route other inputs
+                wanted = ("attention",) + tuple(p for p in SHARED_PARTS if p not in ctx.shared_parts_ms)
+                parts = time_parts(model, strategy, hidden, plan, last, slots, wanted, repeats)
+                model.last_expert_ids = step_ids
+                ctx.shared_parts_ms.update({p: v for p, v in parts.items() if p != "attention"})
+                extra.update(_parts_extra(name, parts, ctx))
             bucket = session.bucket_graph(last)  # the attention path alone, replayed as `run` replays it
 
             def attn_replay():
@@ -116,7 +153,6 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
                 bucket.replay()
 
             attn = event_time_ms(attn_replay, repeats)
-            extra = {}
             if profile:
                 try:
                     extra["eager_kernels"] = kernel_breakdown(lambda: model.forward(hidden, plan, last, slots))
@@ -126,6 +162,14 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
             extra = {}
             plan = strategy.begin_step(last)
             tpot = host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats)
+            if breakdown:  # host wall time per component: a CPU check of the mechanics, not a measurement
+                step_ids = dict(model.last_expert_ids)
+                parts = {}
+                for part in PARTS:
+                    model.parts = frozenset((part,))
+                    parts[part] = host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats)
+                model.parts, model.last_expert_ids = frozenset(PARTS), step_ids
+                extra.update(_parts_extra(name, parts, ctx))
             attn = host_time_ms(lambda: session.layers(plan, last), repeats)
     sb = nbytes.step_bytes(ctx.shape, model.last_expert_ids, cls, ctx.pool.geometry, last)
     active = sum(int(ids.unique().numel()) for ids in model.last_expert_ids.values())
@@ -146,6 +190,7 @@ class TpotContext:
     weights: object
     allreduce: AllReduce
     weight_sets: int
+    shared_parts_ms: dict = field(default_factory=dict)  # component -> samples, timed once per run
 
 
 def build_context(case: Case, shape: ModelShape, device, backend_name: str, weight_sets: int, allreduce: AllReduce, seed: int = 0) -> TpotContext:
@@ -176,19 +221,59 @@ def rotated_weight_bytes(s: ModelShape, weight_sets: int) -> int:
             + min(weight_sets, n_moe) * per_moe + nbytes.lm_head_bytes(s))
 
 
+def memory_plan(name: str, pool_bytes: int, slots: int, extra: int, full_rank: int, total: int, weight_sets: int) -> dict:
+    """Does `name`'s pool (+ its extra memory) fit beside the rank's FULL weights on a `total`-byte
+    device (5% kept for the context, activations and graphs), and what is the largest pool that does?
+    gather_cast's extra is a per-step compact buffer, not per slot; the others' extra scales with slots."""
+    usable = total * 0.95
+    per_slot_extra = 0 if name == "gather_cast" else extra
+    fixed_extra = extra - per_slot_extra
+    per_slot = (pool_bytes + per_slot_extra) / slots
+    need = full_rank + pool_bytes + extra
+    fits = need <= usable
+    slots_fit = max(0, int((usable - full_rank - fixed_extra) // per_slot)) // 64 * 64  # whole pages
+    text = (f"{name}: pool {pool_bytes / GIB:.1f} GiB ({slots:,} slots) + strategy {extra / GIB:.1f} GiB"
+            f" + full rank weights {full_rank / GIB:.1f} GiB = {need / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable:"
+            + (" fits" if fits else f" does NOT fit beside the weights (it was measured with {weight_sets} rotated weight sets)")
+            + f"; largest pool that fits: {slots_fit:,} slots")
+    return {"device_total_bytes": total, "fits_with_full_weights": fits, "max_slots_with_full_weights": slots_fit, "memory_plan": text}
+
+
 def fit_note(ctx: TpotContext, name: str) -> dict:
-    """Would this strategy fit beside the rank's FULL weights (no rotation) on this device?"""
+    """Memory plan: would this strategy's pool fit beside the rank's FULL weights (no rotation)?
+    What was measured always fit (the run used rotated weight sets); this says what a real rank holds."""
     geometry = ctx.pool.geometry
     full_rank = nbytes.full_rank_weight_bytes(ctx.shape)
     extra = REGISTRY[name].extra_bytes(geometry, ctx.schedule)
-    total = torch.cuda.get_device_properties(ctx.device).total_memory if ctx.device.type == "cuda" else None
     note = {"full_rank_weight_bytes": full_rank, "pool_bytes": geometry.total_bytes, "strategy_extra_bytes": extra}
-    if total is not None:
-        per_slot = (geometry.total_bytes + (extra if name != "gather_cast" else 0)) / geometry.slots
-        note["device_total_bytes"] = total
-        note["fits_with_full_weights"] = full_rank + geometry.total_bytes + extra <= total * 0.95
-        note["max_slots_with_full_weights"] = max(0, int((total * 0.95 - full_rank) // per_slot)) // 64 * 64  # whole pages
+    if ctx.device.type == "cuda":
+        total = torch.cuda.get_device_properties(ctx.device).total_memory
+        note.update(memory_plan(name, geometry.total_bytes, geometry.slots, extra, full_rank, total, ctx.weight_sets))
+    else:
+        note["memory_plan"] = f"{name}: no device memory to plan against on {ctx.device.type}"
     return note
+
+
+def breakdown_detail(ctx: TpotContext, r: TpotResult, copy_gbps: float | None) -> dict | None:
+    """Per component: measured ms, its byte floor (bytes, ms at the copy bandwidth) and ms / floor."""
+    parts = r.extra.get("parts_ms")
+    if not parts:
+        return None
+    s, sb = ctx.shape, r.step_bytes
+    n_moe = s.num_layers - s.first_k_dense
+    moe_bytes = n_moe * nbytes.moe_fixed_bytes(s) + r.active_experts * nbytes.expert_bytes(s)
+    floor_bytes = {"gemm": sb.weights - moe_bytes, "moe": moe_bytes, "attention": sb.kv + sb.cast, "allreduce": 0, "other": 0}
+    out = {}
+    for p in PARTS:
+        floor_ms = floor_bytes[p] / (copy_gbps * 1e9) * 1e3 if copy_gbps else None
+        if p == "allreduce":
+            floor_ms = ctx.allreduce.model_ms(ctx.schedule.steps[-1].batch_size, s.hidden_size, s.num_layers)
+        out[p] = {"ms": parts[p], "floor_bytes": floor_bytes[p], "floor_ms": floor_ms,
+                  "over_floor": parts[p] / floor_ms if floor_ms else None, "timed_with": r.extra["parts_timed_with"][p]}
+    total = sum(v["ms"] for v in out.values())
+    return {"parts": out, "sum_ms": total, "tpot_ms": r.tpot, "unattributed_ms": r.tpot - total,
+            "how": ("each component alone as its own CUDA graph over every layer (others replaced by same-shape zeros/identity)"
+                    if ctx.device.type == "cuda" else "host wall time of each component alone (CPU: a check of the mechanics, not a measurement)")}
 
 
 def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy_gbps: float | None, rotation: dict | None = None) -> list[Row]:
@@ -219,13 +304,22 @@ def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy
             Row(strategy=r.strategy, metric="step_kv_bytes", value=sb.kv, unit="B", **ident),
             Row(strategy=r.strategy, metric="step_cast_bytes", value=sb.cast, unit="B", **ident),
         ]
+        bd = breakdown_detail(ctx, r, copy_gbps)
+        if bd:
+            detail["breakdown"] = bd
         if copy_gbps:
-            roof = sb.total / (copy_gbps * 1e9) * 1e3
-            rows.append(Row(strategy=r.strategy, metric="roofline_ms", value=roof, unit="ms", detail={"copy_gbps": copy_gbps}, **ident))
+            ar_ms = ctx.allreduce.model_ms(r_batch(ctx), ctx.shape.hidden_size, ctx.shape.num_layers) or 0.0
+            roof = sb.total / (copy_gbps * 1e9) * 1e3 + ar_ms
+            rows.append(Row(strategy=r.strategy, metric="roofline_ms", value=roof, unit="ms",
+                            detail={"copy_gbps": copy_gbps, "bytes_ms": roof - ar_ms, "allreduce_model_ms": ar_ms}, **ident))
             rows.append(Row(strategy=r.strategy, metric="tpot_over_roofline", value=r.tpot / roof, unit="ratio", **ident))
     if rotation:
         rows.append(Row(strategy=rotation["strategy"], metric="rotation_check", value=rotation["ratio"], unit="ratio", detail=rotation, **ident))
     return rows
+
+
+def r_batch(ctx: TpotContext) -> int:
+    return ctx.schedule.steps[-1].batch_size
 
 
 def rotation_check(ctx: TpotContext, strategy: str, repeats: int, seed: int = 0) -> dict:

@@ -124,3 +124,22 @@ def test_kernel_breakdown_sees_the_steps_kernels(ctx):
         hidden = hidden_states(ctx.shape, last.batch_size, 0, ctx.device)
         prof = kernel_breakdown(lambda: model.forward(hidden, plan, last, ctx.data.steps[last.step].slots))
     assert prof["kernel_ms"] > 0 and prof["launches"] >= 10 * ctx.shape.num_layers, prof
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_fp8_kernels_chosen_in_a_child_include_the_unaligned_shared_down(batch, monkeypatch):
+    """GLM-5 TP8's shared-expert down_proj (K = 256: 2 K-blocks, padded to 4 for cuBLAS) and q_a/kv_a:
+    kernels are probed in a child process (no probe kernel in this one) and match emulation here."""
+    from harness.model import fp8
+
+    monkeypatch.setattr(fp8, "_probe_ok", lambda *a: pytest.fail("probe ran in the measuring process"))
+    ws = [fp8.FP8Weight(*fp8.quantize_blocks(torch.randn(n, k, device="cuda") * k ** -0.5)) for n, k in ((6144, 256), (2624, 6144))]
+    note = fp8.bind_kernels(ws, batch)
+    print(f"batch {batch}: {[(tuple(w.q.shape), w.kernel) for w in ws]} ({note})")
+    monkeypatch.undo()
+    for w in ws:
+        x = torch.randn(batch, w.q.shape[1], device="cuda").to(torch.bfloat16)
+        got = w(x).float()
+        torch.cuda.synchronize()
+        want = x.float() @ fp8.dequantize_blocks(w.q, w.scale).t()
+        assert got.shape == want.shape and ((got - want).norm() / want.norm()) < 0.08 or w.kernel == "scaled_mm_rowwise"
