@@ -1,4 +1,5 @@
 """Top-level pytest configuration: GPU tests skip on CPU with a reason; per-GPU binding under xdist;
+one xdist group per case pool (suites/plugins/pool_groups.py);
 in CI (MLA_HARNESS_STRICT_SKIPS=1, set by .ci/run) a skipped test that is neither GPU- nor
 sglang-marked fails the session unless it passed elsewhere (the Triton interpreter child)."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest_plugins = ["suites.plugins.gpu_binding"]
+pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.pool_groups"]
 
 STRICT = os.environ.get("MLA_HARNESS_STRICT_SKIPS") == "1"
 PASSED_ELSEWHERE = "MLA_HARNESS_PASSED_ELSEWHERE"  # folder where child pytest runs list what passed

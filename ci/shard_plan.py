@@ -3,7 +3,8 @@
 usage: python -m ci.shard_plan choose --model ci/shard_model.json --gpus N [PYTEST ARGS...]
            prints N workers (0: run without xdist); the reasoning goes to stderr
        python -m ci.shard_plan fit --out MODEL.json RUN...
-           RUN = WORKERS:WALL_S:JUNIT.xml (WORKERS 0 = no xdist), one per timed run of the same suite
+           RUN = WORKERS:WALL_S:JUNIT.xml (WORKERS 0 = no xdist), one per timed run of the same suite;
+           prints a markdown table of the runs (wall, summed test time, speed-up vs no xdist)
 
 The model is measured, never guessed: for every timed run, overhead(n) = wall - work / max(n, 1),
 where work is the summed test time of the run without xdist (which carries one process's warm-up,
@@ -11,7 +12,8 @@ as every worker's share does). A suite of `work` seconds then takes overhead(n) 
 workers (n above the largest measured uses the largest measured xdist overhead), and the plan picks
 the fastest n only if it beats no xdist by MIN_SPEEDUP. `choose` estimates a suite's work from the
 model's per-test durations (tests it has not seen count as the median test). The committed
-ci/shard_model.json holds the latest 2x H200 measurement (ci/evidence/multigpu.sh refits it).
+ci/shard_model.json holds the latest 2x H200 measurement (ci/evidence/shard_h200.sh refits it);
+sharded runs use --dist loadgroup (suites/plugins/pool_groups.py), whose node ids end in '@group'.
 """
 
 from __future__ import annotations
@@ -26,13 +28,19 @@ from pathlib import Path
 MIN_SPEEDUP = 1.2
 
 
+def strip_group(name: str) -> str:
+    """A junit test name without the '@group' that --dist loadgroup appends (after any parameters)."""
+    at = name.rfind("@")
+    return name[:at] if at > name.rfind("]") else name
+
+
 def junit_durations(path: Path) -> dict[str, float]:
     """nodeid-like 'module/path.py::name' -> seconds, from a pytest junit XML."""
     out = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         module = case.get("classname", "").replace(".", "/")
         if case.find("skipped") is None and module:
-            out[f"{module}.py::{case.get('name')}"] = float(case.get("time", 0))
+            out[f"{module}.py::{strip_group(case.get('name', ''))}"] = float(case.get("time", 0))
     return out
 
 
@@ -44,10 +52,21 @@ def fit(runs: list[tuple[int, float, dict[str, float]]]) -> dict:
     _, _, durations = serial[0]
     if not durations:
         raise ValueError("no test ran in the run without xdist (all skipped?): nothing to fit")
+    if len({n for n, _, _ in runs}) < len(runs):
+        raise ValueError("two runs with the same WORKERS: give one timed run per worker count")
     work = sum(durations.values())
-    overhead = {str(n): wall - work / max(n, 1) for n, wall, _ in runs}
-    return {"work_s": work, "tests": len(durations), "overhead_s": overhead, "durations": durations,
-            "min_speedup": MIN_SPEEDUP}
+    overhead = {str(n): round(wall - work / max(n, 1), 3) for n, wall, _ in runs}
+    return {"work_s": round(work, 3), "tests": len(durations), "overhead_s": overhead, "durations": durations,
+            "wall_s": {str(n): wall for n, wall, _ in runs}, "min_speedup": MIN_SPEEDUP}
+
+
+def table(runs: list[tuple[int, float, dict[str, float]]]) -> str:
+    """Markdown: per run its wall seconds, summed test seconds, and speed-up against no xdist."""
+    serial = next(wall for n, wall, _ in runs if n == 0)
+    rows = ["| run | wall s | summed test s | speed-up vs no xdist |", "|---|---|---|---|"]
+    for n, wall, durations in sorted(runs, key=lambda r: r[0]):
+        rows.append(f"| {f'-n {n}' if n else 'no xdist'} | {wall:.1f} | {sum(durations.values()):.1f} | {serial / wall:.2f}x |")
+    return "\n".join(rows)
 
 
 def predict(model: dict, work: float, workers: int) -> float:
@@ -87,21 +106,31 @@ def collected(pytest_args: list[str]) -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if "::" in line]
 
 
+def parse_run(spec: str) -> tuple[int, float, dict[str, float]]:
+    """'WORKERS:WALL_S:JUNIT.xml' -> (workers, wall seconds, per-test durations)."""
+    parts = spec.split(":", 2)
+    try:
+        workers, wall = int(parts[0]), float(parts[1])
+    except (ValueError, IndexError):
+        raise ValueError(f"run {spec!r}: want WORKERS:WALL_S:JUNIT.xml (e.g. 2:41.3:junit-n2.xml)") from None
+    if len(parts) < 3 or workers < 0 or wall <= 0:
+        raise ValueError(f"run {spec!r}: want WORKERS >= 0, WALL_S > 0 and a junit XML path")
+    return workers, wall, junit_durations(Path(parts[2]))
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["fit"] and "--out" in args:
+    if args[:1] == ["fit"] and "--out" in args[:-1]:
         i = args.index("--out")
         out, specs = Path(args[i + 1]), args[1:i] + args[i + 2:]
         try:
-            runs = []
-            for spec in specs:
-                workers, wall, junit = spec.split(":", 2)
-                runs.append((int(workers), float(wall), junit_durations(Path(junit))))
+            runs = [parse_run(spec) for spec in specs]
             model = fit(runs)
         except (ValueError, OSError, ET.ParseError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         out.write_text(json.dumps(model, indent=1, sort_keys=True))
+        print(table(runs))
         return 0
     if args[:1] == ["choose"] and "--model" in args and "--gpus" in args:
         rest = args[1:]

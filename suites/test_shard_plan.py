@@ -1,18 +1,28 @@
-"""ci/shard_plan.py: the measured sharding model, and the choice it makes for small and large suites."""
+"""ci/shard_plan.py: the measured sharding model, and the choice it makes for small and large suites;
+suites/plugins/pool_groups.py: one xdist group per case pool, and one pool build per group."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from ci import shard_plan
+from harness.cases import load_case
+from harness.prepared import PreparedCase
+from suites.plugins import binding_proof, pool_groups
 
 REPO = Path(__file__).resolve().parents[1]
 JUNIT = """<?xml version="1.0"?><testsuites><testsuite name="pytest">
 <testcase classname="suites.gpu.test_a" name="test_x[1]" time="14.0"/>
-<testcase classname="suites.gpu.test_a" name="test_y" time="1.0"/>
+<testcase classname="suites.gpu.test_a" name="test_y@pool-c" time="1.0"/>
 <testcase classname="suites.gpu.test_b" name="test_z" time="0.4"><skipped message="no"/></testcase>
 </testsuite></testsuites>"""
 
@@ -23,29 +33,154 @@ def test_fit_from_timed_runs(tmp_path):
     assert durations == {"suites/gpu/test_a.py::test_x[1]": 14.0, "suites/gpu/test_a.py::test_y": 1.0}
     model = shard_plan.fit([(0, 20.0, durations), (1, 50.0, {}), (2, 40.0, {})])
     assert model["overhead_s"] == {"0": 5.0, "1": 35.0, "2": 32.5}
+    assert model["wall_s"] == {"0": 20.0, "1": 50.0, "2": 40.0}
     with pytest.raises(ValueError, match="WORKERS 0"):
         shard_plan.fit([(2, 40.0, durations)])
     with pytest.raises(ValueError, match="all skipped"):
         shard_plan.fit([(0, 20.0, {})])
 
 
-def test_committed_model_keeps_todays_suite_unsharded():
-    """Issue 13's measurement: 15.4 s of tests run faster without xdist than with 1 or 2 workers."""
+def test_fit_rejects_bad_runs(tmp_path, capsys):
+    (tmp_path / "j.xml").write_text(JUNIT)
+    good = f"0:20:{tmp_path / 'j.xml'}"
+    assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), good, f"2:12.5:{tmp_path / 'j.xml'}"]) == 0
+    out = capsys.readouterr().out
+    assert "| no xdist | 20.0 | 15.0 | 1.00x |" in out and "| -n 2 | 12.5 | 15.0 | 1.60x |" in out
+    for bad in ("0:20", "x:20:j.xml", "0:-1:j.xml", f"0:20:{tmp_path / 'missing.xml'}"):
+        assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), good, good]) == 2  # one run per WORKERS
+    assert "same WORKERS" in capsys.readouterr().err
+
+
+def test_committed_model_reproduces_its_runs_and_keeps_them_unsharded_when_measured_slower():
+    """The committed model predicts its own measured walls, and chooses sharding only where they say it paid."""
     model = json.loads((REPO / "ci" / "shard_model.json").read_text())
-    assert shard_plan.predict(model, 15.4, 0) == pytest.approx(20.6)
-    assert shard_plan.predict(model, 15.4, 2) == pytest.approx(38.0)
-    assert shard_plan.choose(model, 15.4, gpus=8)[0] == 0
+    walls = {int(n): w for n, w in model["wall_s"].items()}
+    for n, wall in walls.items():
+        assert shard_plan.predict(model, model["work_s"], n) == pytest.approx(wall, abs=0.01)
+    measured_best = max((n for n in walls if n), key=lambda n: walls[0] / walls[n])
+    pays = walls[0] / walls[measured_best] >= model["min_speedup"]
+    assert shard_plan.choose(model, model["work_s"], gpus=max(walls))[0] == (measured_best if pays else 0)
 
 
 def test_negative_control_a_large_suite_is_sharded():
     model = json.loads((REPO / "ci" / "shard_model.json").read_text())
-    assert shard_plan.choose(model, 300.0, gpus=2)[0] == 2
-    workers, why = shard_plan.choose(model, 300.0, gpus=8)
+    assert shard_plan.choose(model, 2000.0, gpus=2)[0] == 2
+    workers, why = shard_plan.choose(model, 2000.0, gpus=8)
     assert workers == 8 and "-n 8 predicted" in why  # beyond 2 workers: the largest measured xdist overhead
-    assert shard_plan.choose(model, 60.0, gpus=2)[0] == 0  # below the 2-GPU threshold (~78 s of tests)
+    assert shard_plan.choose(model, 1.0, gpus=2)[0] == 0  # a tiny suite never pays for start-up
 
 
 def test_suite_work_counts_unseen_tests_as_typical():
     model = {"durations": {"a": 1.0, "b": 3.0, "c": 10.0}, "work_s": 14.0, "tests": 3}
     assert shard_plan.suite_work(model, ["a", "c", "new"]) == 14.0  # new counts as the median, 3.0
     assert shard_plan.suite_work({"durations": {}, "work_s": 15.0, "tests": 30}, ["x"] * 4) == 2.0
+
+
+DUMP_GROUPS = """
+import json, os
+def pytest_collection_finish(session):
+    with open(os.environ["GROUPS_OUT"], "w") as f:
+        json.dump({i.nodeid: [m.args[0] for m in i.iter_markers("xdist_group")] for i in session.items}, f)
+"""
+
+
+def _collected_groups(tmp_path, *extra) -> dict[str, list[str]]:
+    """nodeid -> xdist_group names of `pytest --collect-only suites/gpu -m gpu` (works on CPU)."""
+    (tmp_path / "dump_groups.py").write_text(DUMP_GROUPS)
+    out = tmp_path / f"groups{len(extra)}.json"
+    env = {**os.environ, "GROUPS_OUT": str(out), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "dump_groups", *extra, "suites/gpu", "-m", "gpu"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def _split_cases(groups: dict[str, list[str]]) -> dict[str, set[str]]:
+    """Production case -> the groups its tests landed in (one each when every case is one group)."""
+    by_case = defaultdict(set)
+    for nodeid, names in groups.items():
+        for case in (c for c in ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048", "multistep-reuse")
+                     if f"glm5-tp8.prod.{c}-" in nodeid or f"glm5-tp8.prod.{c}]" in nodeid):
+            by_case[case].add(",".join(names) or "(none)")
+    return by_case
+
+
+def test_every_production_case_is_one_xdist_group(tmp_path):
+    groups = _collected_groups(tmp_path)
+    assert len(groups) > 100
+    assert all(len(names) == 1 for names in _split_cases(groups).values())
+    assert _split_cases(groups)["b1-l4096"] == {"pool-glm5-tp8.prod.b1-l4096"}
+    # test_perf's module fixture prepares b1-l4096 (its CASE): same group as the parametrized tests
+    perf = [n for nodeid, n in groups.items() if nodeid.startswith("suites/gpu/test_perf.py::")]
+    assert perf and all(n == ["pool-glm5-tp8.prod.b1-l4096"] for n in perf)
+    assert not any(n for nodeid, n in groups.items() if "test_hidden_shapes_against_float64" in nodeid)
+    sizes = defaultdict(int)
+    for names in groups.values():
+        sizes[names[0] if names else None] += 1
+    assert max(n for g, n in sizes.items() if g) < len(groups) / 4  # no group holds a quarter of the suite
+    # negative control: without the plugin no test is grouped, so a case's tests scatter over workers
+    ungrouped = _collected_groups(tmp_path, "-p", "no:suites.plugins.pool_groups")
+    assert set(ungrouped) == set(groups) and not any(ungrouped.values())
+    assert _split_cases(ungrouped)["b1-l4096"] == {"(none)"}
+
+
+def test_shared_prepared_case_builds_each_pool_once(tmp_path):
+    cpu = torch.device("cpu")
+    before = PreparedCase.builds.copy()
+    pool_groups.SharedPreparedCase.held = None
+    first = pool_groups.SharedPreparedCase(load_case("glm5-tp8.ci.b1-l500"), cpu, "torch").build()
+    again = pool_groups.SharedPreparedCase(load_case("glm5-tp8.ci.b1-l500"), cpu, "torch").build()
+    assert again.pool is first.pool and again.build_s == 0.0 and again.data is not first.data
+    assert PreparedCase.builds["glm5-tp8.ci.b1-l500"] - before["glm5-tp8.ci.b1-l500"] == 1
+    other = pool_groups.SharedPreparedCase(load_case("glm5-tp8.ci.b1-l4096"), cpu, "torch").build()  # another seed
+    assert other.pool is not first.pool and pool_groups.SharedPreparedCase.held[1] is other.pool
+    # negative control: the plain PreparedCase builds a pool per instance
+    plain = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), cpu, "torch").build()
+    assert plain.pool is not first.pool and PreparedCase.builds["glm5-tp8.ci.b1-l500"] - before["glm5-tp8.ci.b1-l500"] == 2
+    # each test process reports its builds in the binding-proof record
+    record = binding_proof.Record("gw0", 1, "0")
+    record.finish(binding_proof.NvmlProbe(smi=lambda *_: ""))
+    assert record.pool_builds["glm5-tp8.ci.b1-l500"] >= 2
+    pool_groups.SharedPreparedCase.held = None
+
+
+def _shards_without_groups(text: str) -> list[str]:
+    """Command lines that start xdist workers (-n N, -n "$VAR") without --dist loadgroup."""
+    starts = re.compile(r'(?:^|[\s(])-n (?:\d+|"\$[A-Z_]+")(?=[\s)]|$)')
+    return [line.strip() for line in text.splitlines()
+            if not line.lstrip().startswith("#") and starts.search(line) and "--dist loadgroup" not in line]
+
+
+def test_sharded_runs_use_loadgroup():
+    for path in (".github/workflows/gpu-correctness.yml", "ci/evidence/shard_h200.sh"):
+        text = (REPO / path).read_text()
+        assert "--dist loadgroup" in text and not _shards_without_groups(text), path
+    # negative control: a sharded line without the groups is found
+    assert _shards_without_groups('python -m pytest suites/gpu -n 2 --binding-proof x')
+    assert _shards_without_groups('if [ "$W" -gt 0 ]; then xdist=(-n "$WORKERS"); fi')
+    assert not _shards_without_groups('if [ -n "${OUT:-}" ]; then tar x; fi')
+
+
+def _workers_by_group(*extra) -> dict[str, set[str]]:
+    """Group (the b1-l4096 pool's tests, or each other test alone) -> the xdist workers that ran it,
+    from a CPU run (GPU tests skip) of two GPU modules under -n 2 --dist loadgroup."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *extra, "-n", "2",
+                           "--dist", "loadgroup", "suites/gpu/test_perf.py", "suites/gpu/test_gpu_correctness.py",
+                           "-m", "gpu"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    ran = re.findall(r"^\[(gw\d)\] .*? (suites/gpu/\S+)", proc.stdout, re.M)
+    assert len(ran) == 39, proc.stdout[-2000:] + proc.stderr[-2000:]
+    workers = defaultdict(set)
+    for worker, nodeid in ran:
+        b1_l4096 = nodeid.startswith("suites/gpu/test_perf.py") or "b1-l4096" in nodeid or "scale-error" in nodeid
+        workers["b1-l4096" if b1_l4096 else nodeid].add(worker)
+    return workers
+
+
+def test_loadgroup_sends_a_case_pool_to_one_worker():
+    """On this pytest too (9.2 drops xdist's '@group' node ids): the b1-l4096 pool's 21 tests, one worker."""
+    assert _workers_by_group()["b1-l4096"] in ({"gw0"}, {"gw1"})
+    # negative control: without the plugin the same tests are spread over both workers
+    assert _workers_by_group("-p", "no:suites.plugins.pool_groups")["b1-l4096"] == {"gw0", "gw1"}

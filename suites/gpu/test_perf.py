@@ -1,6 +1,7 @@
 """pytest-benchmark perf tests (GPU, glm5-tp8 prod, b1-l4096): one decode step (eager, and replayed
 through its SGLang-style bucket graph) and one layer's cast per strategy, host-clocked around a
-synchronized call. The case is prepared once per kernel (one pool build) for every test here.
+synchronized call. The case is prepared once (one pool build, shared with the case's other tests:
+suites/plugins/pool_groups.py) for every test here.
 
 Targets are not asserted here; gate them by comparing saved runs:
   pytest suites/gpu/test_perf.py -m gpu --benchmark-enable --benchmark-save=base
@@ -12,18 +13,19 @@ import pytest
 import torch
 
 from harness.cases import load_case
-from harness.prepared import PreparedCase
 from harness.strategies import ORDER, REGISTRY
 from harness.strategies.base import Strategy
+from suites.plugins.pool_groups import SharedPreparedCase
 
 CASTING = [name for name in ORDER if REGISTRY[name].cast_bytes.__func__ is not Strategy.cast_bytes.__func__]
 
 pytestmark = [pytest.mark.gpu, pytest.mark.prod]
+CASE = "glm5-tp8.prod.b1-l4096"
 
 
 @pytest.fixture(scope="module")
 def prep(gpu_device):
-    return PreparedCase(load_case("glm5-tp8.prod.b1-l4096"), gpu_device, "flashinfer").build()
+    return SharedPreparedCase(load_case(CASE), gpu_device, "flashinfer").build()
 
 
 def _session(prep, strategy):

@@ -5,7 +5,8 @@ xdist) writes ``DIR/<worker>.json`` at session end, while its CUDA context is st
 the CUDA_VISIBLE_DEVICES entry it was bound to, how many devices its CUDA runtime saw, the UUID
 of the device each ``gpu`` test ran on, the GPUs on which its pid holds a CUDA context (NVML's
 per-GPU process list, or ``nvidia-smi --query-compute-apps``), and a timeline (process start,
-first test, session end) that shows what start-up costs. After the workers finish, the
+first test, session end) that shows what start-up costs, and the pools it built per case
+(harness.prepared.PreparedCase.builds). After the workers finish, the
 controller runs `check` over the records: every worker ran on the GPU its binding names, two
 workers never share one GPU unless there are more workers than GPUs, and no worker holds a
 context on a GPU it does not own. Problems fail the session; the verdict lands in ``DIR/check.json``.
@@ -141,14 +142,17 @@ class Record:
     timeline: dict[str, float | None] = field(default_factory=dict)  # epoch seconds
     test_seconds: float = 0.0  # setup + call + teardown of every test it ran
     pinned_cpus: list[int] | None = None  # cores it was pinned to (--pin-cpus); None: not pinned
+    pool_builds: dict[str, int] = field(default_factory=dict)  # case -> pools this process built
 
     def note_test(self, uuid: str | None) -> None:
         if uuid is not None:
             self.ran_on[uuid] = self.ran_on.get(uuid, 0) + 1
 
     def finish(self, probe) -> None:
-        """Fill what is known only at session end: device count and this pid's contexts."""
+        """Fill what is known only at session end: device count, pools built, this pid's contexts."""
         self.visible_count = probe.visible_count()
+        prepared = sys.modules.get("harness.prepared")
+        self.pool_builds = dict(prepared.PreparedCase.builds) if prepared is not None else {}
         apps = probe.compute_apps()
         if apps is None:
             self.context_probe = f"{probe.source}: process list unavailable"
@@ -228,7 +232,8 @@ def expected_uuids(assignment: Mapping[str, str | None], gpus: Mapping[str, str]
 
 
 def timeline_summary(records: Sequence[Record], controller_start: float | None, end: float) -> dict[str, dict]:
-    """Per worker: start-up (process start -> first test), test seconds, and session end -> run end."""
+    """Per worker: start-up (process start -> first test), test seconds, session end -> run end, and
+    the pools it built per case."""
     out = {}
     for r in records:
         t = r.timeline
@@ -239,6 +244,7 @@ def timeline_summary(records: Sequence[Record], controller_start: float | None, 
             "test_s": round(r.test_seconds, 2),
             "first_to_last_test_s": round(t["last_test_end"] - first, 2) if first and t.get("last_test_end") else None,
             "session_end_to_run_end_s": round(end - t["session_end"], 2) if t.get("session_end") else None,
+            "pool_builds": dict(r.pool_builds),
         }
     return out
 
