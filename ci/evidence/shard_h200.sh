@@ -6,7 +6,8 @@
 # and wall seconds; then the sharding model refitted from the three runs ($E/shard_model.json, for
 # ci/shard_model.json) and a markdown table ($E/shard.md: wall, speed-up vs no xdist, per-worker
 # pool builds). About 3-4 minutes (warm suite ~60 s); every step is capped, 280 s in all.
-#   . ci/gpu_env.sh BUNDLE JIT_TAR TRITON_TAR; bash ci/evidence/shard_h200.sh
+#   . ci/gpu_env.sh BUNDLE JIT_TAR TRITON_TAR; [WAIT_FOR_FILE=F] bash ci/evidence/shard_h200.sh
+# (WAIT_FOR_FILE: the -n 2 run waits, up to 300 s, until F exists: another job leaving GPU 1)
 set -uo pipefail
 E=${EVIDENCE:-/tmp/evidence}/shard
 mkdir -p "$E"
@@ -28,6 +29,9 @@ suite() {  # suite NAME SECONDS [XDIST ARGS...]
 step warmup 25 python3 -c "import torch, flashinfer, triton, xdist, harness.runner, suites.helpers; torch.empty(1, device='cuda'); print(torch.__version__, flashinfer.__version__, triton.__version__, xdist.__version__)"
 suite n0 90
 suite n1 90 -n 1 --dist loadgroup
+if [ -n "${WAIT_FOR_FILE:-}" ]; then  # a caller's job still on GPU 1: -n 2 needs both GPUs
+    for _ in $(seq 150); do [ -f "$WAIT_FOR_FILE" ] && break; sleep 2; done
+fi
 suite n2 65 -n 2 --dist loadgroup --binding-proof "$E/proof-n2"
 python3 -m ci.shard_plan fit --out "$E/shard_model.json" \
     "0:$(cat "$E/wall-n0.txt"):$E/junit-n0.xml" "1:$(cat "$E/wall-n1.txt"):$E/junit-n1.xml" \
