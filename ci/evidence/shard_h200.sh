@@ -7,7 +7,7 @@
 # ci/shard_model.json) and a markdown table ($E/shard.md: wall, speed-up vs no xdist, per-worker
 # pool builds). About 3-4 minutes (warm suite ~60 s); every step is capped, 280 s in all.
 #   . ci/gpu_env.sh BUNDLE JIT_TAR TRITON_TAR; [WAIT_FOR_FILE=F] bash ci/evidence/shard_h200.sh
-# (WAIT_FOR_FILE: the -n 2 run waits, up to 300 s, until F exists: another job leaving GPU 1)
+# (WAIT_FOR_FILE: the two-worker run waits, up to 300 s, until F exists: another job leaving GPU 1)
 set -uo pipefail
 E=${EVIDENCE:-/tmp/evidence}/shard
 mkdir -p "$E"
@@ -29,7 +29,7 @@ suite() {  # suite NAME SECONDS [XDIST ARGS...]
 step warmup 25 python3 -c "import torch, flashinfer, triton, xdist, harness.runner, suites.helpers; torch.empty(1, device='cuda'); print(torch.__version__, flashinfer.__version__, triton.__version__, xdist.__version__)"
 suite n0 90
 suite n1 90 -n 1 --dist loadgroup
-if [ -n "${WAIT_FOR_FILE:-}" ]; then  # a caller's job still on GPU 1: -n 2 needs both GPUs
+if [ -n "${WAIT_FOR_FILE:-}" ]; then  # a caller's job still on GPU 1: the two-worker run needs both
     for _ in $(seq 150); do [ -f "$WAIT_FOR_FILE" ] && break; sleep 2; done
 fi
 suite n2 65 -n 2 --dist loadgroup --binding-proof "$E/proof-n2"
