@@ -93,7 +93,8 @@ def test_hidden_shapes_against_float64(lens, heads):
     for config in (Config(1, 16), Config(3, 32, 8, 1), Config(8, 64, 4, 2), Config(64, 32),
                    Config(3, 32, 8, 2, reload_v=True), Config(5, 64, 4, 2, pv_fp16=True),
                    Config(1, 32, 4, 2, reload_v=True, pv_fp16=True), Config(7, 32, prefetch=True),
-                   Config(2, 64, 8, 2, pv_fp16=True, prefetch=True)):
+                   Config(2, 64, 8, 2, pv_fp16=True, prefetch=True),
+                   Config(8, 32, 4, 4, reload_v=True, pv_fp16=True), Config(2, 32, 4, 3, reload_v=True, pv_fp16=True)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
