@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 GRAPH_ROUNDS = 3  # separately captured benchmark calls per single-kernel timing
 
 
