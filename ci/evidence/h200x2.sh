@@ -9,13 +9,15 @@
 #   PHASE=3: GPU 1: the gate experiment on all four headline scenarios; GPU 0 at the same time: the
 #            GPU suite (its Triton cache goes to $OUT/triton-cache.tar.xz); then both GPUs: the TP2
 #            step check and the timing-isolation experiment.
+#   PHASE=4: the asv gate experiment's pairs (A/A on GPU 0, planted 10% on GPU 1; ASV_PAIRS, default 2).
+#   PHASE=5: ci/evidence/shard_h200.sh (no xdist, -n 1, -n 2 timings and the sharding model refit).
 # Every step has a time cap; a failing step is logged and the next one runs. Results land in
 # $EVIDENCE (default /tmp/evidence) and are packed into $OUT/evidence-phase$PHASE.tar.gz.
 #   . ci/gpu_env.sh BUNDLE JIT_TAR; PHASE=1 bash ci/evidence/h200x2.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 E=${EVIDENCE:-/tmp/evidence}
-PHASE=${PHASE:?set PHASE=1, 2 or 3}
+PHASE=${PHASE:?set PHASE=1 to 5}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 mkdir -p "$TRITON_CACHE_DIR"
 mkdir -p "$E/results" "$E/logs"
@@ -54,6 +56,21 @@ if [ "$PHASE" = 1 ]; then
     done
     wait "$side"
     unset CUDA_VISIBLE_DEVICES
+elif [ "$PHASE" = 4 ]; then
+    # the asv gate's remaining pairs: A/A on GPU 0 and planted 10% on GPU 1 at the same time (~150 s a
+    # pair); needs the asv wheels on PYTHONPATH and a git bundle of the checkout in $ASV_SOURCE
+    for role in aa planted; do
+        gpu=$([ "$role" = aa ] && echo 0 || echo 1)
+        ( export CUDA_VISIBLE_DEVICES=$gpu
+          step "asv-$role" 540 python3 -m ci.asv_gate_experiment "$E/asv-gate/$role" --role "$role" \
+              --source "${ASV_SOURCE:?a git bundle or path of this checkout}" --pairs "${ASV_PAIRS:-2}" --deadline 420 ) &
+    done
+    wait
+    rm -rf "$E"/asv-gate/*/repo
+elif [ "$PHASE" = 5 ]; then
+    # the sharded-suite timings (refits ci/shard_model.json); Triton cache: pass it to ci/gpu_env.sh
+    EVIDENCE=$E bash ci/evidence/shard_h200.sh > "$E/logs/shard.log" 2>&1
+    log "shard: exit $?"
 elif [ "$PHASE" = 3 ]; then
     nvidia-smi > "$E/nvidia-smi.txt" 2>&1
     (   # GPU 1: the gate experiment, all four headline scenarios
