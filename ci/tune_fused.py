@@ -8,6 +8,7 @@ step); the figure is the median replay time / 78. The fastest Config per shape b
 the table, with its time and byte-floor ratio in the comments. The full search takes about
 one to two minutes per shape on an H200 (compiles included).
   python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
+                          [--search tiles|split] [--layers N]
 """
 
 from __future__ import annotations
@@ -37,8 +38,29 @@ SLOTS, LAYERS, PAGE = 495_552, 78, 64
 TILES = tuple((bn, w, 2, False, prefetch, pv) for bn, w in ((32, 4), (64, 8)) for prefetch in (False, True)
               for pv in (False, True) if not (prefetch and not pv)) + tuple(
     (bn, w, stages, True, False, True) for bn in (32, 64) for w in (4, 8) for stages in (2, 3, 4))
+# --search split: the 2-3-tile-deep pipelines. Triton gives a load that depends on another load
+# (the tile on its indices) (num_stages - 1) // 2 extra buffers, so num_stages 5 double-buffers the
+# tile and 7 triple-buffers it (compile-time stats: docs/h200/fused/README.md). Fields:
+# (block_n, num_warps, num_stages, reload_v, pv_fp16, dv_split, qk_chunk, contig); the first is
+# the committed b32 / b128 entry, the reference to beat.
+SPLIT_TILES = ((32, 4, 4, True, True, 1, 0, False),
+               (32, 4, 5, True, True, 1, 0, False), (32, 4, 5, False, True, 1, 0, True),
+               (32, 4, 5, False, True, 2, 0, False), (32, 4, 7, False, True, 2, 0, False),
+               (32, 4, 5, False, True, 2, 0, True), (32, 4, 5, False, True, 2, 128, False),
+               (32, 4, 5, False, True, 4, 0, False), (32, 4, 5, False, True, 4, 0, True),
+               (32, 4, 5, False, False, 2, 0, False))
+SPLIT_SPLITS = (1, 2, 4, 8, 16)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
+
+
+def split_candidates(batch: int, kv_len: int, sm_count: int):
+    """--search split: SPLIT_TILES over SPLIT_SPLITS, at most two waves of 2 programs per SM
+    counting each column part as a program, no split under 2 tiles."""
+    for splits, (block_n, warps, stages, reload_v, pv_fp16, dv, chunk, contig) in itertools.product(SPLIT_SPLITS, SPLIT_TILES):
+        if kv_len // splits < 2 * block_n or batch * splits * dv > 4 * sm_count or (splits == 1 and batch * dv < 64):
+            continue
+        yield Config(splits, block_n, warps, stages, reload_v, pv_fp16, False, dv, chunk, contig)
 
 
 def candidates(batch: int, kv_len: int, sm_count: int):
@@ -77,7 +99,7 @@ def time_graph(fn, replays: int = REPLAYS) -> float:
     return statistics.median(times)
 
 
-def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False):
+def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False, search="tiles"):
     dev = pools[0].device
     heads = preset.heads_per_rank
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
@@ -89,7 +111,8 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
-    for config, p_split in itertools.product(candidates(batch, kv_len, sm_count), p_splits):
+    space = split_candidates if search == "split" else candidates
+    for config, p_split in itertools.product(space(batch, kv_len, sm_count), p_splits):
         parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
 
         def step():
@@ -128,6 +151,7 @@ def write_table(path: Path, entries: list[dict], env: str) -> None:
                   f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
                   f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
                   f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
+                  f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
                   f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
     path.write_text("\n".join(lines))
 
@@ -138,6 +162,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--search", choices=("tiles", "split"), default="tiles",
+                    help="tiles: TILES x SPLITS (the run2-run4 space); split: SPLIT_TILES x SPLIT_SPLITS "
+                         "(deep pipelines, V column parts, QK chunks, contiguous runs)")
     ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -155,7 +182,7 @@ def main() -> int:
         batch, kv_len = (int(x) for x in shape.split("x"))
         t0 = time.time()
         entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
-                                  lambda m: print(m, flush=True), args.compare_p_split))
+                                  lambda m: print(m, flush=True), args.compare_p_split, args.search))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
         write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
         if args.json:

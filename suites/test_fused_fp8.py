@@ -16,6 +16,8 @@ import pytest
 import torch
 
 pytest.importorskip("triton", reason="triton is not installed")
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from harness.errors import HarnessError  # noqa: E402
 from harness.faults import Fault  # noqa: E402
@@ -91,6 +93,92 @@ def test_kernel_against_float64(lens, heads):
     assert norm_rel(dropped[-1:], ref_out[-1:]) > 4e-3
 
 
+def paged(lens, rows, seed, page=64):
+    """Token-level indices laid out as the paged allocator does: each request on random whole pages
+    of `page` rows (in random order), its tokens consecutive inside a page."""
+    g = torch.Generator().manual_seed(seed)
+    pages = (torch.randperm(rows // page, generator=g) * page).tolist()
+    out = []
+    for n in lens:
+        need = -(-n // page)
+        mine, pages = pages[:need], pages[need:]
+        out.append((torch.tensor(mine)[:, None] + torch.arange(page)).reshape(-1)[:n])
+    return torch.cat(out).to(torch.int32)
+
+
+# The split kernel (Config.dv_split / qk_chunk / contig) over its column parts, chunk widths and
+# the contiguous-run load, with the bf16 hi + lo and the fp16 P.V dot, one and several splits.
+SPLIT_CONFIGS = [dict(num_splits=1, block_n=16, dv_split=2), dict(num_splits=3, block_n=16, dv_split=4, pv_fp16=True),
+                 dict(num_splits=2, block_n=32, qk_chunk=128, num_stages=5),
+                 dict(num_splits=1, block_n=16, contig=True, pv_fp16=True),
+                 dict(num_splits=3, block_n=16, dv_split=2, qk_chunk=256, contig=True, num_stages=7)]
+
+
+@interpreted
+@pytest.mark.parametrize("layout", ["scattered", "paged"])
+@pytest.mark.parametrize("lens, heads", [([1, 2, 3, 5, 7, 31, 64], 8), ([0, 97, 13], 20)])
+def test_split_kernel_against_float64(lens, heads, layout):
+    """Every split-kernel path against the float64 reference: an odd batch, lengths 0, 1, 2 and
+    primes, a full page, heads over two blocks, scattered and page-contiguous indices."""
+    from harness.kernels.fused_mla_decode import Config
+
+    q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=64 * 8, seed=11)
+    if layout == "paged":
+        indices = paged(lens, 64 * 8, seed=12)
+    ref_out, ref_lse = reference(q_nope, q_pe, pool, indptr, indices)
+    empty = torch.tensor(lens) == 0
+    for fields in SPLIT_CONFIGS:
+        config = Config(**fields)
+        out, lse = kernel(q_nope, q_pe, pool, indptr, indices, config)
+        assert torch.equal(out[empty], torch.zeros_like(out[empty])) and bool((lse[empty] == -math.inf).all())
+        assert norm_rel(out[~empty], ref_out[~empty]) < 3e-3, config
+        assert float((lse[~empty].double() - ref_lse[~empty]).abs().max()) < 1e-4, config
+    # negative control: a dropped last token shows in the split kernel too
+    short = indptr.clone()
+    short[-1] -= 1
+    dropped, _ = kernel(q_nope, q_pe, pool, short, indices, Config(3, 16, dv_split=2, contig=True))
+    assert norm_rel(dropped[-1:], ref_out[-1:]) > 4e-3
+
+
+# Planted faults in the contiguous-run check (negative controls of Config.contig).
+@triton.jit
+def _contig_off_by_one(idx, full, BLOCK_N: tl.constexpr):
+    first = tl.min(idx, 0)
+    return full & (tl.max(tl.abs(idx - first - tl.arange(0, BLOCK_N)), 0) == 0), first + 1
+
+
+@triton.jit
+def _contig_ends_only(idx, full, BLOCK_N: tl.constexpr):
+    ar = tl.arange(0, BLOCK_N)
+    first = tl.sum(tl.where(ar == 0, idx, 0), 0)
+    last = tl.sum(tl.where(ar == BLOCK_N - 1, idx, 0), 0)
+    return full & (last - first == BLOCK_N - 1), first
+
+
+@interpreted
+def test_contig_run_negative_controls(monkeypatch):
+    """The contiguous-run load is exercised and its check matters: a planted off-by-one in the run's
+    first row, or a check of the two ends only, fails against the reference."""
+    from harness.kernels import fused_mla_decode as fm
+
+    lens = [64, 48, 17]
+    q_nope, q_pe, pool, indptr, indices = problem(lens, 8, rows=64 * 8, seed=13)
+    indices = paged(lens, 64 * 8, seed=14)
+    holed = indices.clone()
+    inner = torch.tensor([5, 20, 37, 70, 90])  # rows inside runs replaced: each run's ends still agree
+    holed[inner] = (indices[inner] + 200) % (64 * 8)
+    config = fm.Config(2, 16, contig=True)
+
+    for idx in (indices, holed):
+        ref_out, _ = reference(q_nope, q_pe, pool, indptr, idx)
+        assert norm_rel(kernel(q_nope, q_pe, pool, indptr, idx, config)[0], ref_out) < 3e-3
+    for bad, idx in ((_contig_off_by_one, indices), (_contig_ends_only, holed)):
+        monkeypatch.setattr(fm, "_contig_run", bad)
+        ref_out, _ = reference(q_nope, q_pe, pool, indptr, idx)
+        assert norm_rel(kernel(q_nope, q_pe, pool, indptr, idx, config)[0], ref_out) > 4e-3, bad
+        monkeypatch.undo()
+
+
 @interpreted
 def test_page_size_64_pool_rows():
     """Token-level indices address a pool of slots + 64 rows (page_size 64) up to its last row."""
@@ -105,8 +193,15 @@ def test_page_size_64_pool_rows():
 
 @interpreted
 @pytest.mark.parametrize("case_name", ["glm5-tp8.ci.multistep-reuse"])
-def test_runner_goldens(case_name):
-    """Slot reuse, several steps, short requests: the ci goldens pass, dropping the last token fails."""
+@pytest.mark.parametrize("forced", [None, dict(num_splits=2, block_n=16, dv_split=2, contig=True, pv_fp16=True)])
+def test_runner_goldens(case_name, forced, monkeypatch):
+    """Slot reuse, several steps, short requests: the ci goldens pass, dropping the last token fails
+    (with the tuned Config, and with the split kernel forced)."""
+    if forced is not None:
+        from harness.kernels import fused_tuning
+        from harness.kernels.fused_mla_decode import Config
+
+        monkeypatch.setattr(fused_tuning, "choose", lambda *a, **k: Config(**forced))
     outputs, verdict = run_strategies(case_name, ("fused_fp8",))["fused_fp8"]
     assert verdict.passed, verdict.reason
     faulty = run_strategies(case_name, ("fused_fp8",), faults=frozenset([Fault.DROPPED_LAST_TOKEN]))
@@ -134,6 +229,11 @@ def test_tuning_table_and_default(tmp_path):
     assert fused_tuning.choose(32, 4096, 8, 132, table={}) == Config(num_splits=8)
     assert fused_tuning.choose(256, 100, 8, 132, table={}) == Config(num_splits=1)
     assert fused_tuning.choose(3, 300, 8, 132, table={}) == Config(4, block_n=64, num_warps=8, pv_fp16=True)
+    with pytest.raises(ValueError):
+        Config(2, dv_split=3)
+    with pytest.raises(ValueError):
+        Config(2, dv_split=2, reload_v=True)
+    assert Config(2, contig=True).split_kernel and not Config(2, reload_v=True).split_kernel
     bad = tmp_path / "t.toml"
     bad.write_text("[[entry]]\nbatch = 3\nkv_len = 4096\nnum_splits = 2\nblock_n = 32\nnum_warps = 4\nnum_stages = 2\n")
     with pytest.raises(HarnessError, match="entry\\[0\\]"):

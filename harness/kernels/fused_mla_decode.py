@@ -54,10 +54,26 @@ class Config:
     reload_v: bool = False  # load each KV tile twice (K^T for QK, V for P.V) instead of transposing
     pv_fp16: bool = False  # the P.V dot in fp16 (P 11 bits) instead of bf16 hi + lo parts
     prefetch: bool = False  # load the next tile's rows before working on this one (not with reload_v)
+    # The split kernel (_stage1_split, used when any of these is off its default): V's 512
+    # columns shared out over dv_split programs (each does the whole QK, P.V for its columns,
+    # so its accumulator is 512 / dv_split wide); the QK dot over the latent in qk_chunk-wide
+    # pieces (0: one dot); contig: a tile whose indices are one run of consecutive rows is
+    # loaded from its first row (checked on the device per tile, gathered otherwise).
+    dv_split: int = 1
+    qk_chunk: int = 0
+    contig: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
             raise ValueError("prefetch and reload_v are two ways of loading a tile: pick one")
+        if self.dv_split not in (1, 2, 4) or self.qk_chunk not in (0, 64, 128, 256):
+            raise ValueError(f"dv_split must be 1, 2 or 4 and qk_chunk 0, 64, 128 or 256, got {self}")
+        if self.split_kernel and (self.prefetch or self.reload_v):
+            raise ValueError("the split kernel loads K^T and V separately: prefetch and reload_v do not apply")
+
+    @property
+    def split_kernel(self) -> bool:
+        return self.dv_split > 1 or self.qk_chunk > 0 or self.contig
 
 
 @triton.jit
@@ -166,6 +182,115 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
 
 
 @triton.jit
+def _contig_run(idx, full, BLOCK_N: tl.constexpr):
+    """(whether a tile's indices are BLOCK_N consecutive pool rows, its first row). Every index
+    is compared, not just the two ends; a tile with masked rows (`full` false) is never a run."""
+    first = tl.min(idx, 0)
+    return full & (tl.max(tl.abs(idx - first - tl.arange(0, BLOCK_N)), 0) == 0), first
+
+
+@triton.jit
+def _stage1_split(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
+                  sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
+                  num_heads, num_splits, qk_scale_log2, v_scale,
+                  D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                  DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, DV_SPLIT: tl.constexpr,
+                  QK_CHUNK: tl.constexpr, CONTIG: tl.constexpr, INTERPRETER: tl.constexpr):
+    """Stage 1 with V's columns over DV_SPLIT programs, the QK dot in QK_CHUNK pieces and the
+    contiguous-run load (Config.dv_split / qk_chunk / contig). Program (column part + head block,
+    request, split): the column parts of one tile are neighbours in launch order, so the second
+    read of a row is an L2 hit. Every part computes the same logits, softmax and LSE."""
+    DV: tl.constexpr = D_CKV // DV_SPLIT
+    CHUNK: tl.constexpr = D_CKV if QK_CHUNK == 0 else QK_CHUNK
+    part = tl.program_id(0) % DV_SPLIT
+    heads = (tl.program_id(0) // DV_SPLIT) * BLOCK_H + tl.arange(0, BLOCK_H)
+    b = tl.program_id(1)
+    split = tl.program_id(2)
+    h_ok = heads < num_heads
+    start = tl.load(indptr + b)
+    n = tl.load(indptr + b + 1) - start
+    per_split = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, n)
+
+    dc = tl.arange(0, CHUNK)
+    dp = tl.arange(0, D_KPE)
+    dv = part * DV + tl.arange(0, DV)
+    q_row = q_nope + b.to(tl.int64) * sq_b + heads[:, None] * sq_h
+    qp = tl.load(q_pe + b.to(tl.int64) * sqp_b + heads[:, None] * sqp_h + dp[None, :], mask=h_ok[:, None], other=0.0)
+    if INTERPRETER:
+        qp = qp.to(tl.float32)
+    if QK_CHUNK == 0:
+        qn = tl.load(q_row + dc[None, :], mask=h_ok[:, None], other=0.0)
+        if INTERPRETER:
+            qn = qn.to(tl.float32)
+
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, DV], tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        ok = offs < hi
+        idx = tl.load(indices + start + offs, mask=ok, other=0)
+        row = idx.to(tl.int64)
+        if CONTIG:  # one run of consecutive rows: addresses from its first row (a scalar)
+            run, first = _contig_run(idx, n0 + BLOCK_N <= hi, BLOCK_N)
+            if run:
+                row = first.to(tl.int64) + tl.arange(0, BLOCK_N).to(tl.int64)
+        row_c = row * s_ckv
+        k_t = e4m3_to_bf16(tl.load(kpe + row[None, :] * s_kpe + dp[:, None], mask=ok[None, :], other=0))
+        if INTERPRETER:
+            k_t = k_t.to(tl.float32)
+        qk = tl.dot(qp, k_t)
+        for c0 in tl.static_range(0, D_CKV, CHUNK):
+            c_t = e4m3_to_bf16(tl.load(ckv + row_c[None, :] + (c0 + dc)[:, None], mask=ok[None, :], other=0))
+            if QK_CHUNK != 0:
+                qn = tl.load(q_row + (c0 + dc)[None, :], mask=h_ok[:, None], other=0.0)
+                if INTERPRETER:
+                    qn = qn.to(tl.float32)
+            if INTERPRETER:
+                c_t = c_t.to(tl.float32)
+            qk += tl.dot(qn, c_t)
+        qk = tl.where(ok[None, :], qk * qk_scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        v_u8 = tl.load(ckv + row_c[:, None] + dv[None, :], mask=ok[:, None], other=0)
+        acc = acc * alpha[:, None]
+        if PV_FP16:
+            v = v_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            if INTERPRETER:
+                acc += tl.dot(p, v.to(tl.float32))
+            else:
+                acc += tl.dot(p.to(tl.float16), v)
+        else:
+            c = e4m3_to_bf16(v_u8)
+            p_hi = _bf16(p, INTERPRETER)
+            if INTERPRETER:
+                p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
+            acc += tl.dot(p_hi, c)
+            if P_SPLIT:
+                p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+                if INTERPRETER:
+                    p_lo = p_lo.to(tl.float32)
+                acc += tl.dot(p_lo, c)
+        m = m_new
+
+    empty = hi <= lo
+    l = tl.where(empty, 1.0, l)
+    o = tl.where(empty, 0.0, acc / l[:, None] * v_scale)
+    lse2 = tl.where(empty, float("-inf"), m + tl.log2(l))
+    if DIRECT:
+        tl.store(out + b.to(tl.int64) * so_b + heads[:, None] * so_h + dv[None, :], _bf16(o, INTERPRETER), mask=h_ok[:, None])
+        tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok & (heads * 0 + part == 0))
+    else:
+        slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
+        tl.store(part_out + slot[:, None] * D_CKV + dv[None, :], o, mask=h_ok[:, None])
+        tl.store(part_lse + slot, lse2, mask=h_ok & (heads * 0 + part == 0))
+
+
+@triton.jit
 def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_splits,
             D_CKV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETER: tl.constexpr):
     b = tl.program_id(0)
@@ -249,15 +374,27 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
                          f"B={batch}, S={splits}, H={heads}")
     ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
     head_blocks = triton.cdiv(heads, BLOCK_H)
-    _stage1[(batch, splits, head_blocks)](
-        q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, out, lse,
-        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
-        out.stride(0), out.stride(1), lse.stride(0),
-        heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
-        D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split, RELOAD_V=config.reload_v,
-        PV_FP16=config.pv_fp16, PREFETCH=config.prefetch,
-        INTERPRETER=INTERPRETED,
-        num_warps=config.num_warps, num_stages=config.num_stages)
+    if config.split_kernel:
+        if d_ckv % (config.dv_split * 16) or (config.qk_chunk and d_ckv % config.qk_chunk):
+            raise ValueError(f"{config}: d_ckv {d_ckv} does not divide into its column parts / chunks")
+        _stage1_split[(config.dv_split * head_blocks, batch, splits)](
+            q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, out, lse,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
+            out.stride(0), out.stride(1), lse.stride(0),
+            heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
+            D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split,
+            PV_FP16=config.pv_fp16, DV_SPLIT=config.dv_split, QK_CHUNK=config.qk_chunk, CONTIG=config.contig,
+            INTERPRETER=INTERPRETED, num_warps=config.num_warps, num_stages=config.num_stages)
+    else:
+        _stage1[(batch, splits, head_blocks)](
+            q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, out, lse,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
+            out.stride(0), out.stride(1), lse.stride(0),
+            heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
+            D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split, RELOAD_V=config.reload_v,
+            PV_FP16=config.pv_fp16, PREFETCH=config.prefetch,
+            INTERPRETER=INTERPRETED,
+            num_warps=config.num_warps, num_stages=config.num_stages)
     if splits > 1:
         block_d = min(STAGE2_BLOCK_D, d_ckv)
         _stage2[(batch, head_blocks, triton.cdiv(d_ckv, block_d))](

@@ -46,7 +46,7 @@ def _specs(width: int):
 
 def _fused_specs():
     """The fused FP8 MLA decode: stage 1 (split, direct, the reload-V / fp16-P.V and
-    prefetch variants), stage 2."""
+    prefetch variants, the split kernel's column parts / QK chunks / contiguous runs), stage 2."""
     fm = fused_mla_decode
     ptr = dict(q_nope="*bf16", q_pe="*bf16", ckv="*u8", kpe="*u8", indptr="*i32", indices="*i32",
                part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32")
@@ -55,6 +55,8 @@ def _fused_specs():
     stage1 = dict(ptr, **ints, qk_scale_log2="fp32", v_scale="fp32")
     tile = dict(D_CKV=512, D_KPE=64, BLOCK_H=fm.BLOCK_H, BLOCK_N=32, P_SPLIT=fm.P_SPLIT, RELOAD_V=False,
                 PV_FP16=False, PREFETCH=False, INTERPRETER=False)
+    split = dict(D_CKV=512, D_KPE=64, BLOCK_H=fm.BLOCK_H, BLOCK_N=32, DIRECT=False, P_SPLIT=fm.P_SPLIT,
+                 PV_FP16=True, DV_SPLIT=1, QK_CHUNK=0, CONTIG=False, INTERPRETER=False)
     stage2 = dict(part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32", so_b="i32", so_h="i32",
                   sl_b="i32", num_heads="i32", num_splits="i32")
     return [
@@ -63,6 +65,11 @@ def _fused_specs():
         ("fused_mla_stage1_reload_fp16", fm._stage1, stage1,
          dict(tile, DIRECT=False, BLOCK_N=64, RELOAD_V=True, PV_FP16=True), 8),
         ("fused_mla_stage1_prefetch", fm._stage1, stage1, dict(tile, DIRECT=False, PREFETCH=True), 4),
+        ("fused_mla_stage1_split_dv2", fm._stage1_split, stage1, dict(split, DV_SPLIT=2), 4),
+        ("fused_mla_stage1_split_dv4_contig_direct", fm._stage1_split, stage1,
+         dict(split, DIRECT=True, DV_SPLIT=4, CONTIG=True), 4),
+        ("fused_mla_stage1_split_chunk_hilo", fm._stage1_split, stage1,
+         dict(split, PV_FP16=False, QK_CHUNK=128, BLOCK_N=64), 8),
         ("fused_mla_stage2", fm._stage2, stage2,
          dict(D_CKV=512, BLOCK_D=fm.STAGE2_BLOCK_D, BLOCK_H=fm.BLOCK_H, INTERPRETER=False), fm.STAGE2_WARPS),
     ]

@@ -94,7 +94,10 @@ def test_hidden_shapes_against_float64(lens, heads):
                    Config(3, 32, 8, 2, reload_v=True), Config(5, 64, 4, 2, pv_fp16=True),
                    Config(1, 32, 4, 2, reload_v=True, pv_fp16=True), Config(7, 32, prefetch=True),
                    Config(2, 64, 8, 2, pv_fp16=True, prefetch=True),
-                   Config(8, 32, 4, 4, reload_v=True, pv_fp16=True), Config(2, 32, 4, 3, reload_v=True, pv_fp16=True)):
+                   Config(8, 32, 4, 4, reload_v=True, pv_fp16=True), Config(2, 32, 4, 3, reload_v=True, pv_fp16=True),
+                   Config(4, 32, 4, 5, reload_v=True, pv_fp16=True), Config(1, 32, 4, 5, pv_fp16=True, contig=True),
+                   Config(4, 32, 4, 5, pv_fp16=True, dv_split=2), Config(3, 32, 4, 7, pv_fp16=True, dv_split=2),
+                   Config(2, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True), Config(5, 32, 4, 5, dv_split=2, qk_chunk=128)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
@@ -116,7 +119,8 @@ def test_nan_codes_propagate(code, channel):
     pool[poisoned_row, 0, channel] = code
     others = [b for b in range(3) if poisoned_row not in indices[indptr[b]:indptr[b + 1]].tolist()]
     for config in (Config(1, 32), Config(5, 16), Config(5, 32, reload_v=True, pv_fp16=True),
-                   Config(3, 16, pv_fp16=True, prefetch=True)):
+                   Config(3, 16, pv_fp16=True, prefetch=True), Config(3, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True),
+                   Config(1, 32, 4, 5, dv_split=2, qk_chunk=128)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert not bool(torch.isfinite(out[1]).all()) and not bool(torch.isfinite(lse[1]).all()), config
         for b in others:
@@ -131,9 +135,36 @@ def test_page_size_64_pool_rows():
     q_nope, q_pe, pool, indptr, indices = problem([100, 64, 129], 8, rows=slots + page, seed=5)
     indices[:64] = torch.arange(slots, slots + page, dtype=torch.int32, device="cuda")
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32))
-    assert norm_rel(out.cpu(), ref_out) < 3e-3
-    assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3
+    for config in (Config(4, 32), Config(4, 32, 4, 5, pv_fp16=True, dv_split=2, contig=True)):
+        out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
+        assert norm_rel(out.cpu(), ref_out) < 3e-3, config
+        assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
+
+
+@pytest.mark.parametrize("config_fields", [dict(num_splits=4, num_stages=5, pv_fp16=True, contig=True),
+                                           dict(num_splits=1, num_stages=5, pv_fp16=True, dv_split=2, contig=True)])
+def test_paged_indices_contiguous_runs(config_fields):
+    """Page-contiguous indices (the contiguous-run load taken) and the same rows with one index per
+    run replaced (the gather taken), against the float64 reference."""
+    from harness.kernels.fused_mla_decode import Config
+
+    page, lens = 64, [4099, 1, 200, 64, 31]
+    q_nope, q_pe, pool, indptr, _ = problem(lens, 8, rows=page * 160, seed=7)
+    g = torch.Generator().manual_seed(8)
+    pages = torch.randperm(160, generator=g).tolist()
+    rows = []
+    for n in lens:
+        need = -(-n // page)
+        mine, pages = pages[:need], pages[need:]
+        rows.append(((torch.tensor(mine) * page)[:, None] + torch.arange(page)).reshape(-1)[:n])
+    paged = torch.cat(rows).to(torch.int32)
+    holed = paged.clone()
+    holed[3::37] = (holed[3::37] + 5 * page) % (page * 160)
+    for indices in (paged, holed):
+        ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices)
+        out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices.cuda(), Config(**config_fields))
+        assert norm_rel(out.cpu(), ref_out) < 3e-3
+        assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3
 
 
 def test_scale_error_is_detected():
