@@ -96,6 +96,39 @@ def _load_rows(ckv, kpe, indices, offs, hi, s_ckv, s_kpe, d, dp):
 
 
 @triton.jit
+def _pv(acc, p, v_u8, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr):
+    """acc + P . V for one tile, V the e4m3 codes v_u8."""
+    if PV_FP16:  # P and V in fp16: e4m3 is exact in it, P keeps 11 significant bits
+        v = v_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        if INTERPRETER:  # (the interpreter's fp16 cast truncates: P stays fp32 there)
+            acc += tl.dot(p, v.to(tl.float32))
+        else:
+            acc += tl.dot(p.to(tl.float16), v)
+    else:
+        c = e4m3_to_bf16(v_u8)
+        p_hi = _bf16(p, INTERPRETER)
+        if INTERPRETER:
+            p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
+        acc += tl.dot(p_hi, c)
+        if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
+            p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+            if INTERPRETER:
+                p_lo = p_lo.to(tl.float32)
+            acc += tl.dot(p_lo, c)
+    return acc
+
+
+@triton.jit
+def _split_range(indptr, b, split, num_splits, BLOCK_N: tl.constexpr):
+    """Request b's first index, and the [lo, hi) token range of its split (whole BLOCK_N tiles)."""
+    start = tl.load(indptr + b)
+    n = tl.load(indptr + b + 1) - start
+    per_split = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    return start, lo, tl.minimum(lo + per_split, n)
+
+
+@triton.jit
 def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
             sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
             num_heads, num_splits, qk_scale_log2, v_scale,
@@ -106,11 +139,7 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
     split = tl.program_id(1)
     heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = heads < num_heads
-    start = tl.load(indptr + b)
-    n = tl.load(indptr + b + 1) - start
-    per_split = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n)
+    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
 
     d = tl.arange(0, D_CKV)
     dp = tl.arange(0, D_KPE)
@@ -148,24 +177,7 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
         l = l * alpha + tl.sum(p, 1)
         if RELOAD_V:
             c_u8 = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
-        acc = acc * alpha[:, None]
-        if PV_FP16:  # P and V in fp16: e4m3 is exact in it, P keeps 11 significant bits
-            v = c_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-            if INTERPRETER:  # (the interpreter's fp16 cast truncates: P stays fp32 there)
-                acc += tl.dot(p, v.to(tl.float32))
-            else:
-                acc += tl.dot(p.to(tl.float16), v)
-        else:
-            c = e4m3_to_bf16(c_u8)
-            p_hi = _bf16(p, INTERPRETER)
-            if INTERPRETER:
-                p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
-            acc += tl.dot(p_hi, c)
-            if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
-                p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
-                if INTERPRETER:
-                    p_lo = p_lo.to(tl.float32)
-                acc += tl.dot(p_lo, c)
+        acc = _pv(acc * alpha[:, None], p, c_u8, P_SPLIT, PV_FP16, INTERPRETER)
         m = m_new
 
     empty = hi <= lo  # no rows: out 0 and LSE -inf (the torch reference's empty softmax)
@@ -207,11 +219,7 @@ def _stage1_split(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, o
     b = tl.program_id(1)
     split = tl.program_id(2)
     h_ok = heads < num_heads
-    start = tl.load(indptr + b)
-    n = tl.load(indptr + b + 1) - start
-    per_split = tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n)
+    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
 
     dc = tl.arange(0, CHUNK)
     dp = tl.arange(0, D_KPE)
@@ -257,24 +265,7 @@ def _stage1_split(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, o
         p = tl.exp2(qk - m_new[:, None])
         l = l * alpha + tl.sum(p, 1)
         v_u8 = tl.load(ckv + row_c[:, None] + dv[None, :], mask=ok[:, None], other=0)
-        acc = acc * alpha[:, None]
-        if PV_FP16:
-            v = v_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-            if INTERPRETER:
-                acc += tl.dot(p, v.to(tl.float32))
-            else:
-                acc += tl.dot(p.to(tl.float16), v)
-        else:
-            c = e4m3_to_bf16(v_u8)
-            p_hi = _bf16(p, INTERPRETER)
-            if INTERPRETER:
-                p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
-            acc += tl.dot(p_hi, c)
-            if P_SPLIT:
-                p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
-                if INTERPRETER:
-                    p_lo = p_lo.to(tl.float32)
-                acc += tl.dot(p_lo, c)
+        acc = _pv(acc * alpha[:, None], p, v_u8, P_SPLIT, PV_FP16, INTERPRETER)
         m = m_new
 
     empty = hi <= lo
