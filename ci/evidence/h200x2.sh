@@ -58,7 +58,9 @@ if [ "$PHASE" = 1 ]; then
     unset CUDA_VISIBLE_DEVICES
 elif [ "$PHASE" = 4 ]; then
     # the asv gate's remaining pairs: A/A on GPU 0 and planted 10% on GPU 1 at the same time (~150 s a
-    # pair); needs the asv wheels on PYTHONPATH and a git bundle of the checkout in $ASV_SOURCE
+    # pair). Needs asv and its dependencies importable (the .whl folder: asv, asv_runner, virtualenv,
+    # build, ... pip-installed with --target onto PYTHONPATH) and a git bundle of the checkout in
+    # $ASV_SOURCE (here: git bundle create .scratch/repo.bundle HEAD main; carry .scratch)
     for role in aa planted; do
         gpu=$([ "$role" = aa ] && echo 0 || echo 1)
         ( export CUDA_VISIBLE_DEVICES=$gpu
