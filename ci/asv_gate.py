@@ -79,6 +79,13 @@ def _seconds(cell: str) -> float | None:
     return float(m["value"]) * TIME_UNITS[m["unit"]] if m else None
 
 
+def metric_of(benchmark: str) -> str:
+    """The metric a benchmark measures, from its class name (suites/asv/benchmarks.py names each class
+    after its `metric`): `benchmarks.StepHostMs.time_step_host(...)` -> step_host_ms; '' without one."""
+    parts = benchmark.split("(")[0].split(".")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", parts[-2]).lower() if len(parts) >= 2 else ""
+
+
 def gates(row: list[str]) -> bool:
     """Whether a regressed comparison row (change, before, after, ratio, benchmark) fails the gate, by
     the metric table: the benchmark class names the metric (`benchmarks.StepHostMs.time_step_host(...)`
@@ -86,8 +93,7 @@ def gates(row: list[str]) -> bool:
     resolution (0.5 us for microsecond kernels, as in `harness compare`). Unknown benchmarks gate."""
     from harness.metrics import METRICS
 
-    parts = row[4].split("(")[0].split(".")
-    metric = METRICS.get(re.sub(r"(?<!^)(?=[A-Z])", "_", parts[-2]).lower() if len(parts) >= 2 else "")
+    metric = METRICS.get(metric_of(row[4]))
     if metric is None:
         return True
     if not metric.gates("cuda"):

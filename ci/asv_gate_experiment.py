@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,26 +37,23 @@ PLANT = '''
 
 def _planted_copy(bucket_graph) -> None:
     """PLANTED SLOWDOWN (ci/asv_gate_experiment.py): after each replay, a device copy lasting
-    FRACTION of this graph's replay time, calibrated with CUDA events on the first replay."""
+    FRACTION of this graph's replay time (the replay timed with CUDA events on the first replay,
+    the copy calibrated by harness.control.copy_bytes_per_ms)."""
     plant = getattr(bucket_graph, "_plant", None)
     if plant is None:
-        def median_ms(fn, n=7):
-            times = []
-            for _ in range(n):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            return sorted(times)[n // 2]
+        from harness.control import copy_bytes_per_ms
 
-        step_ms = median_ms(bucket_graph.graph.replay)
-        probe = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-        probe_out = torch.empty_like(probe)
-        copy_ms = median_ms(lambda: probe_out.copy_(probe))
-        src = torch.empty(max(1, int(FRACTION * step_ms / copy_ms * probe.numel())), dtype=torch.uint8, device="cuda")
-        del probe, probe_out
+        times = []
+        for _ in range(7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            bucket_graph.graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        step_ms = sorted(times)[len(times) // 2]
+        src = torch.empty(max(1, int(FRACTION * step_ms * copy_bytes_per_ms(torch.device("cuda")))),
+                          dtype=torch.uint8, device="cuda")
         plant = bucket_graph._plant = (src, torch.empty_like(src))
     plant[1].copy_(plant[0])
 '''
@@ -115,13 +113,8 @@ def run_pair(repo: Path, base: str, head: str, machine: str, log: Path) -> dict:
     proc = subprocess.run(cmd, cwd=repo, env=gate_env(), capture_output=True, text=True, errors="replace")
     log.write_text(proc.stdout + proc.stderr)
     lines = [line.strip() for line in proc.stdout.splitlines() if line.startswith("asv-gate:")]
-    return judged({"base": base, "head": head, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
-                   "gate_lines": lines})
-
-
-def judged(pair: dict) -> dict:
-    """The pair with its gating slowdowns read from its `asv-gate:` lines."""
-    return {**pair, "slower": [line.split("slower: ", 1)[1] for line in pair["gate_lines"] if "  slower: " in line]}
+    return {"base": base, "head": head, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
+            "slower": [line.split("slower: ", 1)[1] for line in lines if "  slower: " in line], "gate_lines": lines}
 
 
 def rejudge(args) -> bool:
@@ -133,7 +126,8 @@ def rejudge(args) -> bool:
     for k, pair in enumerate(old["pairs"]):
         output = (args.out / f"asv-gate-{args.role}-{k}.log").read_text()
         asv_part = output.split("\nasv-gate: ", 1)[0]
-        outcome = classify(0 if "NOT SIGNIFICANTLY" in asv_part or "INCREASED" in asv_part else 1, asv_part)
+        asv_exit = re.search(r"\(asv exit (\d+), factor", output)  # the gate's verdict line keeps asv's status
+        outcome = classify(int(asv_exit[1]) if asv_exit else 1, asv_part)
         pairs.append({**pair, "exit": outcome.code, "slower": outcome.regressions, "rejudged": True,
                       "not_gating": outcome.informational})
     return write(args.out, args.role, args, pairs, old["scenarios"])
@@ -152,9 +146,10 @@ def write(out: Path, role: str, args, pairs: list[dict], scenarios: list[str]) -
     (out / f"asv-gate-{role}.json").write_text(json.dumps({"role": role, "fraction": args.fraction if role == "planted" else 0,
                                                            "scenarios": scenarios, "pairs": pairs, "ok": ok}, indent=1))
     what = "A/A: same code" if role == "aa" else f"planted {args.fraction:.0%} step slowdown"
+    env = gate_env()
     lines = [f"# asv gate ({what}), `python -m ci.asv_gate BASE HEAD --bench '{GATING_BENCHMARKS}'`", "",
-             f"Scenarios {', '.join(scenarios)} · strategy {gate_env()['MLA_ASV_STRATEGIES']} · "
-             f"{gate_env()['MLA_ASV_REPEATS']} samples per benchmark · factor 1.05 (default)", "",
+             f"Scenarios {', '.join(scenarios)} · strategy {env['MLA_ASV_STRATEGIES']} · "
+             f"{env['MLA_ASV_REPEATS']} samples per benchmark · factor 1.05 (default)", "",
              "| pair | exit | slower (gating) | criterion | seconds |", "|---|---|---|---|---|"]
     for i, p in enumerate(pairs):
         lines.append(f"| {i} | {p['exit']} | {'<br>'.join(p['slower']) or '-'} | {'met' if met(role, p, scenarios) else 'MISSED'} | {p['seconds']} |")

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.cases import Case  # noqa: E402
 from harness.compare import compare_results  # noqa: E402
-from harness.control import control_row, measure_control  # noqa: E402
+from harness.control import control_row, copy_bytes_per_ms  # noqa: E402
 from harness.decode import DecodeSession  # noqa: E402
 from harness.measure import measure  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
@@ -58,12 +58,6 @@ HEADLINE = ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048")
 PLANTS = (0.10, 0.05)
 TOLERANCE = 0.05
 STEP_METRICS = ("step_device_ms", "step_ms")  # the planted metric: graph replay alone when measured apart
-
-
-def copy_bytes_per_ms(device: torch.device) -> float:
-    """Bytes a device-to-device copy moves per millisecond on this GPU (the control's copy bandwidth,
-    which counts bytes read + written)."""
-    return measure_control(device).median * 1e9 / 2 / 1e3
 
 
 def plant(session: DecodeSession, nbytes: int) -> None:

@@ -51,6 +51,12 @@ def measure_control(device: torch.device, repeats: int = REPEATS) -> Samples:
     return Samples("GB/s", tuple(2 * nbytes / (ms * 1e-3) / 1e9 for ms in _copy_ms(device, nbytes, repeats)))
 
 
+def copy_bytes_per_ms(device: torch.device) -> float:
+    """Bytes a copy moves per millisecond on this device: the control's bandwidth, which counts
+    bytes read + written, halved (what a planted slowdown of known cost is calibrated with)."""
+    return measure_control(device).median * 1e9 / 2 / 1e3
+
+
 def control_row(ident: dict, device: torch.device) -> Row:
     """The control as a results row (strategy "control"), measured under the clock guard.
     `ident`: the run's preset, scale, scenario and backend."""

@@ -306,3 +306,20 @@ def test_gating_slowdown_still_fails_beside_informational(runs):  # twin of the 
     status, output = _asv_part(runs["slow"][1])
     outcome = asv_gate.classify(status, _renamed(output, "benchmarks.StepDeviceMs.time_step_device"))
     assert outcome.code == 1 and len(outcome.regressions) == 2
+
+
+def test_metric_of_names_every_benchmark_classes_metric():
+    """The gate reads a benchmark's metric from its class name: every class in the asv suite must be
+    named after its `metric`, or the metric table's gating rules would not reach it."""
+    from suites.asv import bench_tpot, benchmarks
+
+    checked = 0
+    for module in (benchmarks, bench_tpot):
+        for cls in vars(module).values():
+            if isinstance(cls, type) and not cls.__name__.startswith("_") and getattr(cls, "metric", ""):
+                for method in (m for m in vars(cls) if m.startswith(("time_", "track_"))):
+                    name = f"{module.__name__.rsplit('.', 1)[1]}.{cls.__name__}.{method}('b1-l4096', 'stock')"
+                    assert asv_gate.metric_of(name) == cls.metric, name
+                    checked += 1
+    assert checked >= 6
+    assert asv_gate.metric_of("benchmarks.CastMicros.time_cast('b1-l4096', 'stock')") != "cast_us"  # twin: a renamed class

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ci import asv_gate_experiment as exp
+from harness.control import copy_bytes_per_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,8 @@ def test_plant_adds_a_copy_after_every_replay(tmp_path):
     text = (tmp_path / "harness" / "decode.py").read_text()
     ast.parse(text)
     assert "        self.graph.replay()\n        _planted_copy(self)\n" in text
-    assert "0.1 * step_ms / copy_ms" in text
+    assert "0.1 * step_ms * copy_bytes_per_ms(" in text
+    assert callable(copy_bytes_per_ms)  # what the planted code imports exists
 
 
 def test_plant_refuses_a_changed_replay(tmp_path):  # twin: nothing to plant into
