@@ -8,7 +8,7 @@ step); the figure is the median replay time / 78. The fastest Config per shape b
 the table, with its time and byte-floor ratio in the comments. The full search takes about
 one to two minutes per shape on an H200 (compiles included).
   python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
-                          [--search tiles|split] [--layers N]
+                          [--search tiles|split|tokens_m] [--layers N]
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ SPLIT_TILES = ((32, 4, 4, True, True, 1, 0, False),
                (32, 4, 5, False, True, 4, 0, False), (32, 4, 5, False, True, 4, 0, True),
                (32, 4, 5, False, False, 2, 0, False))
 SPLIT_SPLITS = (1, 2, 4, 8, 16)
+# --search tokens_m: the tokens-as-M kernel (Config.tokens_m: wgmma on sm_90, K and V^T cp.async
+# pipelined; compile-time stats in docs/h200/fused/README.md) beside the committed b32 / b128
+# entries (reload_v bn32, 4 / 3 stages, fp16 P.V), the references to beat. Fields:
+# (block_n, num_warps, num_stages, pv_fp16, tokens_m); splits from TOKM_SPLITS, at most one wave
+# of 2 programs per SM, no split under 2 tiles.
+TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
+              (64, 4, 3, True, True), (64, 4, 5, True, True), (64, 8, 3, True, True),
+              (128, 8, 3, True, True), (64, 4, 3, False, True))
+TOKM_SPLITS = (1, 2, 4, 8)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
 
@@ -61,6 +70,14 @@ def split_candidates(batch: int, kv_len: int, sm_count: int):
         if kv_len // splits < 2 * block_n or batch * splits * dv > 4 * sm_count or (splits == 1 and batch * dv < 64):
             continue
         yield Config(splits, block_n, warps, stages, reload_v, pv_fp16, False, dv, chunk, contig)
+
+
+def tokens_m_candidates(batch: int, kv_len: int, sm_count: int):
+    """--search tokens_m: TOKM_TILES over TOKM_SPLITS (the first two tiles are reload_v, the references)."""
+    for splits, (block_n, warps, stages, pv_fp16, tokens_m) in itertools.product(TOKM_SPLITS, TOKM_TILES):
+        if kv_len // splits < 2 * block_n or batch * splits > 2 * sm_count or (splits == 1 and batch < 64):
+            continue
+        yield Config(splits, block_n, warps, stages, reload_v=not tokens_m, pv_fp16=pv_fp16, tokens_m=tokens_m)
 
 
 def candidates(batch: int, kv_len: int, sm_count: int):
@@ -111,7 +128,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
-    space = split_candidates if search == "split" else candidates
+    space = dict(split=split_candidates, tokens_m=tokens_m_candidates).get(search, candidates)
     for config, p_split in itertools.product(space(batch, kv_len, sm_count), p_splits):
         parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
 
@@ -152,6 +169,7 @@ def write_table(path: Path, entries: list[dict], env: str) -> None:
                   f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
                   f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
                   f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
+                  f"tokens_m = {str(c['tokens_m']).lower()}",
                   f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
     path.write_text("\n".join(lines))
 
@@ -162,9 +180,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--layers", type=int, default=LAYERS)
-    ap.add_argument("--search", choices=("tiles", "split"), default="tiles",
+    ap.add_argument("--search", choices=("tiles", "split", "tokens_m"), default="tiles",
                     help="tiles: TILES x SPLITS (the run2-run4 space); split: SPLIT_TILES x SPLIT_SPLITS "
-                         "(deep pipelines, V column parts, QK chunks, contiguous runs)")
+                         "(deep pipelines, V column parts, QK chunks, contiguous runs); tokens_m: TOKM_TILES x "
+                         "TOKM_SPLITS (the wgmma tokens-as-M kernel beside the committed reload_v entry)")
     ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
     args = ap.parse_args()
     dev = torch.device("cuda")

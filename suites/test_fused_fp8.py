@@ -68,6 +68,13 @@ def norm_rel(out, ref):
     return float((out.double() - ref).norm() / ref.norm())
 
 
+# The tokens-as-M kernel (Config.tokens_m): direct and split, hi + lo and fp16 P.V, the wgmma tile
+# (64 rows: several tiles per split only for the 97-token request), 16- and 32-row tiles, 8 warps.
+TOKENS_M_CONFIGS = [dict(num_splits=1, block_n=64, tokens_m=True), dict(num_splits=3, block_n=16, pv_fp16=True, tokens_m=True),
+                    dict(num_splits=2, block_n=64, num_stages=5, pv_fp16=True, tokens_m=True),
+                    dict(num_splits=3, block_n=32, num_warps=8, num_stages=3, tokens_m=True)]
+
+
 @interpreted
 @pytest.mark.parametrize("lens, heads", [([1, 2, 3, 5, 7], 8), ([0, 97, 13], 20)])
 def test_kernel_against_float64(lens, heads):
@@ -77,7 +84,7 @@ def test_kernel_against_float64(lens, heads):
     args = problem(lens, heads, rows=400)
     ref_out, ref_lse = reference(*args)
     for config in (Config(1, 16), Config(3, 32), Config(2, 16, reload_v=True, pv_fp16=True),
-                   Config(3, 16, prefetch=True)):
+                   Config(3, 16, prefetch=True), *(Config(**f) for f in TOKENS_M_CONFIGS)):
         out, lse = kernel(*args, config)
         empty = torch.tensor(lens) == 0
         assert torch.equal(out[empty], torch.zeros_like(out[empty])) and bool((lse[empty] == -math.inf).all())
@@ -91,6 +98,11 @@ def test_kernel_against_float64(lens, heads):
     short[-1] -= 1
     dropped, _ = kernel(q_nope, q_pe, pool, short, indices, Config(3, 32))
     assert norm_rel(dropped[-1:], ref_out[-1:]) > 4e-3
+    for config in (Config(**f) for f in TOKENS_M_CONFIGS[:2]):  # and in the tokens-as-M kernel, direct and split
+        scaled, _ = kernel(*args, config, kv_scale=1.01)
+        assert norm_rel(scaled[~empty], ref_out[~empty]) > 4e-3, config
+        dropped, _ = kernel(q_nope, q_pe, pool, short, indices, config)
+        assert norm_rel(dropped[-1:], ref_out[-1:]) > 4e-3, config
 
 
 def paged(lens, rows, seed, page=64):
@@ -118,7 +130,7 @@ SPLIT_CONFIGS = [dict(num_splits=1, block_n=16, dv_split=2), dict(num_splits=3, 
 @pytest.mark.parametrize("layout", ["scattered", "paged"])
 @pytest.mark.parametrize("lens, heads", [([1, 2, 3, 5, 7, 31, 64], 8), ([0, 97, 13], 20)])
 def test_split_kernel_against_float64(lens, heads, layout):
-    """Every split-kernel path against the float64 reference: an odd batch, lengths 0, 1, 2 and
+    """Every split-kernel path (and the tokens-as-M kernel) against the float64 reference: an odd batch, lengths 0, 1, 2 and
     primes, a full page, heads over two blocks, scattered and page-contiguous indices."""
     from harness.kernels.fused_mla_decode import Config
 
@@ -127,7 +139,7 @@ def test_split_kernel_against_float64(lens, heads, layout):
         indices = paged(lens, 64 * 8, seed=12)
     ref_out, ref_lse = reference(q_nope, q_pe, pool, indptr, indices)
     empty = torch.tensor(lens) == 0
-    for fields in SPLIT_CONFIGS:
+    for fields in (*SPLIT_CONFIGS, TOKENS_M_CONFIGS[1], TOKENS_M_CONFIGS[2]):
         config = Config(**fields)
         out, lse = kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert torch.equal(out[empty], torch.zeros_like(out[empty])) and bool((lse[empty] == -math.inf).all())
@@ -193,7 +205,8 @@ def test_page_size_64_pool_rows():
 
 @interpreted
 @pytest.mark.parametrize("case_name", ["glm5-tp8.ci.multistep-reuse"])
-@pytest.mark.parametrize("forced", [None, dict(num_splits=2, block_n=16, dv_split=2, contig=True, pv_fp16=True)])
+@pytest.mark.parametrize("forced", [None, dict(num_splits=2, block_n=16, dv_split=2, contig=True, pv_fp16=True),
+                                    dict(num_splits=2, block_n=64, pv_fp16=True, tokens_m=True)])
 def test_runner_goldens(case_name, forced, monkeypatch):
     """Slot reuse, several steps, short requests: the ci goldens pass, dropping the last token fails
     (with the tuned Config, and with the split kernel forced)."""
@@ -234,10 +247,36 @@ def test_tuning_table_and_default(tmp_path):
     with pytest.raises(ValueError):
         Config(2, dv_split=2, reload_v=True)
     assert Config(2, contig=True).split_kernel and not Config(2, reload_v=True).split_kernel
+    for other in (dict(reload_v=True), dict(prefetch=True), dict(dv_split=2), dict(contig=True)):
+        with pytest.raises(ValueError, match="tokens_m"):
+            Config(2, 64, tokens_m=True, **other)
+    good = tmp_path / "tokm.toml"
+    good.write_text("[[entry]]\nbatch = 32\nkv_len = 4096\nnum_splits = 4\nblock_n = 64\nnum_warps = 4\n"
+                    "num_stages = 5\npv_fp16 = true\ntokens_m = true\n")
+    assert fused_tuning.load_table(good)[(32, 4096)] == Config(4, 64, 4, 5, pv_fp16=True, tokens_m=True)
     bad = tmp_path / "t.toml"
     bad.write_text("[[entry]]\nbatch = 3\nkv_len = 4096\nnum_splits = 2\nblock_n = 32\nnum_warps = 4\nnum_stages = 2\n")
     with pytest.raises(HarnessError, match="entry\\[0\\]"):
         fused_tuning.load_table(bad)
+
+
+def test_tokens_m_search_space():
+    """`ci/tune_fused.py --search tokens_m` times the committed b32 / b128 entries beside the
+    tokens-as-M candidates, and stays small enough for one ~250 s tuner run per shape."""
+    import importlib.util
+    from pathlib import Path
+
+    from harness.kernels import fused_tuning
+
+    path = Path(__file__).resolve().parents[1] / "ci" / "tune_fused.py"
+    spec = importlib.util.spec_from_file_location("tune_fused", path)
+    tune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune)
+    table = fused_tuning.load_table()
+    for batch, kv_len in ((32, 4096), (128, 2048)):
+        space = list(tune.tokens_m_candidates(batch, kv_len, 132))
+        assert table[(batch, kv_len)] in space and len(space) <= 24
+        assert sum(c.tokens_m for c in space) >= len(space) // 2 and all(c.tokens_m != c.reload_v for c in space)
 
 
 def test_roofline_bytes():

@@ -180,7 +180,7 @@ def test_aot_compile_sm120():
         "fill_layer", "kv_codes", "cast", "gather_cast", "gather_cast_count", "write_fp8_and_bf16",
         "fused_mla_stage1", "fused_mla_stage1_direct", "fused_mla_stage1_reload_fp16",
         "fused_mla_stage1_prefetch", "fused_mla_stage1_split_dv2", "fused_mla_stage1_split_dv4_contig_direct",
-        "fused_mla_stage1_split_chunk_hilo", "fused_mla_stage2"]
+        "fused_mla_stage1_split_chunk_hilo", "fused_mla_stage1_tokens_m", "fused_mla_stage2"]
 
 
 @triton.jit

@@ -9,7 +9,8 @@ online softmax in fp32. P enters the P.V dot either as two bf16 parts (hi + lo: 
 significant bits where FlashInfer rounds it to bf16's 8) or, with V converted to fp16
 (exact for e4m3), as fp16 (11 bits). How a tile is loaded (once and transposed, twice, or
 one tile ahead), the tile size and the split count are a `Config`, tuned per shape
-(harness/kernels/fused_tuning.py). It writes the split's normalized output (fp32) and base-2 LSE. Stage 2 merges the splits
+(harness/kernels/fused_tuning.py); Config.tokens_m swaps the roles (the tile's tokens as the M,
+so that sm_90 uses wgmma: _stage1_tokm). It writes the split's normalized output (fp32) and base-2 LSE. Stage 2 merges the splits
 of each request: out bf16 [B, H, 512] and natural-log LSE fp32 [B, H]. With one split,
 stage 1 writes the final output directly and stage 2 is not launched.
 
@@ -62,6 +63,10 @@ class Config:
     dv_split: int = 1
     qk_chunk: int = 0
     contig: bool = False
+    # tokens_m (_stage1_tokm): the tile's tokens as the M of both dots (logits^T = K . Q^T,
+    # acc^T += V^T . P^T), so that sm_90 compiles them to wgmma (M >= 64: block_n 64 or 128);
+    # K and V^T are separate (cp.async-pipelined) loads of the tile's rows, in 128-column parts.
+    tokens_m: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -70,6 +75,8 @@ class Config:
             raise ValueError(f"dv_split must be 1, 2 or 4 and qk_chunk 0, 64, 128 or 256, got {self}")
         if self.split_kernel and (self.prefetch or self.reload_v):
             raise ValueError("the split kernel loads K^T and V separately: prefetch and reload_v do not apply")
+        if self.tokens_m and (self.split_kernel or self.prefetch or self.reload_v):
+            raise ValueError("tokens_m is its own kernel: dv_split, qk_chunk, contig, prefetch and reload_v do not apply")
 
     @property
     def split_kernel(self) -> bool:
@@ -191,6 +198,134 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
         slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
         tl.store(part_out + slot[:, None] * D_CKV + d[None, :], o, mask=h_ok[:, None])
         tl.store(part_lse + slot, lse2, mask=h_ok)
+
+
+@triton.jit
+def _pv_t(acc, p, v_t_u8, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr):
+    """acc + V^T . P for one tile with the tokens as the dot's K: acc [cols, BLOCK_H], V^T the
+    e4m3 codes v_t_u8 [cols, BLOCK_N], p [BLOCK_N, BLOCK_H] (the _pv arithmetic, transposed)."""
+    if PV_FP16:
+        v_t = v_t_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        if INTERPRETER:
+            acc += tl.dot(v_t.to(tl.float32), p)
+        else:
+            acc += tl.dot(v_t, p.to(tl.float16))
+    else:
+        c_t = e4m3_to_bf16(v_t_u8)
+        p_hi = _bf16(p, INTERPRETER)
+        if INTERPRETER:
+            p_hi, c_t = p_hi.to(tl.float32), c_t.to(tl.float32)
+        acc += tl.dot(c_t, p_hi)
+        if P_SPLIT:
+            p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+            if INTERPRETER:
+                p_lo = p_lo.to(tl.float32)
+            acc += tl.dot(c_t, p_lo)
+    return acc
+
+
+@triton.jit
+def _q_t(q_row, heads, h_ok, cols, s_h, INTERPRETER: tl.constexpr):
+    """Q^T [len(cols), BLOCK_H] of one request (the B operand of a tokens-as-M dot)."""
+    q = tl.load(q_row + heads[None, :] * s_h + cols[:, None], mask=h_ok[None, :], other=0.0)
+    if INTERPRETER:
+        q = q.to(tl.float32)
+    return q
+
+
+@triton.jit
+def _qk_t(qk, x_u8, q_t, INTERPRETER: tl.constexpr):
+    """qk + X . Q^T, X the e4m3 codes x_u8 [BLOCK_N, cols] (converted to bf16, exact)."""
+    x = e4m3_to_bf16(x_u8)
+    if INTERPRETER:
+        x = x.to(tl.float32)
+    return qk + tl.dot(x, q_t)
+
+
+@triton.jit
+def _stage1_tokm(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
+                 sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
+                 num_heads, num_splits, qk_scale_log2, v_scale,
+                 D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                 DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr):
+    """Stage 1 with the tile's tokens as the M of both dots (Config.tokens_m), so that sm_90 can
+    use wgmma (M >= 64 per warpgroup) where the heads-as-M kernels use mma.sync:
+    logits^T [BLOCK_N, BLOCK_H] = K [BLOCK_N, 576] . Q^T, the online softmax down each head's
+    column, and acc^T [512, BLOCK_H] += V^T . P^T. The tile's rows are loaded once, as they lie in
+    the pool (row-major), in four 128-column parts (each its own dot, so a part's converted
+    operand is the only one live in registers; acc^T is four [128, BLOCK_H] accumulators)."""
+    CH: tl.constexpr = D_CKV // 4
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = heads < num_heads
+    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
+
+    dc = tl.arange(0, CH)
+    dp = tl.arange(0, D_KPE)
+    q_row = q_nope + b.to(tl.int64) * sq_b
+    q0 = _q_t(q_row, heads, h_ok, dc, sq_h, INTERPRETER)
+    q1 = _q_t(q_row, heads, h_ok, CH + dc, sq_h, INTERPRETER)
+    q2 = _q_t(q_row, heads, h_ok, 2 * CH + dc, sq_h, INTERPRETER)
+    q3 = _q_t(q_row, heads, h_ok, 3 * CH + dc, sq_h, INTERPRETER)
+    qp = _q_t(q_pe + b.to(tl.int64) * sqp_b, heads, h_ok, dp, sqp_h, INTERPRETER)
+
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc0 = tl.zeros([CH, BLOCK_H], tl.float32)
+    acc1 = tl.zeros([CH, BLOCK_H], tl.float32)
+    acc2 = tl.zeros([CH, BLOCK_H], tl.float32)
+    acc3 = tl.zeros([CH, BLOCK_H], tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        ok = offs < hi
+        row = tl.load(indices + start + offs, mask=ok, other=0).to(tl.int64)
+        row_c = row[:, None] * s_ckv
+        k = tl.load(kpe + row[:, None] * s_kpe + dp[None, :], mask=ok[:, None], other=0)
+        qk = _qk_t(tl.zeros([BLOCK_N, BLOCK_H], tl.float32), k, qp, INTERPRETER)
+        qk = _qk_t(qk, tl.load(ckv + row_c + dc[None, :], mask=ok[:, None], other=0), q0, INTERPRETER)
+        qk = _qk_t(qk, tl.load(ckv + row_c + (CH + dc)[None, :], mask=ok[:, None], other=0), q1, INTERPRETER)
+        qk = _qk_t(qk, tl.load(ckv + row_c + (2 * CH + dc)[None, :], mask=ok[:, None], other=0), q2, INTERPRETER)
+        qk = _qk_t(qk, tl.load(ckv + row_c + (3 * CH + dc)[None, :], mask=ok[:, None], other=0), q3, INTERPRETER)
+        qk = tl.where(ok[:, None], qk * qk_scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 0))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[None, :])
+        l = l * alpha + tl.sum(p, 0)
+        row_v = row[None, :] * s_ckv  # V^T, the same rows addressed column-major (an L1 / L2 hit)
+        acc0 = _pv_t(acc0 * alpha[None, :], p, tl.load(ckv + row_v + dc[:, None], mask=ok[None, :], other=0),
+                     P_SPLIT, PV_FP16, INTERPRETER)
+        acc1 = _pv_t(acc1 * alpha[None, :], p, tl.load(ckv + row_v + (CH + dc)[:, None], mask=ok[None, :], other=0),
+                     P_SPLIT, PV_FP16, INTERPRETER)
+        acc2 = _pv_t(acc2 * alpha[None, :], p, tl.load(ckv + row_v + (2 * CH + dc)[:, None], mask=ok[None, :], other=0),
+                     P_SPLIT, PV_FP16, INTERPRETER)
+        acc3 = _pv_t(acc3 * alpha[None, :], p, tl.load(ckv + row_v + (3 * CH + dc)[:, None], mask=ok[None, :], other=0),
+                     P_SPLIT, PV_FP16, INTERPRETER)
+        m = m_new
+
+    empty = hi <= lo
+    l = tl.where(empty, 1.0, l)
+    lse2 = tl.where(empty, float("-inf"), m + tl.log2(l))
+    scale = tl.where(empty, 0.0, v_scale / l)
+    _store_t(acc0 * scale[None, :], dc, b, split, heads, h_ok, part_out, out, so_b, so_h, num_heads, num_splits, D_CKV, DIRECT, INTERPRETER)
+    _store_t(acc1 * scale[None, :], CH + dc, b, split, heads, h_ok, part_out, out, so_b, so_h, num_heads, num_splits, D_CKV, DIRECT, INTERPRETER)
+    _store_t(acc2 * scale[None, :], 2 * CH + dc, b, split, heads, h_ok, part_out, out, so_b, so_h, num_heads, num_splits, D_CKV, DIRECT, INTERPRETER)
+    _store_t(acc3 * scale[None, :], 3 * CH + dc, b, split, heads, h_ok, part_out, out, so_b, so_h, num_heads, num_splits, D_CKV, DIRECT, INTERPRETER)
+    if DIRECT:
+        tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
+    else:
+        tl.store(part_lse + (b.to(tl.int64) * num_splits + split) * num_heads + heads, lse2, mask=h_ok)
+
+
+@triton.jit
+def _store_t(o_t, cols, b, split, heads, h_ok, part_out, out, so_b, so_h, num_heads, num_splits,
+             D_CKV: tl.constexpr, DIRECT: tl.constexpr, INTERPRETER: tl.constexpr):
+    """Store columns `cols` of a tokens-as-M program's output, held transposed (o_t [len(cols), BLOCK_H])."""
+    if DIRECT:
+        tl.store(out + b.to(tl.int64) * so_b + heads[None, :] * so_h + cols[:, None], _bf16(o_t, INTERPRETER), mask=h_ok[None, :])
+    else:
+        slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
+        tl.store(part_out + slot[None, :] * D_CKV + cols[:, None], o_t, mask=h_ok[None, :])
 
 
 @triton.jit
@@ -365,7 +500,17 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
                          f"B={batch}, S={splits}, H={heads}")
     ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
     head_blocks = triton.cdiv(heads, BLOCK_H)
-    if config.split_kernel:
+    if config.tokens_m:
+        if d_ckv % 64:
+            raise ValueError(f"{config}: d_ckv {d_ckv} does not divide into four 16-aligned column parts")
+        _stage1_tokm[(batch, splits, head_blocks)](
+            q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, out, lse,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
+            out.stride(0), out.stride(1), lse.stride(0),
+            heads, splits, float(sm_scale) * float(kv_scale) / LN2, float(kv_scale),
+            D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=BLOCK_H, BLOCK_N=config.block_n, DIRECT=splits == 1, P_SPLIT=p_split,
+            PV_FP16=config.pv_fp16, INTERPRETER=INTERPRETED, num_warps=config.num_warps, num_stages=config.num_stages)
+    elif config.split_kernel:
         if d_ckv % (config.dv_split * 16) or (config.qk_chunk and d_ckv % config.qk_chunk):
             raise ValueError(f"{config}: d_ckv {d_ckv} does not divide into its column parts / chunks")
         _stage1_split[(config.dv_split * head_blocks, batch, splits)](

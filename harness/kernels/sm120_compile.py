@@ -46,7 +46,8 @@ def _specs(width: int):
 
 def _fused_specs():
     """The fused FP8 MLA decode: stage 1 (split, direct, the reload-V / fp16-P.V and
-    prefetch variants, the split kernel's column parts / QK chunks / contiguous runs), stage 2."""
+    prefetch variants, the split kernel's column parts / QK chunks / contiguous runs, the
+    tokens-as-M kernel), stage 2."""
     fm = fused_mla_decode
     ptr = dict(q_nope="*bf16", q_pe="*bf16", ckv="*u8", kpe="*u8", indptr="*i32", indices="*i32",
                part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32")
@@ -70,6 +71,9 @@ def _fused_specs():
          dict(split, DIRECT=True, DV_SPLIT=4, CONTIG=True), 4),
         ("fused_mla_stage1_split_chunk_hilo", fm._stage1_split, stage1,
          dict(split, PV_FP16=False, QK_CHUNK=128, BLOCK_N=64), 8),
+        ("fused_mla_stage1_tokens_m", fm._stage1_tokm, stage1,
+         dict(D_CKV=512, D_KPE=64, BLOCK_H=fm.BLOCK_H, BLOCK_N=64, DIRECT=False, P_SPLIT=fm.P_SPLIT, PV_FP16=True,
+              INTERPRETER=False), 4),
         ("fused_mla_stage2", fm._stage2, stage2,
          dict(D_CKV=512, BLOCK_D=fm.STAGE2_BLOCK_D, BLOCK_H=fm.BLOCK_H, INTERPRETER=False), fm.STAGE2_WARPS),
     ]

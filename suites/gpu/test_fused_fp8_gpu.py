@@ -83,6 +83,20 @@ def test_negative_controls(fault, case_name, gpu_device):
         assert verdict.stats is not None and verdict.stats.nonfinite > 0 or "NaN" in verdict.reason or "non-finite" in verdict.reason
 
 
+# The tokens-as-M (wgmma) kernel: the --search tokens_m tiles, direct and split, fp16 and hi + lo P.V.
+TOKENS_M_FIELDS = [dict(num_splits=4, block_n=64, num_stages=3, pv_fp16=True),
+                   dict(num_splits=1, block_n=64, num_stages=5, pv_fp16=True),
+                   dict(num_splits=3, block_n=64, num_warps=8, num_stages=3, pv_fp16=True),
+                   dict(num_splits=2, block_n=128, num_warps=8, num_stages=3, pv_fp16=True),
+                   dict(num_splits=5, block_n=64, num_stages=3)]
+
+
+def tokens_m_configs(*which):
+    from harness.kernels.fused_mla_decode import Config
+
+    return [Config(**TOKENS_M_FIELDS[i], tokens_m=True) for i in (which or range(len(TOKENS_M_FIELDS)))]
+
+
 @pytest.mark.parametrize("heads", [8, 16, 20])
 @pytest.mark.parametrize("lens", [[1], [2], [1, 2, 3, 5, 7, 11, 13], [997, 1, 4099], [31] * 9])
 def test_hidden_shapes_against_float64(lens, heads):
@@ -97,7 +111,8 @@ def test_hidden_shapes_against_float64(lens, heads):
                    Config(8, 32, 4, 4, reload_v=True, pv_fp16=True), Config(2, 32, 4, 3, reload_v=True, pv_fp16=True),
                    Config(4, 32, 4, 5, reload_v=True, pv_fp16=True), Config(1, 32, 4, 5, pv_fp16=True, contig=True),
                    Config(4, 32, 4, 5, pv_fp16=True, dv_split=2), Config(3, 32, 4, 7, pv_fp16=True, dv_split=2),
-                   Config(2, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True), Config(5, 32, 4, 5, dv_split=2, qk_chunk=128)):
+                   Config(2, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True), Config(5, 32, 4, 5, dv_split=2, qk_chunk=128),
+                   *tokens_m_configs()):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
@@ -120,7 +135,7 @@ def test_nan_codes_propagate(code, channel):
     others = [b for b in range(3) if poisoned_row not in indices[indptr[b]:indptr[b + 1]].tolist()]
     for config in (Config(1, 32), Config(5, 16), Config(5, 32, reload_v=True, pv_fp16=True),
                    Config(3, 16, pv_fp16=True, prefetch=True), Config(3, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True),
-                   Config(1, 32, 4, 5, dv_split=2, qk_chunk=128)):
+                   Config(1, 32, 4, 5, dv_split=2, qk_chunk=128), *tokens_m_configs(0, 1, 4)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert not bool(torch.isfinite(out[1]).all()) and not bool(torch.isfinite(lse[1]).all()), config
         for b in others:
@@ -135,7 +150,7 @@ def test_page_size_64_pool_rows():
     q_nope, q_pe, pool, indptr, indices = problem([100, 64, 129], 8, rows=slots + page, seed=5)
     indices[:64] = torch.arange(slots, slots + page, dtype=torch.int32, device="cuda")
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    for config in (Config(4, 32), Config(4, 32, 4, 5, pv_fp16=True, dv_split=2, contig=True)):
+    for config in (Config(4, 32), Config(4, 32, 4, 5, pv_fp16=True, dv_split=2, contig=True), *tokens_m_configs(0)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
