@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from suites.plugins.cpu_affinity import gpu_bus_ids, local_cpus, parse_cpulist, pin_to_gpu, sysfs_bus_id
+from suites.plugins.cpu_affinity import (
+    gpu_bus_ids,
+    local_cpus,
+    parse_cpulist,
+    pin_to_gpu,
+    share_cpus,
+    sysfs_bus_id,
+    threads_per_worker,
+)
 
 SMI = "0, GPU-AAAA-01, 00000000:19:00.0\n1, GPU-BBBB-02, 00000000:9A:00.0\n"
 
@@ -47,3 +55,20 @@ def test_negative_control_unknown_topology_pins_nothing(topology):
     assert pin_to_gpu("0", threads=None, bus_ids=bus_ids, devices=sysfs, setaffinity=lambda *a: calls.append(a),
                       getaffinity=lambda pid: {4, 5}) == set()  # local cores not allowed here
     assert calls == []
+
+
+@pytest.mark.parametrize("cpus, workers, expected", [(32, 2, 16), (32, 8, 4), (2, 8, 1), (16, 1, 16), (16, 0, 16)])
+def test_threads_per_worker(cpus, workers, expected):
+    assert threads_per_worker(cpus, workers) == expected
+
+
+def test_share_cpus_sets_torch_and_child_threads():
+    import torch
+
+    before, environ = torch.get_num_threads(), {}
+    try:
+        assert share_cpus(2, getaffinity=lambda pid: set(range(6)), environ=environ) == 3
+        assert torch.get_num_threads() == 3
+        assert environ == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+    finally:
+        torch.set_num_threads(before)

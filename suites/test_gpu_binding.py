@@ -131,6 +131,7 @@ from pathlib import Path
 
 def test_record(worker_id):
     Path(os.environ["OUT_DIR"], worker_id).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+    Path(os.environ["OUT_DIR"], worker_id + ".threads").write_text(os.environ.get("OMP_NUM_THREADS", "<unset>"))
 """
 
 
@@ -139,20 +140,23 @@ def _run_xdist(tmp_path: Path, workers: int, env_extra: dict) -> tuple[subproces
     (tmp_path / "test_inner.py").write_text(INNER_TEST)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER", "OMP_NUM_THREADS")}
     env.update(env_extra, OUT_DIR=str(out_dir), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "suites.plugins.gpu_binding",
          "-n", str(workers), "--dist", "each", str(tmp_path / "test_inner.py")],  # each: every worker runs it
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )
-    return proc, {p.name: p.read_text() for p in out_dir.iterdir()}
+    return proc, {p.name: p.read_text() for p in out_dir.iterdir() if p.suffix != ".threads"}
 
 
 def test_plugin_binds_xdist_workers_into_parent_mask(tmp_path):
     proc, seen = _run_xdist(tmp_path, 3, {"CUDA_VISIBLE_DEVICES": "5,7"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seen == {"gw0": "5", "gw1": "7", "gw2": "5"}
+    share = str(max(1, len(os.sched_getaffinity(0)) // 3))  # each worker: its third of the cores
+    assert {p.name: p.read_text() for p in (tmp_path / "out").glob("*.threads")} == {
+        f"gw{i}.threads": share for i in range(3)}
     assert "gpu_binding: gw0->5, gw1->7, gw2->5 (more workers than GPUs" in proc.stdout
 
 

@@ -48,7 +48,7 @@ print(f"\n-n 2 binding proof: {'ok' if check['ok'] else 'FAILED: ' + '; '.join(c
 for worker, t in sorted(check["timeline"].items()):
     builds = t.get("pool_builds", {})
     print(f"- {worker}: start-up {t['startup_s']} s, tests {t['test_s']} s, pools built {sum(builds.values())}"
-          f" (most of one case: {max(builds.values(), default=0)})")
+          f" (most of one case: {max(builds.values(), default=0)}), torch threads {t.get('torch_threads')}")
 PY
 python3 -m ci.shard_plan choose --model "$E/shard_model.json" --gpus 2 suites/gpu -m gpu >> "$E/shard.md" 2>&1
 cat "$E/shard.md"

@@ -142,6 +142,7 @@ class Record:
     timeline: dict[str, float | None] = field(default_factory=dict)  # epoch seconds
     test_seconds: float = 0.0  # setup + call + teardown of every test it ran
     pinned_cpus: list[int] | None = None  # cores it was pinned to (--pin-cpus); None: not pinned
+    torch_threads: int | None = None  # its share of the cores (cpu_affinity.share_cpus); None: not set
     pool_builds: dict[str, int] = field(default_factory=dict)  # case -> pools this process built
 
     def note_test(self, uuid: str | None) -> None:
@@ -233,7 +234,7 @@ def expected_uuids(assignment: Mapping[str, str | None], gpus: Mapping[str, str]
 
 def timeline_summary(records: Sequence[Record], controller_start: float | None, end: float) -> dict[str, dict]:
     """Per worker: start-up (process start -> first test), test seconds, session end -> run end, and
-    the pools it built per case."""
+    the pools it built per case and its torch threads."""
     out = {}
     for r in records:
         t = r.timeline
@@ -245,6 +246,7 @@ def timeline_summary(records: Sequence[Record], controller_start: float | None, 
             "first_to_last_test_s": round(t["last_test_end"] - first, 2) if first and t.get("last_test_end") else None,
             "session_end_to_run_end_s": round(end - t["session_end"], 2) if t.get("session_end") else None,
             "pool_builds": dict(r.pool_builds),
+            "torch_threads": r.torch_threads,
         }
     return out
 

@@ -1,4 +1,5 @@
-"""CPU affinity per GPU: pin a process to the cores of its GPU's NUMA node, and its torch to few threads.
+"""CPU affinity per GPU: pin a process to the cores of its GPU's NUMA node, and its torch to few threads;
+or, by default under xdist, share the cores' worth of torch threads out over the workers.
 
 A GPU's local cores come from sysfs (/sys/bus/pci/devices/<bus id>/local_cpulist, the
 "CPU Affinity" column of `nvidia-smi topo -m`); the bus id from NVML / nvidia-smi. Used by
@@ -50,6 +51,28 @@ def local_cpus(entry: str, bus_ids: dict[str, tuple[str, str]], devices: Path = 
         return parse_cpulist((devices / bus / "local_cpulist").read_text()) if bus else set()
     except OSError:
         return set()
+
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def threads_per_worker(cpus: int, workers: int) -> int:
+    """Torch intra-op threads for one of `workers` processes sharing `cpus` cores (at least 1)."""
+    return max(1, cpus // max(1, workers))
+
+
+def share_cpus(workers: int, getaffinity=os.sched_getaffinity, environ=os.environ) -> int:
+    """Cap this process's torch (and OpenMP / MKL children's) threads at its share of the allowed
+    cores. Without it every xdist worker starts one thread per core: on the 2x H200 machine the
+    CPU side of the GPU tests (queries, verdict statistics) ran 10-30x slower under -n 2 than
+    alone (cProfile, docs/h200/2026-11-30/phase5). Returns the thread count set."""
+    threads = threads_per_worker(len(getaffinity(0)), workers)
+    for name in THREAD_ENV:
+        environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    return threads
 
 
 def pin_to_gpu(entry: str, threads: int | None = 1, bus_ids=None, devices: Path = PCI_DEVICES,

@@ -43,6 +43,7 @@ BOUND = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
 _RECORD = pytest.StashKey[binding_proof.Record]()
 _PINNED = pytest.StashKey[list]()
+_THREADS = pytest.StashKey[int]()
 _VERDICT = pytest.StashKey[binding_proof.Verdict]()
 
 
@@ -170,7 +171,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if _workers(config) == 0:
         worker = workerinput["workerid"] if workerinput is not None else "master"
         record = binding_proof.Record(worker, os.getpid(), config.stash.get(BOUND, None),
-                                      pinned_cpus=config.stash.get(_PINNED, None))
+                                      pinned_cpus=config.stash.get(_PINNED, None),
+                                      torch_threads=config.stash.get(_THREADS, None))
         record.timeline["process_start"] = binding_proof.process_start_time()
         record.timeline["configured"] = time.time()
         config.stash[_RECORD] = record
@@ -188,6 +190,8 @@ def _bind(config: pytest.Config, workerinput) -> None:
     config.stash[BOUND] = device
     if config.getoption("pin_cpus", False):
         config.stash[_PINNED] = sorted(cpu_affinity.pin_to_gpu(device, threads=1))
+    else:
+        config.stash[_THREADS] = cpu_affinity.share_cpus(int(workerinput.get("workercount", 1)))
 
 
 @pytest.hookimpl(tryfirst=True)
