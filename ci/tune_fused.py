@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.control import measure_control  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
-from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, load_table  # noqa: E402
 from harness.presets import get_preset  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
@@ -80,6 +80,14 @@ def tokens_m_candidates(batch: int, kv_len: int, sm_count: int):
         yield Config(splits, block_n, warps, stages, reload_v=not tokens_m, pv_fp16=pv_fp16, tokens_m=tokens_m)
 
 
+def search_space(search: str, batch: int, kv_len: int, sm_count: int) -> list[Config]:
+    """The Configs a search times for one shape: the committed table's entry for its bucket first
+    (the reference to beat, whatever the search), then the search's own candidates."""
+    space = list(dict(split=split_candidates, tokens_m=tokens_m_candidates).get(search, candidates)(batch, kv_len, sm_count))
+    committed = load_table().get((bucket(batch), bucket(kv_len)))
+    return space if committed is None else [committed] + [c for c in space if c != committed]
+
+
 def candidates(batch: int, kv_len: int, sm_count: int):
     for splits, (block_n, warps, stages, reload_v, prefetch, pv_fp16) in itertools.product(SPLITS, TILES):
         if kv_len // splits < block_n or batch * splits > 2 * sm_count or (splits == 1 and batch < 32):
@@ -128,8 +136,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
-    space = dict(split=split_candidates, tokens_m=tokens_m_candidates).get(search, candidates)
-    for config, p_split in itertools.product(space(batch, kv_len, sm_count), p_splits):
+    for config, p_split in itertools.product(search_space(search, batch, kv_len, sm_count), p_splits):
         parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
 
         def step():

@@ -260,23 +260,19 @@ def test_tuning_table_and_default(tmp_path):
         fused_tuning.load_table(bad)
 
 
-def test_tokens_m_search_space():
-    """`ci/tune_fused.py --search tokens_m` times the committed b32 / b128 entries beside the
-    tokens-as-M candidates, and stays small enough for one ~250 s tuner run per shape."""
-    import importlib.util
-    from pathlib import Path
-
+def test_every_search_times_the_committed_entry():
+    """`ci/tune_fused.py` times the committed table entry of a shape beside any search's candidates,
+    and --search tokens_m stays small enough for one ~250 s tuner run per shape."""
+    from ci import tune_fused as tune
     from harness.kernels import fused_tuning
 
-    path = Path(__file__).resolve().parents[1] / "ci" / "tune_fused.py"
-    spec = importlib.util.spec_from_file_location("tune_fused", path)
-    tune = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tune)
     table = fused_tuning.load_table()
     for batch, kv_len in ((32, 4096), (128, 2048)):
-        space = list(tune.tokens_m_candidates(batch, kv_len, 132))
-        assert table[(batch, kv_len)] in space and len(space) <= 24
-        assert sum(c.tokens_m for c in space) >= len(space) // 2 and all(c.tokens_m != c.reload_v for c in space)
+        for search in ("tiles", "split", "tokens_m"):
+            space = tune.search_space(search, batch, kv_len, 132)
+            assert space[0] == table[(batch, kv_len)] and len(space) == len(set(space))
+        space = tune.search_space("tokens_m", batch, kv_len, 132)
+        assert len(space) <= 24 and sum(c.tokens_m for c in space) >= len(space) // 2
 
 
 def test_roofline_bytes():
