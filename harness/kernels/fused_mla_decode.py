@@ -103,25 +103,37 @@ def _load_rows(ckv, kpe, indices, offs, hi, s_ckv, s_kpe, d, dp):
 
 
 @triton.jit
-def _pv(acc, p, v_u8, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr):
-    """acc + P . V for one tile, V the e4m3 codes v_u8."""
+def _mac(acc, p, v, TRANS: tl.constexpr):
+    """acc + P . V, or with TRANS (tokens as the dot's K, heads as its N) acc + V^T . P."""
+    if TRANS:
+        acc += tl.dot(v, p)
+    else:
+        acc += tl.dot(p, v)
+    return acc
+
+
+@triton.jit
+def _pv(acc, p, v_u8, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr,
+        TRANS: tl.constexpr):
+    """acc + P . V for one tile, V the e4m3 codes v_u8. With TRANS: acc [cols, BLOCK_H] + V^T . P,
+    v_u8 the codes of V^T [cols, BLOCK_N] and p [BLOCK_N, BLOCK_H] (the tokens-as-M kernel)."""
     if PV_FP16:  # P and V in fp16: e4m3 is exact in it, P keeps 11 significant bits
         v = v_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
         if INTERPRETER:  # (the interpreter's fp16 cast truncates: P stays fp32 there)
-            acc += tl.dot(p, v.to(tl.float32))
+            acc = _mac(acc, p, v.to(tl.float32), TRANS)
         else:
-            acc += tl.dot(p.to(tl.float16), v)
+            acc = _mac(acc, p.to(tl.float16), v, TRANS)
     else:
         c = e4m3_to_bf16(v_u8)
         p_hi = _bf16(p, INTERPRETER)
         if INTERPRETER:
             p_hi, c = p_hi.to(tl.float32), c.to(tl.float32)
-        acc += tl.dot(p_hi, c)
+        acc = _mac(acc, p_hi, c, TRANS)
         if P_SPLIT:  # P as hi + lo bf16 parts: 16 significant bits, not bf16's 8
             p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
             if INTERPRETER:
                 p_lo = p_lo.to(tl.float32)
-            acc += tl.dot(p_lo, c)
+            acc = _mac(acc, p_lo, c, TRANS)
     return acc
 
 
@@ -136,17 +148,24 @@ def _split_range(indptr, b, split, num_splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _program(indptr, num_heads, num_splits, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program (request b, split, head block) of a (batch, splits, head blocks) grid: b, split, its
+    heads and their mask, and b's first index and the split's [lo, hi) token range."""
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
+    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
+    return b, split, heads, heads < num_heads, start, lo, hi
+
+
+@triton.jit
 def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, lse,
             sq_b, sq_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b,
             num_heads, num_splits, qk_scale_log2, v_scale,
             D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             DIRECT: tl.constexpr, P_SPLIT: tl.constexpr, RELOAD_V: tl.constexpr, PV_FP16: tl.constexpr,
             PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
-    b = tl.program_id(0)
-    split = tl.program_id(1)
-    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = heads < num_heads
-    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
+    b, split, heads, h_ok, start, lo, hi = _program(indptr, num_heads, num_splits, BLOCK_H, BLOCK_N)
 
     d = tl.arange(0, D_CKV)
     dp = tl.arange(0, D_KPE)
@@ -184,7 +203,7 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
         l = l * alpha + tl.sum(p, 1)
         if RELOAD_V:
             c_u8 = tl.load(ckv + row[:, None] * s_ckv + d[None, :], mask=ok[:, None], other=0)
-        acc = _pv(acc * alpha[:, None], p, c_u8, P_SPLIT, PV_FP16, INTERPRETER)
+        acc = _pv(acc * alpha[:, None], p, c_u8, P_SPLIT, PV_FP16, INTERPRETER, False)
         m = m_new
 
     empty = hi <= lo  # no rows: out 0 and LSE -inf (the torch reference's empty softmax)
@@ -198,30 +217,6 @@ def _stage1(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, out, ls
         slot = (b.to(tl.int64) * num_splits + split) * num_heads + heads
         tl.store(part_out + slot[:, None] * D_CKV + d[None, :], o, mask=h_ok[:, None])
         tl.store(part_lse + slot, lse2, mask=h_ok)
-
-
-@triton.jit
-def _pv_t(acc, p, v_t_u8, P_SPLIT: tl.constexpr, PV_FP16: tl.constexpr, INTERPRETER: tl.constexpr):
-    """acc + V^T . P for one tile with the tokens as the dot's K: acc [cols, BLOCK_H], V^T the
-    e4m3 codes v_t_u8 [cols, BLOCK_N], p [BLOCK_N, BLOCK_H] (the _pv arithmetic, transposed)."""
-    if PV_FP16:
-        v_t = v_t_u8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        if INTERPRETER:
-            acc += tl.dot(v_t.to(tl.float32), p)
-        else:
-            acc += tl.dot(v_t, p.to(tl.float16))
-    else:
-        c_t = e4m3_to_bf16(v_t_u8)
-        p_hi = _bf16(p, INTERPRETER)
-        if INTERPRETER:
-            p_hi, c_t = p_hi.to(tl.float32), c_t.to(tl.float32)
-        acc += tl.dot(c_t, p_hi)
-        if P_SPLIT:
-            p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
-            if INTERPRETER:
-                p_lo = p_lo.to(tl.float32)
-            acc += tl.dot(c_t, p_lo)
-    return acc
 
 
 @triton.jit
@@ -255,11 +250,7 @@ def _stage1_tokm(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, ou
     the pool (row-major), in four 128-column parts (each its own dot, so a part's converted
     operand is the only one live in registers; acc^T is four [128, BLOCK_H] accumulators)."""
     CH: tl.constexpr = D_CKV // 4
-    b = tl.program_id(0)
-    split = tl.program_id(1)
-    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = heads < num_heads
-    start, lo, hi = _split_range(indptr, b, split, num_splits, BLOCK_N)
+    b, split, heads, h_ok, start, lo, hi = _program(indptr, num_heads, num_splits, BLOCK_H, BLOCK_N)
 
     dc = tl.arange(0, CH)
     dp = tl.arange(0, D_KPE)
@@ -293,14 +284,14 @@ def _stage1_tokm(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, ou
         p = tl.exp2(qk - m_new[None, :])
         l = l * alpha + tl.sum(p, 0)
         row_v = row[None, :] * s_ckv  # V^T, the same rows addressed column-major (an L1 / L2 hit)
-        acc0 = _pv_t(acc0 * alpha[None, :], p, tl.load(ckv + row_v + dc[:, None], mask=ok[None, :], other=0),
-                     P_SPLIT, PV_FP16, INTERPRETER)
-        acc1 = _pv_t(acc1 * alpha[None, :], p, tl.load(ckv + row_v + (CH + dc)[:, None], mask=ok[None, :], other=0),
-                     P_SPLIT, PV_FP16, INTERPRETER)
-        acc2 = _pv_t(acc2 * alpha[None, :], p, tl.load(ckv + row_v + (2 * CH + dc)[:, None], mask=ok[None, :], other=0),
-                     P_SPLIT, PV_FP16, INTERPRETER)
-        acc3 = _pv_t(acc3 * alpha[None, :], p, tl.load(ckv + row_v + (3 * CH + dc)[:, None], mask=ok[None, :], other=0),
-                     P_SPLIT, PV_FP16, INTERPRETER)
+        acc0 = _pv(acc0 * alpha[None, :], p, tl.load(ckv + row_v + dc[:, None], mask=ok[None, :], other=0),
+                   P_SPLIT, PV_FP16, INTERPRETER, True)
+        acc1 = _pv(acc1 * alpha[None, :], p, tl.load(ckv + row_v + (CH + dc)[:, None], mask=ok[None, :], other=0),
+                   P_SPLIT, PV_FP16, INTERPRETER, True)
+        acc2 = _pv(acc2 * alpha[None, :], p, tl.load(ckv + row_v + (2 * CH + dc)[:, None], mask=ok[None, :], other=0),
+                   P_SPLIT, PV_FP16, INTERPRETER, True)
+        acc3 = _pv(acc3 * alpha[None, :], p, tl.load(ckv + row_v + (3 * CH + dc)[:, None], mask=ok[None, :], other=0),
+                   P_SPLIT, PV_FP16, INTERPRETER, True)
         m = m_new
 
     empty = hi <= lo
@@ -400,7 +391,7 @@ def _stage1_split(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, o
         p = tl.exp2(qk - m_new[:, None])
         l = l * alpha + tl.sum(p, 1)
         v_u8 = tl.load(ckv + row_c[:, None] + dv[None, :], mask=ok[:, None], other=0)
-        acc = _pv(acc * alpha[:, None], p, v_u8, P_SPLIT, PV_FP16, INTERPRETER)
+        acc = _pv(acc * alpha[:, None], p, v_u8, P_SPLIT, PV_FP16, INTERPRETER, False)
         m = m_new
 
     empty = hi <= lo
