@@ -51,8 +51,8 @@ SPLIT_TILES = ((32, 4, 4, True, True, 1, 0, False),
                (32, 4, 5, False, False, 2, 0, False))
 SPLIT_SPLITS = (1, 2, 4, 8, 16)
 # --search tokens_m: the tokens-as-M kernel (Config.tokens_m: wgmma on sm_90, K and V^T cp.async
-# pipelined; compile-time stats in docs/h200/fused/README.md) beside the committed b32 / b128
-# entries (reload_v bn32, 4 / 3 stages, fp16 P.V), the references to beat. Fields:
+# pipelined; compile-time stats in docs/h200/fused/README.md) beside run4's b32 / b128 reload_v
+# tiles (bn32, 4 / 3 stages, fp16 P.V); the committed entry comes first anyway (search_space). Fields:
 # (block_n, num_warps, num_stages, pv_fp16, tokens_m); splits from TOKM_SPLITS, at most one wave
 # of 2 programs per SM, no split under 2 tiles.
 TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
@@ -73,7 +73,7 @@ def split_candidates(batch: int, kv_len: int, sm_count: int):
 
 
 def tokens_m_candidates(batch: int, kv_len: int, sm_count: int):
-    """--search tokens_m: TOKM_TILES over TOKM_SPLITS (the first two tiles are reload_v, the references)."""
+    """--search tokens_m: TOKM_TILES over TOKM_SPLITS (the first two tiles are run4's reload_v ones)."""
     for splits, (block_n, warps, stages, pv_fp16, tokens_m) in itertools.product(TOKM_SPLITS, TOKM_TILES):
         if kv_len // splits < 2 * block_n or batch * splits > 2 * sm_count or (splits == 1 and batch < 64):
             continue

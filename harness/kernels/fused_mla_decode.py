@@ -246,9 +246,11 @@ def _stage1_tokm(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, ou
     """Stage 1 with the tile's tokens as the M of both dots (Config.tokens_m), so that sm_90 can
     use wgmma (M >= 64 per warpgroup) where the heads-as-M kernels use mma.sync:
     logits^T [BLOCK_N, BLOCK_H] = K [BLOCK_N, 576] . Q^T, the online softmax down each head's
-    column, and acc^T [512, BLOCK_H] += V^T . P^T. The tile's rows are loaded once, as they lie in
-    the pool (row-major), in four 128-column parts (each its own dot, so a part's converted
-    operand is the only one live in registers; acc^T is four [128, BLOCK_H] accumulators)."""
+    column, and acc^T [512, BLOCK_H] += V^T . P^T. The tile's rows are read twice, in four
+    128-column parts each (each part its own dot, so a part's converted operand is the only one
+    live in registers; acc^T is four [128, BLOCK_H] accumulators): row-major for K, then
+    column-major for V^T, which hits L1 / L2 (one load feeding both dots is not pipelined by
+    Triton 3.9 and spills: docs/h200/fused/README.md)."""
     CH: tl.constexpr = D_CKV // 4
     b, split, heads, h_ok, start, lo, hi = _program(indptr, num_heads, num_splits, BLOCK_H, BLOCK_N)
 
