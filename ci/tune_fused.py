@@ -8,7 +8,7 @@ step); the figure is the median replay time / 78. The fastest Config per shape b
 the table, with its time and byte-floor ratio in the comments. The full search takes about
 one to two minutes per shape on an H200 (compiles included).
   python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
-                          [--search tiles|split|tokens_m] [--layers N]
+                          [--search tiles|split|tokens_m|cuda] [--layers N]
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
               (64, 4, 3, True, True), (64, 4, 5, True, True), (64, 8, 3, True, True),
               (128, 8, 3, True, True), (64, 4, 3, False, True))
 TOKM_SPLITS = (1, 2, 4, 8)
+# --search cuda: the CUDA kernel (Config.cuda: 64-token tiles) over (ring depth, warps) and the
+# splits that keep every CTA in one wave: one CTA per SM, two for the 2-stage 8-warp ring.
+CUDA_TILES = ((2, 8), (3, 8), (4, 8), (3, 16), (4, 16))
+CUDA_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
 
@@ -80,10 +84,19 @@ def tokens_m_candidates(batch: int, kv_len: int, sm_count: int):
         yield Config(splits, block_n, warps, stages, reload_v=not tokens_m, pv_fp16=pv_fp16, tokens_m=tokens_m)
 
 
+def cuda_candidates(batch: int, kv_len: int, sm_count: int):
+    """--search cuda: CUDA_TILES over CUDA_SPLITS, one wave, no split without a tile."""
+    for splits, (stages, warps) in itertools.product(CUDA_SPLITS, CUDA_TILES):
+        per_sm = 2 if (stages, warps) == (2, 8) else 1
+        if splits > 1 and (batch * splits > per_sm * sm_count or kv_len < 64 * splits):
+            continue
+        yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True)
+
+
 def search_space(search: str, batch: int, kv_len: int, sm_count: int) -> list[Config]:
     """The Configs a search times for one shape: the committed table's entry for its bucket first
     (the reference to beat, whatever the search), then the search's own candidates."""
-    space = list(dict(split=split_candidates, tokens_m=tokens_m_candidates).get(search, candidates)(batch, kv_len, sm_count))
+    space = list(dict(split=split_candidates, tokens_m=tokens_m_candidates, cuda=cuda_candidates).get(search, candidates)(batch, kv_len, sm_count))
     committed = load_table().get((bucket(batch), bucket(kv_len)))
     return space if committed is None else [committed] + [c for c in space if c != committed]
 
@@ -176,7 +189,7 @@ def write_table(path: Path, entries: list[dict], env: str) -> None:
                   f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
                   f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
                   f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
-                  f"tokens_m = {str(c['tokens_m']).lower()}",
+                  f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
                   f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
     path.write_text("\n".join(lines))
 
@@ -187,10 +200,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--layers", type=int, default=LAYERS)
-    ap.add_argument("--search", choices=("tiles", "split", "tokens_m"), default="tiles",
+    ap.add_argument("--search", choices=("tiles", "split", "tokens_m", "cuda"), default="tiles",
                     help="tiles: TILES x SPLITS (the run2-run4 space); split: SPLIT_TILES x SPLIT_SPLITS "
                          "(deep pipelines, V column parts, QK chunks, contiguous runs); tokens_m: TOKM_TILES x "
-                         "TOKM_SPLITS (the wgmma tokens-as-M kernel beside the committed reload_v entry)")
+                         "TOKM_SPLITS (the wgmma tokens-as-M kernel beside the committed reload_v entry); cuda: the CUDA "
+                         "kernel over CUDA_TILES x CUDA_SPLITS")
     ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
     args = ap.parse_args()
     dev = torch.device("cuda")

@@ -260,6 +260,37 @@ def test_tuning_table_and_default(tmp_path):
         fused_tuning.load_table(bad)
 
 
+def test_cuda_kernel_config_and_table(tmp_path):
+    """Config.cuda (the CUDA kernel): its fields are checked, the table reads it, choose() falls
+    back to the heuristic where it cannot run (cuda_ok False), and it refuses the CPU."""
+    from harness.kernels import fused_mla_cuda, fused_tuning
+    from harness.kernels.fused_mla_decode import Config, fused_mla_decode
+
+    Config(4, 64, 8, 4, pv_fp16=True, cuda=True)
+    Config(4, 64, 16, 2, pv_fp16=True, cuda=True)
+    for bad in (dict(block_n=32), dict(num_warps=4), dict(pv_fp16=False), dict(num_stages=6), dict(reload_v=True),
+                dict(dv_split=2), dict(tokens_m=True)):
+        fields = dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True) | bad
+        with pytest.raises(ValueError):
+            Config(**fields)
+    path = tmp_path / "cuda.toml"
+    path.write_text("[[entry]]\nbatch = 32\nkv_len = 4096\nnum_splits = 8\nblock_n = 64\nnum_warps = 8\n"
+                    "num_stages = 2\npv_fp16 = true\ncuda = true\n")
+    table = fused_tuning.load_table(path)
+    assert table[(32, 4096)] == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
+    assert fused_tuning.choose(32, 4096, 8, 132, table=table) == table[(32, 4096)]
+    assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_ok=False) == fused_tuning.default_config(32, 4096, 8, 132)
+    q_nope, q_pe = torch.zeros(1, 8, 512, dtype=torch.bfloat16), torch.zeros(1, 8, 64, dtype=torch.bfloat16)
+    pool = torch.zeros(4, 1, 576, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="CUDA device"):
+        fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], torch.tensor([0, 2], dtype=torch.int32),
+                         torch.tensor([1, 2], dtype=torch.int32), 0.1, table[(32, 4096)])
+    # shared memory: 8 heads, 2 stages, 8 warps fit a 99 KB (sm_120) CTA; the deep rings need an H100/H200-class one
+    assert fused_mla_cuda.smem_bytes(8, 2, 8) <= 99 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8) <= 227 * 1024
+    assert fused_mla_cuda.smem_bytes(16, 5, 16) <= 227 * 1024
+    assert fused_mla_cuda.heads_per_cta(8) == 8 and fused_mla_cuda.heads_per_cta(9) == 16
+
+
 def test_every_search_times_the_committed_entry():
     """`ci/tune_fused.py` times the committed table entry of a shape beside any search's candidates,
     and --search tokens_m stays small enough for one ~250 s tuner run per shape."""
@@ -268,7 +299,7 @@ def test_every_search_times_the_committed_entry():
 
     table = fused_tuning.load_table()
     for batch, kv_len in ((32, 4096), (128, 2048)):
-        for search in ("tiles", "split", "tokens_m"):
+        for search in ("tiles", "split", "tokens_m", "cuda"):
             space = tune.search_space(search, batch, kv_len, 132)
             assert space[0] == table[(batch, kv_len)] and len(space) == len(set(space))
         space = tune.search_space("tokens_m", batch, kv_len, 132)

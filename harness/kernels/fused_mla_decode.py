@@ -67,6 +67,10 @@ class Config:
     # acc^T += V^T . P^T), so that sm_90 compiles them to wgmma (M >= 64: block_n 64 or 128);
     # K and V^T are separate (cp.async-pipelined) loads of the tile's rows, in 128-column parts.
     tokens_m: bool = False
+    # cuda: the CUDA kernel (harness/kernels/fused_mla_cuda.cu, both stages in one launch): 64-token
+    # tiles, 8 or 16 warps, fp16 P.V, a num_stages-deep shared-memory ring of cp.async gathers;
+    # needs sm_89+ and a CUDA torch.
+    cuda: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -77,6 +81,11 @@ class Config:
             raise ValueError("the split kernel loads K^T and V separately: prefetch and reload_v do not apply")
         if self.tokens_m and (self.split_kernel or self.prefetch or self.reload_v):
             raise ValueError("tokens_m is its own kernel: dv_split, qk_chunk, contig, prefetch and reload_v do not apply")
+        if self.cuda and ((self.block_n, self.pv_fp16) != (64, True) or self.num_warps not in (8, 16)
+                          or self.num_stages not in (2, 3, 4, 5)
+                          or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
+            raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
+                             f"options: {self}")
 
     @property
     def split_kernel(self) -> bool:
@@ -439,13 +448,16 @@ def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_split
         tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
 
 
-def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(part_out fp32 [B, S, H, d_ckv], part_lse fp32 [B, S, H]) for a multi-split launch."""
+def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, device) -> tuple[torch.Tensor, ...]:
+    """(part_out fp32 [B, S, H, d_ckv], part_lse fp32 [B, S, H], arrivals int32 [B * ceil(H / 8)])
+    for a multi-split launch. arrivals (zeros; the CUDA kernel counts finished splits there and
+    re-arms it) is unused by the Triton kernels."""
     if num_splits == 1:
         empty = torch.empty(0, dtype=torch.float32, device=device)
-        return empty, empty
+        return empty, empty, torch.empty(0, dtype=torch.int32, device=device)
     return (torch.empty((batch, num_splits, num_heads, d_ckv), dtype=torch.float32, device=device),
-            torch.empty((batch, num_splits, num_heads), dtype=torch.float32, device=device))
+            torch.empty((batch, num_splits, num_heads), dtype=torch.float32, device=device),
+            torch.zeros(batch * -(-num_heads // 8), dtype=torch.int32, device=device))
 
 
 def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
@@ -471,7 +483,7 @@ def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
 
 def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor,
                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, config: Config,
-                     kv_scale: float = 1.0, partials: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     kv_scale: float = 1.0, partials: tuple[torch.Tensor, ...] | None = None,
                      p_split: bool = P_SPLIT) -> tuple[torch.Tensor, torch.Tensor]:
     """(out bf16 [B, H, 512], lse fp32 [B, H], natural log) of absorbed-MLA decode.
 
@@ -487,13 +499,24 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if batch == 0:
         return out, lse
     splits = config.num_splits
-    part_out, part_lse = partials if partials is not None else partial_buffers(batch, heads, splits, d_ckv, dev)
+    part_out, part_lse, arrivals = partials if partials is not None else partial_buffers(batch, heads, splits, d_ckv, dev)
     if splits > 1 and (part_out.shape != (batch, splits, heads, d_ckv) or part_lse.shape != (batch, splits, heads)):
         raise ValueError(f"partials {tuple(part_out.shape)}, {tuple(part_lse.shape)} do not fit "
                          f"B={batch}, S={splits}, H={heads}")
     ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
     head_blocks = triton.cdiv(heads, BLOCK_H)
-    if config.tokens_m:
+    if config.cuda:
+        if INTERPRETED or dev.type != "cuda":
+            raise ValueError(f"{config}: the CUDA kernel runs on a CUDA device only (not under TRITON_INTERPRET=1)")
+        from harness.kernels import fused_mla_cuda
+
+        if splits > 1 and arrivals.numel() < batch * -(-heads // 8):
+            raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
+        fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
+                              float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
+                              config.num_warps)
+        return out, lse
+    elif config.tokens_m:
         if d_ckv % 64:
             raise ValueError(f"{config}: d_ckv {d_ckv} does not divide into four 16-aligned column parts")
         _stage1_tokm[(batch, splits, head_blocks)](

@@ -53,7 +53,7 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
                             int(entry["num_stages"]), bool(entry.get("reload_v", False)),
                             bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),
                             int(entry.get("dv_split", 1)), int(entry.get("qk_chunk", 0)), bool(entry.get("contig", False)),
-                            bool(entry.get("tokens_m", False)))
+                            bool(entry.get("tokens_m", False)), bool(entry.get("cuda", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
         if key != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1:
@@ -62,8 +62,11 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
     return table
 
 
-def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None) -> Config:
-    """The table's Config for this shape's bucket, else the default heuristic."""
+def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_ok: bool = True) -> Config:
+    """The table's Config for this shape's bucket, else the default heuristic (also for an entry
+    of the CUDA kernel where it cannot run: cuda_ok False)."""
     table = load_table() if table is None else table
     found = table.get((bucket(batch), bucket(max_len)))
-    return found if found is not None else default_config(batch, max_len, num_heads, sm_count)
+    if found is None or (found.cuda and not cuda_ok):
+        return default_config(batch, max_len, num_heads, sm_count)
+    return found

@@ -33,6 +33,14 @@ class FusedPlan:
     graph_capacity: Optional[int] = None
 
 
+def _cuda_kernel_ok(device: torch.device) -> bool:
+    """Whether the CUDA stage 1 can run here (a compiled-kernel device of sm_89 or newer)."""
+    from harness.kernels.fused_mla_cuda import MIN_ARCH
+    from harness.kernels.fused_mla_decode import INTERPRETED
+
+    return device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device) >= MIN_ARCH
+
+
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
@@ -61,7 +69,8 @@ class FusedFP8(Strategy):
         problem = self.problem(batch, self.step_indices(batch))
         lens = problem.kv_lens
         max_len = int(lens.max()) if lens.numel() else 0
-        config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device))
+        config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device),
+                                     cuda_ok=_cuda_kernel_ok(self.device))
         capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
         indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
         plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,

@@ -97,6 +97,18 @@ def tokens_m_configs(*which):
     return [Config(**TOKENS_M_FIELDS[i], tokens_m=True) for i in (which or range(len(TOKENS_M_FIELDS)))]
 
 
+# The CUDA kernel (Config.cuda): direct and split (in-kernel merge), 8 and 16 warps, ring depths 2-5.
+CUDA_FIELDS = [dict(num_splits=1, num_warps=8, num_stages=4), dict(num_splits=3, num_warps=8, num_stages=2),
+               dict(num_splits=5, num_warps=16, num_stages=4), dict(num_splits=64, num_warps=16, num_stages=3),
+               dict(num_splits=8, num_warps=8, num_stages=5)]
+
+
+def cuda_configs(*which):
+    from harness.kernels.fused_mla_decode import Config
+
+    return [Config(block_n=64, pv_fp16=True, cuda=True, **CUDA_FIELDS[i]) for i in (which or range(len(CUDA_FIELDS)))]
+
+
 @pytest.mark.parametrize("heads", [8, 16, 20])
 @pytest.mark.parametrize("lens", [[1], [2], [1, 2, 3, 5, 7, 11, 13], [997, 1, 4099], [31] * 9])
 def test_hidden_shapes_against_float64(lens, heads):
@@ -112,16 +124,17 @@ def test_hidden_shapes_against_float64(lens, heads):
                    Config(4, 32, 4, 5, reload_v=True, pv_fp16=True), Config(1, 32, 4, 5, pv_fp16=True, contig=True),
                    Config(4, 32, 4, 5, pv_fp16=True, dv_split=2), Config(3, 32, 4, 7, pv_fp16=True, dv_split=2),
                    Config(2, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True), Config(5, 32, 4, 5, dv_split=2, qk_chunk=128),
-                   *tokens_m_configs()):
+                   *tokens_m_configs(), *cuda_configs()):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
     # negative control: one token dropped from the last request must show
     short = indptr.clone()
     short[-1] -= 1
-    dropped, _ = run_kernel(q_nope, q_pe, pool, short, indices, Config(3, 32))
-    if lens[-1] <= 100:  # one token of thousands moves the output less than the tolerance
-        assert norm_rel(dropped[-1:].cpu(), ref_out[-1:]) > 3e-3
+    for config in (Config(3, 32), *cuda_configs(1)):
+        dropped, _ = run_kernel(q_nope, q_pe, pool, short, indices, config)
+        if lens[-1] <= 100:  # one token of thousands moves the output less than the tolerance
+            assert norm_rel(dropped[-1:].cpu(), ref_out[-1:]) > 3e-3, config
 
 
 @pytest.mark.parametrize("code", [0x7F, 0xFF])
@@ -135,7 +148,7 @@ def test_nan_codes_propagate(code, channel):
     others = [b for b in range(3) if poisoned_row not in indices[indptr[b]:indptr[b + 1]].tolist()]
     for config in (Config(1, 32), Config(5, 16), Config(5, 32, reload_v=True, pv_fp16=True),
                    Config(3, 16, pv_fp16=True, prefetch=True), Config(3, 32, 4, 5, pv_fp16=True, dv_split=4, contig=True),
-                   Config(1, 32, 4, 5, dv_split=2, qk_chunk=128), *tokens_m_configs(0, 1, 4)):
+                   Config(1, 32, 4, 5, dv_split=2, qk_chunk=128), *tokens_m_configs(0, 1, 4), *cuda_configs(0, 2)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert not bool(torch.isfinite(out[1]).all()) and not bool(torch.isfinite(lse[1]).all()), config
         for b in others:
@@ -150,7 +163,8 @@ def test_page_size_64_pool_rows():
     q_nope, q_pe, pool, indptr, indices = problem([100, 64, 129], 8, rows=slots + page, seed=5)
     indices[:64] = torch.arange(slots, slots + page, dtype=torch.int32, device="cuda")
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    for config in (Config(4, 32), Config(4, 32, 4, 5, pv_fp16=True, dv_split=2, contig=True), *tokens_m_configs(0)):
+    for config in (Config(4, 32), Config(4, 32, 4, 5, pv_fp16=True, dv_split=2, contig=True), *tokens_m_configs(0),
+                   *cuda_configs(1)):
         out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3, config
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3, config
@@ -187,9 +201,42 @@ def test_scale_error_is_detected():
 
     q_nope, q_pe, pool, indptr, indices = problem([300, 17], 8, rows=2000, seed=9)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    good, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32))
-    bad, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, Config(4, 32), kv_scale=1.01)
-    assert norm_rel(good.cpu(), ref_out) < 3e-3 < norm_rel(bad.cpu(), ref_out)
+    for config in (Config(4, 32), *cuda_configs(1)):
+        good, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, config)
+        bad, _ = run_kernel(q_nope, q_pe, pool, indptr, indices, config, kv_scale=1.01)
+        assert norm_rel(good.cpu(), ref_out) < 3e-3 < norm_rel(bad.cpu(), ref_out), config
+
+
+def test_cuda_kernel_merges_in_one_launch_and_rearms():
+    """The split CUDA kernel's last CTA per request merges the splits and re-arms the arrival
+    counters: they are zero after a launch, and a second launch on the same buffers agrees
+    bit for bit. A counter one short (planted) makes no CTA merge and stays non-zero."""
+    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+
+    q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
+    ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    for config in cuda_configs(1, 2):
+        parts = partial_buffers(4, 20, config.num_splits, 512, "cuda")
+        runs = [fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                 partials=parts) for _ in range(2)]
+        assert int(parts[2].abs().sum()) == 0, config
+        assert torch.equal(runs[0][0].view(torch.int16), runs[1][0].view(torch.int16)), config
+        assert norm_rel(runs[0][0].cpu(), ref_out) < 3e-3, config
+        parts[2].fill_(-1)  # negative control: one arrival short, no CTA merges and the counter is not re-armed
+        fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config, partials=parts)
+        assert parts[2].tolist()[:4] == [config.num_splits - 1] * 4, config
+
+
+def test_cuda_kernel_compiles_for_sm90_and_sm120():
+    """NVRTC builds every instantiation for sm_90 and sm_120 (RTX PRO 6000), GPU present or not."""
+    from harness.kernels import fused_mla_cuda
+
+    for arch in ("90", "120"):
+        for nh in (8, 16):
+            for stages in fused_mla_cuda.STAGES:
+                for warps in fused_mla_cuda.WARPS:
+                    cubin, name = fused_mla_cuda.compile_cubin(nh, stages, warps, arch)
+                    assert len(cubin) > 10_000 and "fused_mla_decode" in name
 
 
 def test_cuda_graph_replan_follows_the_step(gpu_device):
