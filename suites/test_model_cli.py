@@ -31,7 +31,10 @@ def test_tpot_writes_tpot_ms_and_attn_share(results):
     rows = {(r["strategy"], r["metric"]): r for r in doc["rows"]}
     for name in ("gather_cast",):
         assert rows[(name, "tpot_ms")]["value"] > 0 and len(rows[(name, "tpot_ms")]["samples"]) == 1
-        assert 0 < rows[(name, "attn_share")]["value"] < 1
+        # the share is attn_path_ms over tpot_ms, two separate timings: on a busy CPU it can pass 1, so
+        # only its definition is checked here (that it is < 1 is a GPU benchmark figure)
+        share = rows[(name, "attn_path_ms")]["value"] / rows[(name, "tpot_ms")]["value"]
+        assert rows[(name, "attn_share")]["value"] == pytest.approx(share) and share > 0
         assert rows[(name, "step_weight_bytes")]["value"] > 0
     detail = rows[("gather_cast", "tpot_ms")]["detail"]
     assert detail["allreduce"].startswith("none") and detail["kernels"]["routed_experts"] == "torch_per_pair_bf16"
