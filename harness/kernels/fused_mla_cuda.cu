@@ -33,7 +33,6 @@ typedef long long i64;
 #define QROW 592   // halves per shared-memory Q row (1184 bytes)
 #define SROW 68    // floats per shared-memory logit row (one row per head)
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
-#define MERGE_BATCH 8
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -400,49 +399,51 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  float* weight = spart;  // [NH][num_splits]: each split's share of the head's softmax
-  for (int hh = warp; hh < NH; hh += THREADS / 32) {
-    const int head = h0 + hh;
-    if (head >= num_heads) continue;
-    float m = NEG_INF;
-    for (int sp = lane; sp < num_splits; sp += 32) m = fmaxf(m, ld_cg(part_lse + ((i64)b * num_splits + sp) * num_heads + head));
+  // Each thread merges CPT float4 chunks of one head: an online softmax over the splits, MB splits'
+  // LSEs and partial outputs loaded at a time (one round trip per MB splits).
+  constexpr int CPT = NH * (D_CKV / 4) / THREADS;
+  constexpr int MB = 16 / CPT > 0 ? 16 / CPT : 1;
+  const int hh = tid * CPT / (D_CKV / 4), d0 = 4 * (tid * CPT % (D_CKV / 4)), head = h0 + hh;
+  if (head < num_heads) {
+    const i64 row0 = (i64)b * num_splits * num_heads + head;  // (request b, split 0, head)
+    float m = NEG_INF, l = 0.f;
+    float4 acc[CPT];
 #pragma unroll
-    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    const float base = m == NEG_INF ? 0.f : m;  // every split empty: weights exp2(-inf) = 0
-    float l = 0.f;
-    for (int sp = lane; sp < num_splits; sp += 32) {
-      const float w = ex2(ld_cg(part_lse + ((i64)b * num_splits + sp) * num_heads + head) - base);
-      weight[hh * num_splits + sp] = w;
-      l += w;
-    }
+    for (int k = 0; k < CPT; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp0 = 0; sp0 < num_splits; sp0 += MB) {
+      float ls[MB];
+      float4 v[MB][CPT];
 #pragma unroll
-    for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-    const bool empty = m == NEG_INF;
-    for (int sp = lane; sp < num_splits; sp += 32) weight[hh * num_splits + sp] = empty ? 0.f : weight[hh * num_splits + sp] / l;
-    if (lane == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
-  }
-  __syncthreads();
-  for (int e = tid; e < NH * (D_CKV / 4); e += THREADS) {
-    const int hh = e / (D_CKV / 4), d = 4 * (e % (D_CKV / 4)), head = h0 + hh;
-    if (head >= num_heads) continue;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float* src = part_out + ((i64)b * num_splits * num_heads + head) * D_CKV + d;  // split 0
-    const i64 split_stride = (i64)num_heads * D_CKV;
-    for (int sp0 = 0; sp0 < num_splits; sp0 += MERGE_BATCH) {  // MERGE_BATCH loads in flight at a time
-      float4 v[MERGE_BATCH];
+      for (int u = 0; u < MB; ++u) {
+        const bool ok = sp0 + u < num_splits;
+        const i64 row = row0 + (i64)(sp0 + u) * num_heads;
+        ls[u] = ok ? ld_cg(part_lse + row) : NEG_INF;
 #pragma unroll
-      for (int u = 0; u < MERGE_BATCH; ++u)
-        v[u] = sp0 + u < num_splits ? ld_cg4(src + (sp0 + u) * split_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < CPT; ++k) v[u][k] = ok ? ld_cg4(part_out + row * D_CKV + d0 + 4 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
 #pragma unroll
-      for (int u = 0; u < MERGE_BATCH; ++u) {
-        const float w = sp0 + u < num_splits ? weight[hh * num_splits + sp0 + u] : 0.f;
-        acc.x += w * v[u].x;
-        acc.y += w * v[u].y;
-        acc.z += w * v[u].z;
-        acc.w += w * v[u].w;
+      for (int u = 0; u < MB; ++u) {
+        const float m_new = fmaxf(m, ls[u]);
+        const float base = m_new == NEG_INF ? 0.f : m_new;  // every split so far empty: weights exp2(-inf) = 0
+        const float alpha = ex2(m - base), w = ex2(ls[u] - base);
+        l = l * alpha + w;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+          acc[k].x = acc[k].x * alpha + w * v[u][k].x;
+          acc[k].y = acc[k].y * alpha + w * v[u][k].y;
+          acc[k].z = acc[k].z * alpha + w * v[u][k].z;
+          acc[k].w = acc[k].w * alpha + w * v[u][k].w;
+        }
+        m = m_new;
       }
     }
-    *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d) = make_uint2(f32x2_to_bf16x2(acc.x, acc.y), f32x2_to_bf16x2(acc.z, acc.w));
+    const bool empty = m == NEG_INF;
+    const float inv = empty ? 0.f : 1.f / l;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k)
+      *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0 + 4 * k) =
+          make_uint2(f32x2_to_bf16x2(acc[k].x * inv, acc[k].y * inv), f32x2_to_bf16x2(acc[k].z * inv, acc[k].w * inv));
+    if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
   }
   if (tid == 0) *arrived = 0;
 }
