@@ -84,20 +84,22 @@ def measure(session: DecodeSession, repeats: int) -> Measured:
     s, last = session.strategy, session.schedule.steps[-1]
     plan = s.begin_step(last)
     q = (session.data.steps[last.step].q_nope[0], session.data.steps[last.step].q_pe[0])
-    kv = s.prepare_kv(0)
     fn, tensors = s.cast_call(0)
+    rows = fn(*tensors)  # layer 0's [rows, 1, 576] buffer the kernel reads (prepare_kv's, before the split)
     cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
     blocks = {}  # metric -> block returning {metric: ms samples}
     if s.device.type != "cuda":
         if cast_bytes:
             blocks["cast_us"] = lambda: timing.host_time_ms(lambda: fn(*tensors), repeats)
-        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: s.attend(plan, *q, kv), repeats)
+        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: s.attend(plan, *q, s.split(rows)), repeats)
         blocks["step_ms"] = lambda: timing.host_time_ms(lambda: session.step(last), repeats)
     else:
         if cast_bytes:
             blocks["cast_us"] = lambda: timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
-        attend = lambda qn, qp, ckv, kpe: s.attend(plan, qn, qp, (ckv, kpe))  # noqa: E731
-        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, *kv))
+        # the cold-L2 clones are of the whole row buffer, so the kernel reads SGLang's layout (576-byte
+        # rows); clones of the (ckv, kpe) views would be two separate arrays, a layout no server has
+        attend = lambda qn, qp, kv_rows: s.attend(plan, qn, qp, s.split(kv_rows))  # noqa: E731
+        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, rows))
         blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
         blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
     out = Measured(skipped={} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"})

@@ -203,7 +203,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   }
 
   const float NEG_INF = __int_as_float(0xff800000);
-  float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (tid / TPH)
+  float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (tid / TPH): its max, this thread's part of its sum
   float o[2 * DG][NT][4];
 #pragma unroll
   for (int a = 0; a < 2 * DG; ++a)
@@ -301,9 +301,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         sum += p;
         ps[(jj + u * TPH) * NH + h] = f32_to_f16(p);
       }
-#pragma unroll
-      for (int off = TPH / 2; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      l_run = l_run * alpha + sum;
+      l_run = l_run * alpha + sum;  // this thread's share of the head's sum; added up after the loop
       m_run = m_new;
       if (jj == 0) alpha_s[h] = alpha;
     }
@@ -348,6 +346,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   }
 
   {  // epilogue: normalize and store
+#pragma unroll
+    for (int off = TPH / 2; off; off >>= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, off);
     if (tid < SOFTMAX_THREADS && tid % TPH == 0) {
       ml_s[tid / TPH] = m_run;
       ml_s[NH + tid / TPH] = l_run;
