@@ -236,7 +236,7 @@ def test_tuning_table_and_default(tmp_path):
 
     table = fused_tuning.load_table()
     assert (32, 4096) in table and (1, 4096) in table  # the committed H200 table covers the headline shapes
-    assert fused_tuning.choose(32, 4097, 8, 132) == table[(32, 4096)]  # nearest power-of-two bucket
+    assert fused_tuning.choose(32, 4097, 8, 132, cuda_smem=232448) == table[(32, 4096)]  # nearest power-of-two bucket
     assert fused_tuning.bucket(500) == 512 and fused_tuning.bucket(1) == 1 and fused_tuning.bucket(2800) == 2048
     # no entry: the heuristic fills one wave of 2 programs per SM, no split under 64 rows
     assert fused_tuning.choose(32, 4096, 8, 132, table={}) == Config(num_splits=8)
@@ -262,7 +262,7 @@ def test_tuning_table_and_default(tmp_path):
 
 def test_cuda_kernel_config_and_table(tmp_path):
     """Config.cuda (the CUDA kernel): its fields are checked, the table reads it, choose() falls
-    back to the heuristic where it cannot run (cuda_ok False), and it refuses the CPU."""
+    back where it cannot run (no cuda_smem) or its ring does not fit (sm_120), and it refuses the CPU."""
     from harness.kernels import fused_mla_cuda, fused_tuning
     from harness.kernels.fused_mla_decode import Config, fused_mla_decode
 
@@ -278,8 +278,14 @@ def test_cuda_kernel_config_and_table(tmp_path):
                     "num_stages = 2\npv_fp16 = true\ncuda = true\n")
     table = fused_tuning.load_table(path)
     assert table[(32, 4096)] == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
-    assert fused_tuning.choose(32, 4096, 8, 132, table=table) == table[(32, 4096)]
-    assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_ok=False) == fused_tuning.default_config(32, 4096, 8, 132)
+    h200, sm120 = 232448, 101376  # shared memory per block (opt-in)
+    assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_smem=h200) == table[(32, 4096)]
+    assert fused_tuning.choose(32, 4096, 8, 132, table=table) == fused_tuning.default_config(32, 4096, 8, 132)
+    deep = {(32, 4096): Config(8, 64, 16, 4, pv_fp16=True, cuda=True)}
+    assert fused_tuning.choose(32, 4096, 8, 132, table=deep, cuda_smem=h200) == deep[(32, 4096)]
+    # sm_120: the 4-stage ring does not fit 99 KB; 8 heads fall back to the 2-stage 8-warp ring, 16 to Triton
+    assert fused_tuning.choose(32, 4096, 8, 188, table=deep, cuda_smem=sm120) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
+    assert fused_tuning.choose(32, 4096, 16, 188, table=deep, cuda_smem=sm120) == fused_tuning.default_config(32, 4096, 16, 188)
     q_nope, q_pe = torch.zeros(1, 8, 512, dtype=torch.bfloat16), torch.zeros(1, 8, 64, dtype=torch.bfloat16)
     pool = torch.zeros(4, 1, 576, dtype=torch.uint8)
     with pytest.raises(ValueError, match="CUDA device"):

@@ -1,5 +1,5 @@
-// Fused FP8 absorbed-MLA decode, stage 1, for sm_89+ (sm_90, sm_120): compiled at run time by
-// NVRTC (harness/kernels/fused_mla_cuda.py), no headers needed.
+// Fused FP8 absorbed-MLA decode in one launch, for sm_89+ (sm_90, sm_120): compiled at run time by
+// NVRTC (harness/kernels/fused_mla_cuda.py), no headers needed. W warps per CTA (8 or 16).
 //
 // CTA (split, request b, head group) walks its share of b's token-level kv_indices in 64-token
 // tiles. Each tile's 64 pool rows (576 e4m3 bytes: 512 latent + 64 RoPE) are gathered with
@@ -8,12 +8,13 @@
 // The e4m3 bytes go from shared memory to registers with ldmatrix and are converted there
 // (cvt.rn.f16x2.e4m3x2: exact, NaN codes stay NaN); the dots are fp16 mma.sync m16n8k16 with
 // fp32 accumulation, tokens or latent channels as the M and the heads (8 per n-tile) as the N:
-//   phase A  logits^T[64 tok, NH] = K[64, 576] . Q^T: warp w takes 16 tokens and half of the
-//            576 channels; the two halves meet in shared memory. The k order inside each
+//   phase A  logits^T[64 tok, NH] = K[64, 576] . Q^T: warp w takes 16 tokens and 1 / (W / 4) of
+//            the 576 channels; the parts meet in shared memory. The k order inside each
 //            16-channel step is permuted the same way for K and Q (ldmatrix hands a lane 4
 //            consecutive bytes), which leaves the dot unchanged.
-//   phase B  online softmax in fp32 (base 2), P rounded to fp16 into shared memory.
-//   phase C  O^T[512, NH] += V^T . P^T: warp w owns latent channels [64w, 64w + 64); V^T comes
+//   phase B  online softmax in fp32 (base 2) on the first 256 threads, P rounded to fp16 into
+//            shared memory; each thread keeps its share of the running sum (added up at the end).
+//   phase C  O^T[512, NH] += V^T . P^T: warp w owns 512 / W latent channels; V^T comes
 //            from ldmatrix.trans of 8 tokens x 8 byte pairs and one byte permute per register,
 //            which splits the even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).

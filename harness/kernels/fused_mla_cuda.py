@@ -1,10 +1,10 @@
 """The CUDA fused FP8 MLA decode (fused_mla_cuda.cu), compiled at run time by NVRTC.
 
 One launch computes what the two Triton stages of `fused_mla_decode` do: the splits' partial
-outputs, merged by the last split of each request to finish. The kernel streams 64-token tiles through a `stages`-deep
-shared-memory ring of cp.async gathers; see the .cu file for the data flow. It needs sm_89 or
-newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for any such arch on a
-machine with a CUDA torch, GPU or not (`compile_cubin`).
+outputs, merged by the last split of each request to finish. The kernel streams 64-token tiles
+through a `stages`-deep shared-memory ring of cp.async gathers; see the .cu file for the data
+flow. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
+any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ def heads_per_cta(num_heads: int) -> int:
 def smem_bytes(nh: int, stages: int, warps: int) -> int:
     """Dynamic shared memory of one CTA: the KV ring, Q (fp16), partial logits, P, softmax state."""
     return stages * TILE * ROW + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
+
+
+def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
+    """Whether one CTA's shared memory fits a device's per-block limit (227 KB on an H200, 99 KB on
+    sm_120)."""
+    return smem_bytes(heads_per_cta(num_heads), stages, warps) <= smem_limit
 
 
 def kernel_name(nh: int, stages: int, warps: int) -> str:

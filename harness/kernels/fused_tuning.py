@@ -7,12 +7,14 @@ shape with no entry gets `default_config`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from pathlib import Path
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.kernels import fused_mla_cuda
 from harness.kernels.fused_mla_decode import BLOCK_H, Config
 
 TABLE_FILE = Path(__file__).with_name("fused_tuning.toml")
@@ -62,11 +64,16 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
     return table
 
 
-def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_ok: bool = True) -> Config:
-    """The table's Config for this shape's bucket, else the default heuristic (also for an entry
-    of the CUDA kernel where it cannot run: cuda_ok False)."""
+def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_smem: int = 0) -> Config:
+    """The table's Config for this shape's bucket, else the default heuristic. An entry of the CUDA
+    kernel needs `cuda_smem` (the device's shared memory per block; 0 where the kernel cannot run):
+    where its ring does not fit, the 2-stage 8-warp ring with the same splits, else the default."""
     table = load_table() if table is None else table
     found = table.get((bucket(batch), bucket(max_len)))
-    if found is None or (found.cuda and not cuda_ok):
-        return default_config(batch, max_len, num_heads, sm_count)
-    return found
+    if found is not None and found.cuda:
+        if not cuda_smem:
+            found = None
+        elif not fused_mla_cuda.fits(num_heads, found.num_stages, found.num_warps, cuda_smem):
+            small = dataclasses.replace(found, num_stages=2, num_warps=8)
+            found = small if fused_mla_cuda.fits(num_heads, 2, 8, cuda_smem) else None
+    return found if found is not None else default_config(batch, max_len, num_heads, sm_count)

@@ -33,12 +33,15 @@ class FusedPlan:
     graph_capacity: Optional[int] = None
 
 
-def _cuda_kernel_ok(device: torch.device) -> bool:
-    """Whether the CUDA stage 1 can run here (a compiled-kernel device of sm_89 or newer)."""
+def _cuda_kernel_smem(device: torch.device) -> int:
+    """Shared memory per block the CUDA kernel may use here; 0 where it cannot run (CPU, the Triton
+    interpreter, a GPU older than sm_89)."""
     from harness.kernels.fused_mla_cuda import MIN_ARCH
     from harness.kernels.fused_mla_decode import INTERPRETED
 
-    return device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device) >= MIN_ARCH
+    if device.type != "cuda" or INTERPRETED or torch.cuda.get_device_capability(device) < MIN_ARCH:
+        return 0
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
 def _sm_count(device: torch.device) -> int:
@@ -70,7 +73,7 @@ class FusedFP8(Strategy):
         lens = problem.kv_lens
         max_len = int(lens.max()) if lens.numel() else 0
         config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device),
-                                     cuda_ok=_cuda_kernel_ok(self.device))
+                                     cuda_smem=_cuda_kernel_smem(self.device))
         capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
         indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
         plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,
