@@ -1,11 +1,13 @@
-"""fused_fp8: one Triton split-KV kernel that attends on the FP8 pool directly.
+"""fused_fp8: one split-KV decode kernel that attends on the FP8 pool directly.
 
-No cast, no extra copy of the pool: the kernel (harness.kernels.fused_mla_decode) reads each
-active e4m3 row once through the token-level kv_indices and dequantizes it in registers.
-It is its own attention kernel, so it runs beside any backend. On the CPU it runs only
-under the Triton interpreter (TRITON_INTERPRET=1), which the CPU suites use at small sizes.
-The plan holds device copies of kv_indptr / kv_indices (and the split buffers); a graph
-plan's are refilled in place by `replan_step`, so a captured step stays valid.
+No cast, no extra copy of the pool: the kernel reads each active e4m3 row once through the
+token-level kv_indices and dequantizes it in registers. The launch table
+(harness/kernels/fused_tuning.toml) picks the kernel per shape: on sm_89+ the CUDA kernel
+(harness/kernels/fused_mla_cuda.cu, one launch, NVRTC-compiled), elsewhere the Triton kernel
+(harness.kernels.fused_mla_decode). It is its own attention kernel, so it runs beside any backend.
+On the CPU it runs only under the Triton interpreter (TRITON_INTERPRET=1), which the CPU suites use
+at small sizes. The plan holds device copies of kv_indptr / kv_indices (and the split buffers); a
+graph plan's are refilled in place by `replan_step`, so a captured step stays valid.
 """
 
 from __future__ import annotations
