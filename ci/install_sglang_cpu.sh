@@ -4,21 +4,44 @@
 # SGLang's pools, attention backends or kernels on CPU.
 #
 # `pip install sglang` resolves ~207 packages including a CUDA torch; instead this installs
-# the CPU torch, then sglang and exactly the packages it needs at import time, pinned in
-# ci/sglang-cpu-pins.txt and installed with --no-deps (~0.5 GB, 2-3 minutes), then the
+# sglang and exactly the packages it needs at import time, pinned in ci/sglang-cpu-pins.txt
+# and installed with --no-deps (~0.5 GB, about a minute), then the CPU torch, then the
 # harness itself with its `oracle` extra. torchvision is not installed (its wheels need CUDA
 # torch): suites/sglang/stubs/ holds the import-time stand-in, put on sys.path by
-# suites/sglang/conftest.py.
+# suites/sglang/conftest.py. Nothing is byte-compiled at install time (--no-compile): the
+# few modules the tests import compile on first import, the rest never.
 #
-# Usage: bash ci/install_sglang_cpu.sh VENV
+# With TORCH_VENV (a venv holding torch==2.13.0, e.g. the main .venv), torch is not installed
+# a second time: its files in TORCH_VENV are symlinked into VENV's site-packages (torch,
+# torchgen, functorch and its dist-info; nothing else of TORCH_VENV becomes visible). The
+# link waits for an flock on TORCH_VENV.lock, which a caller still installing that torch
+# holds (.ci/run). Do not pip-uninstall or upgrade torch in such a VENV: it is TORCH_VENV's.
+#
+# Usage: bash ci/install_sglang_cpu.sh VENV [TORCH_VENV]
 # Then:  VENV/bin/python -m pytest suites/sglang -m sglang
 set -euo pipefail
-venv=${1:?usage: bash ci/install_sglang_cpu.sh VENV}
+venv=${1:?usage: bash ci/install_sglang_cpu.sh VENV [TORCH_VENV]}
+torch_venv=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
-"$py" -m pip install --quiet torch==2.13.0
-"$py" -m pip install --quiet --no-deps -r "$root/ci/sglang-cpu-pins.txt"
-"$py" -m pip install --quiet -e "${root}[oracle]"
-"$py" -m pip check >/dev/null 2>&1 || true  # sglang's declared CUDA-side requirements stay unmet on purpose
-"$py" -c "import sglang; print('sglang', sglang.__version__, 'installed in $venv')"
+"$py" -m pip install --quiet --no-compile --no-deps -r "$root/ci/sglang-cpu-pins.txt"  # needs no torch yet
+if [ -n "$torch_venv" ]; then
+    flock "$torch_venv.lock" true
+    site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    "$torch_venv/bin/python" - "$site" <<'PY'
+import importlib.metadata as md
+import os
+import sys
+
+dist = md.distribution("torch")
+assert dist.version.split("+")[0] == "2.13.0", f"TORCH_VENV has torch {dist.version}, not 2.13.0"
+src, dst = os.path.realpath(dist.locate_file("")), os.path.realpath(sys.argv[1])
+for top in sorted({f.parts[0] for f in dist.files if f.parts[0] != ".."}):
+    os.symlink(os.path.relpath(os.path.join(src, top), dst), os.path.join(dst, top))
+PY
+else
+    "$py" -m pip install --quiet --no-compile torch==2.13.0
+fi
+"$py" -m pip install --quiet --no-compile -e "${root}[oracle]"
+"$py" -c "import sglang, torch; print('sglang', sglang.__version__, 'with torch', torch.__version__, 'installed in $venv')"
