@@ -4,7 +4,8 @@ One launch computes what the two Triton stages of `fused_mla_decode` do: the spl
 outputs, merged by the last split of each request to finish. The kernel streams 64-token tiles
 through a `stages`-deep shared-memory ring of cp.async gathers; see the .cu file for the data
 flow. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
-any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`).
+any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`); torch's NVRTC wrapper
+still wants a CUDA toolkit directory (CUDA_HOME) for its include path, as FlashInfer's JIT does.
 """
 
 from __future__ import annotations
