@@ -35,6 +35,12 @@ def smem_bytes(nh: int, stages: int, warps: int) -> int:
     return stages * TILE * ROW + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
 
 
+def arrival_slots(batch: int, num_heads: int) -> int:
+    """Arrival counters a split launch needs: one per (request, group of 8 heads), enough for
+    either CTA head group (8 or 16 heads)."""
+    return batch * -(-num_heads // 8)
+
+
 def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
     """Whether one CTA's shared memory fits a device's per-block limit (227 KB on an H200, 99 KB on
     sm_120)."""
@@ -76,8 +82,8 @@ def _kernel(nh: int, stages: int, warps: int, device_index: int):
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
            scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int) -> None:
     """One launch over (num_splits, batch, head groups) that writes out and lse; arguments as in
-    fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views; arrivals: zeros, one per
-    (request, group of 8 heads), left at zero)."""
+    fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views; arrivals: `arrival_slots`
+    zeros, left at zero)."""
     batch, heads, _ = q_nope.shape
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
         if t.data_ptr() % 8 or t.stride(0) % 4 or t.stride(1) % 4:

@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from harness.kernels import fused_mla_cuda
 from harness.kernels.cast import e4m3_to_bf16
 
 STAGE2_WARPS = 4
@@ -81,8 +82,8 @@ class Config:
             raise ValueError("the split kernel loads K^T and V separately: prefetch and reload_v do not apply")
         if self.tokens_m and (self.split_kernel or self.prefetch or self.reload_v):
             raise ValueError("tokens_m is its own kernel: dv_split, qk_chunk, contig, prefetch and reload_v do not apply")
-        if self.cuda and ((self.block_n, self.pv_fp16) != (64, True) or self.num_warps not in (8, 16)
-                          or self.num_stages not in (2, 3, 4, 5)
+        if self.cuda and ((self.block_n, self.pv_fp16) != (64, True) or self.num_warps not in fused_mla_cuda.WARPS
+                          or self.num_stages not in fused_mla_cuda.STAGES
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
@@ -457,7 +458,7 @@ def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, dev
         return empty, empty, torch.empty(0, dtype=torch.int32, device=device)
     return (torch.empty((batch, num_splits, num_heads, d_ckv), dtype=torch.float32, device=device),
             torch.empty((batch, num_splits, num_heads), dtype=torch.float32, device=device),
-            torch.zeros(batch * -(-num_heads // 8), dtype=torch.int32, device=device))
+            torch.zeros(fused_mla_cuda.arrival_slots(batch, num_heads), dtype=torch.int32, device=device))
 
 
 def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
@@ -508,15 +509,13 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if config.cuda:
         if INTERPRETED or dev.type != "cuda":
             raise ValueError(f"{config}: the CUDA kernel runs on a CUDA device only (not under TRITON_INTERPRET=1)")
-        from harness.kernels import fused_mla_cuda
-
-        if splits > 1 and arrivals.numel() < batch * -(-heads // 8):
+        if splits > 1 and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
                               config.num_warps)
         return out, lse
-    elif config.tokens_m:
+    if config.tokens_m:
         if d_ckv % 64:
             raise ValueError(f"{config}: d_ckv {d_ckv} does not divide into four 16-aligned column parts")
         _stage1_tokm[(batch, splits, head_blocks)](
