@@ -264,13 +264,16 @@ def test_tuning_table_and_default(tmp_path):
 
 
 def test_cuda_kernel_config_and_table(tmp_path):
-    """Config.cuda (the CUDA kernel): its fields are checked, the table reads it, choose() falls
-    back where it cannot run (no cuda_smem) or its ring does not fit (sm_120), and it refuses the CPU."""
+    """Config.cuda (the CUDA kernel): its fields are checked (pdl_merge only with cuda), the table
+    reads them, choose() falls back where it cannot run (no cuda_smem) or its ring does not fit
+    (sm_120), keeping the merge, and it refuses the CPU."""
     from harness.kernels import fused_mla_cuda, fused_tuning
     from harness.kernels.fused_mla_decode import Config, fused_mla_decode
 
     Config(4, 64, 8, 4, pv_fp16=True, cuda=True)
-    Config(4, 64, 16, 2, pv_fp16=True, cuda=True)
+    Config(4, 64, 16, 2, pv_fp16=True, cuda=True, pdl_merge=True)
+    with pytest.raises(ValueError, match="pdl_merge"):
+        Config(4, 64, 8, 2, pv_fp16=True, pdl_merge=True)
     for bad in (dict(block_n=32), dict(num_warps=4), dict(pv_fp16=False), dict(num_stages=6), dict(reload_v=True),
                 dict(dv_split=2), dict(tokens_m=True)):
         fields = dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True) | bad
@@ -278,16 +281,19 @@ def test_cuda_kernel_config_and_table(tmp_path):
             Config(**fields)
     path = tmp_path / "cuda.toml"
     path.write_text("[[entry]]\nbatch = 32\nkv_len = 4096\nnum_splits = 8\nblock_n = 64\nnum_warps = 8\n"
-                    "num_stages = 2\npv_fp16 = true\ncuda = true\n")
+                    "num_stages = 2\npv_fp16 = true\ncuda = true\n\n[[entry]]\nbatch = 8\nkv_len = 4096\nnum_splits = 8\n"
+                    "block_n = 64\nnum_warps = 8\nnum_stages = 2\npv_fp16 = true\ncuda = true\npdl_merge = true\n")
     table = fused_tuning.load_table(path)
     assert table[(32, 4096)] == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
+    assert table[(8, 4096)] == Config(8, 64, 8, 2, pv_fp16=True, cuda=True, pdl_merge=True)
     h200, sm120 = 232448, 101376  # shared memory per block (opt-in)
     assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_smem=h200) == table[(32, 4096)]
     assert fused_tuning.choose(32, 4096, 8, 132, table=table) == fused_tuning.default_config(32, 4096, 8, 132)
-    deep = {(32, 4096): Config(8, 64, 16, 4, pv_fp16=True, cuda=True)}
+    deep = {(32, 4096): Config(8, 64, 16, 4, pv_fp16=True, cuda=True, pdl_merge=True)}
     assert fused_tuning.choose(32, 4096, 8, 132, table=deep, cuda_smem=h200) == deep[(32, 4096)]
     # sm_120: the 4-stage ring does not fit 99 KB; 8 heads fall back to the 2-stage 8-warp ring, 16 to Triton
-    assert fused_tuning.choose(32, 4096, 8, 188, table=deep, cuda_smem=sm120) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
+    assert fused_tuning.choose(32, 4096, 8, 188, table=deep, cuda_smem=sm120) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True,
+                                                                                          pdl_merge=True)
     assert fused_tuning.choose(32, 4096, 16, 188, table=deep, cuda_smem=sm120) == fused_tuning.default_config(32, 4096, 16, 188)
     q_nope, q_pe = torch.zeros(1, 8, 512, dtype=torch.bfloat16), torch.zeros(1, 8, 64, dtype=torch.bfloat16)
     pool = torch.zeros(4, 1, 576, dtype=torch.uint8)

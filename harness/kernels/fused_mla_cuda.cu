@@ -19,8 +19,11 @@
 //            which splits the even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).
 // Output: with one split the final bf16 out and natural-log LSE. Otherwise each split writes its
-// normalized fp32 output and base-2 LSE, and the last split of a (request, head group) to arrive
-// (an atomic counter, re-armed to 0 by that CTA) merges them into out and LSE: no second kernel.
+// normalized fp32 output and base-2 LSE, merged into out and LSE in one of two ways (the tuning
+// table picks): CTA merge (arrivals given): the last split of a (request, head group) to arrive (an
+// atomic counter, re-armed to 0 by that CTA) merges them, overlapped with other requests' splits;
+// or fused_mla_merge (arrivals null), launched right after as a programmatic dependent launch on
+// sm_90+ (resident early, it waits for this grid): cheaper at many splits per request.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -34,6 +37,8 @@ typedef long long i64;
 #define QROW 592   // halves per shared-memory Q row (1184 bytes)
 #define SROW 68    // floats per shared-memory logit row (one row per head)
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
+#define IR 16      // kv_indices ring: tiles of token indices in shared memory
+#define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -43,6 +48,10 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -163,7 +172,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   constexpr int TPT = TILE / TPH;        // tokens per softmax thread
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
-  u16* qs = (u16*)(smem + STAGES * TILE * ROW);
+  int* idx = (int*)(smem + STAGES * TILE * ROW);  // [IR][TILE] token indices, tile j in slot j % IR
+  u16* qs = (u16*)(idx + IR * TILE);
   float* spart = (float*)(qs + NH * QROW);      // [KQ channel parts][NH][SROW]
   u16* ps = (u16*)(spart + KQ * NH * SROW);      // P [TILE][NH] fp16
   float* alpha_s = (float*)(ps + TILE * NH);     // [NH]
@@ -180,16 +190,29 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   const int nt = min(tiles_all, t0 + per_split) - t0;
   const int first = start + t0 * TILE;  // first token of this split
 
-  // Ring prologue: tiles 0 .. STAGES-2 in flight before anything else.
+  // Tile j's 64 token indices go to idx slot j % IR by cp.async (thread tid < TILE fetches one), IAHEAD
+  // tiles before its gather is issued: the gathers never wait on an index load.
+  auto fetch_indices = [&](int j) {
+    if (tid < TILE && j < nt) {
+      const int tok = first + j * TILE + tid;
+      cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
+    }
+  };
+  // Ring prologue: tiles 0 .. STAGES-2 in flight before anything else; the first group also
+  // carries the indices of tiles STAGES-1 .. STAGES-2+IAHEAD.
   const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nt)
       issue_rows<RPW>(ring + s * TILE * ROW, pool_row(indices, first + s * TILE + my_tok, end), ckv, kpe, s_ckv, s_kpe,
                       warp, lane);
+    if (s == 0)
+      for (int j = STAGES - 1; j < STAGES - 1 + IAHEAD; ++j) fetch_indices(j);
     cp_async_commit();
   }
-  int row_next = STAGES - 1 < nt ? pool_row(indices, first + (STAGES - 1) * TILE + my_tok, end) : -1;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");  // fused_mla_merge may launch once every CTA is here
+#endif
 
   // Q -> shared memory as fp16, 4 channels per load; heads past num_heads are zeros.
   for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -218,6 +241,17 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const u8* tile = ring + (i % STAGES) * TILE * ROW;
+    {  // every warp is past tile i - 1: refill its slot with tile i + STAGES - 1, whose indices
+       // (fetched IAHEAD >= STAGES - 1 iterations ago) the wait above has landed
+      const int j = i + STAGES - 1;
+      if (j < nt) {
+        const int tok = first + j * TILE + my_tok;
+        issue_rows<RPW>(ring + (j % STAGES) * TILE * ROW, tok < end ? idx[(j % IR) * TILE + my_tok] : -1, ckv, kpe,
+                        s_ckv, s_kpe, warp, lane);
+      }
+      fetch_indices(j + IAHEAD);
+      cp_async_commit();
+    }
 
     {  // phase A: partial logits^T of 16 tokens over one channel part (576 / KQ channels)
       const int tg = warp & 3, kq = warp >> 2;
@@ -272,11 +306,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
     }
     __syncthreads();
-    // The slot of tile i - 1 is free (every warp is past its phase C): refill it with tile i + STAGES - 1.
-    if (i + STAGES - 1 < nt)
-      issue_rows<RPW>(ring + ((i + STAGES - 1) % STAGES) * TILE * ROW, row_next, ckv, kpe, s_ckv, s_kpe, warp, lane);
-    cp_async_commit();
-    row_next = i + STAGES < nt ? pool_row(indices, first + (i + STAGES) * TILE + my_tok, end) : -1;
 
     if (tid < SOFTMAX_THREADS) {  // phase B: online softmax, one head per TPH threads
       const int h = tid / TPH, jj = tid % TPH;
@@ -388,9 +417,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
     }
   }
-  if (direct) return;
+  if (direct || arrivals == nullptr) return;  // one split, or fused_mla_merge merges
 
-  // The last split of (request, head group) to finish merges all of them (stage 2), then re-arms
+  // CTA merge: the last split of (request, head group) to finish merges all of them, then re-arms
   // the arrival counter for the next launch.
   __shared__ int is_last;
   __threadfence();
@@ -447,4 +476,47 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
   }
   if (tid == 0) *arrived = 0;
+}
+// Stage 2 of a split launch: out[b, head] = the splits' partial outputs weighted by exp2(their LSE),
+// one CTA per (request, head), each thread 4 channels, MB splits' loads in flight at a time.
+template <int MB>
+__global__ void __launch_bounds__(D_CKV / 4)
+fused_mla_merge(const float* __restrict__ part_out, const float* __restrict__ part_lse, u16* __restrict__ out,
+                float* __restrict__ lse, int so_b, int so_h, int sl_b, int num_heads, int num_splits) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // fused_mla_decode has finished and its writes are visible
+#endif
+  const float NEG_INF = __int_as_float(0xff800000);
+  const int b = blockIdx.x, head = blockIdx.y, d0 = 4 * threadIdx.x;
+  const i64 row0 = (i64)b * num_splits * num_heads + head;  // (request b, split 0, head)
+  float m = NEG_INF, l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int sp0 = 0; sp0 < num_splits; sp0 += MB) {
+    float ls[MB];
+    float4 v[MB];
+#pragma unroll
+    for (int u = 0; u < MB; ++u) {
+      const bool ok = sp0 + u < num_splits;
+      const i64 row = row0 + (i64)(sp0 + u) * num_heads;
+      ls[u] = ok ? part_lse[row] : NEG_INF;
+      v[u] = ok ? *(const float4*)(part_out + row * D_CKV + d0) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < MB; ++u) {
+      const float m_new = fmaxf(m, ls[u]);
+      const float base = m_new == NEG_INF ? 0.f : m_new;  // every split so far empty: weights exp2(-inf) = 0
+      const float alpha = ex2(m - base), w = ex2(ls[u] - base);
+      l = l * alpha + w;
+      acc.x = acc.x * alpha + w * v[u].x;
+      acc.y = acc.y * alpha + w * v[u].y;
+      acc.z = acc.z * alpha + w * v[u].z;
+      acc.w = acc.w * alpha + w * v[u].w;
+      m = m_new;
+    }
+  }
+  const bool empty = m == NEG_INF;
+  const float inv = empty ? 0.f : 1.f / l;
+  *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0) =
+      make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
+  if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
 }

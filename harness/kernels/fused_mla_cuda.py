@@ -1,15 +1,18 @@
 """The CUDA fused FP8 MLA decode (fused_mla_cuda.cu), compiled at run time by NVRTC.
 
-One launch computes what the two Triton stages of `fused_mla_decode` do: the splits' partial
-outputs, merged by the last split of each request to finish. The kernel streams 64-token tiles
-through a `stages`-deep shared-memory ring of cp.async gathers; see the .cu file for the data
-flow. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
+`fused_mla_decode` computes the splits' partial outputs (or, with one split, the final ones); it
+streams 64-token tiles through a `stages`-deep shared-memory ring of cp.async gathers, see the .cu
+file for the data flow. The splits are merged either by the last CTA of each request (given
+arrival counters) or by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
+(cuLaunchKernelEx) whose CTAs are resident before the first kernel drains and only wait for its
+writes. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
 any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`); torch's NVRTC wrapper
 still wants a CUDA toolkit directory (CUDA_HOME) for its include path, as FlashInfer's JIT does.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from pathlib import Path
 
@@ -18,11 +21,14 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
-TILE, ROW, QROW, SROW = 64, 592, 592, 68  # as #defined in the .cu file
+TILE, ROW, QROW, SROW, IR = 64, 592, 592, 68, 16  # as #defined in the .cu file
 WARPS = (8, 16)
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
 MIN_ARCH = (8, 9)
+PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch)
+MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
+_PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
 def heads_per_cta(num_heads: int) -> int:
@@ -31,14 +37,9 @@ def heads_per_cta(num_heads: int) -> int:
 
 
 def smem_bytes(nh: int, stages: int, warps: int) -> int:
-    """Dynamic shared memory of one CTA: the KV ring, Q (fp16), partial logits, P, softmax state."""
-    return stages * TILE * ROW + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
-
-
-def arrival_slots(batch: int, num_heads: int) -> int:
-    """Arrival counters a split launch needs: one per (request, group of 8 heads), enough for
-    either CTA head group (8 or 16 heads)."""
-    return batch * -(-num_heads // 8)
+    """Dynamic shared memory of one CTA: the KV ring, the index ring, Q (fp16), partial logits, P,
+    softmax state."""
+    return stages * TILE * ROW + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
 
 
 def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
@@ -47,43 +48,109 @@ def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
     return smem_bytes(heads_per_cta(num_heads), stages, warps) <= smem_limit
 
 
+def arrival_slots(batch: int, num_heads: int) -> int:
+    """Arrival counters a CTA-merge launch needs: one per (request, group of 8 heads), enough for
+    either CTA head group (8 or 16 heads)."""
+    return batch * -(-num_heads // 8)
+
+
 def kernel_name(nh: int, stages: int, warps: int) -> str:
     return f"fused_mla_decode<{nh}, {stages}, {warps}>"
 
 
-def compile_cubin(nh: int, stages: int, warps: int, arch: str) -> tuple[bytes, str]:
-    """(cubin, lowered kernel name) for sm_<arch>, e.g. arch "90" or "120"."""
-    from torch.cuda._utils import _nvrtc_compile
+MERGE_KERNEL = f"fused_mla_merge<{MERGE_BATCH}>"
 
+
+def _check(nh: int, stages: int, warps: int) -> None:
     if stages not in STAGES or nh not in (8, 16) or warps not in WARPS:
         raise ValueError(f"stages must be one of {STAGES}, heads per CTA 8 or 16 and warps one of {WARPS}, "
                          f"got {stages}, {nh}, {warps}")
-    return _nvrtc_compile(SOURCE.read_text(), kernel_name(nh, stages, warps), arch, nvcc_options=["-std=c++17"])
+
+
+def compile_cubin(nh: int, stages: int, warps: int, arch: str) -> tuple[bytes, str]:
+    """(cubin, lowered kernel name) of the decode kernel for sm_<arch>, e.g. arch "90" or "120"."""
+    _check(nh, stages, warps)
+    return _compile(kernel_name(nh, stages, warps), arch)
+
+
+def compile_merge_cubin(arch: str) -> tuple[bytes, str]:
+    """(cubin, lowered kernel name) of the split merge kernel for sm_<arch>."""
+    return _compile(MERGE_KERNEL, arch)
+
+
+def _compile(name: str, arch: str) -> tuple[bytes, str]:
+    from torch.cuda._utils import _nvrtc_compile
+
+    return _nvrtc_compile(SOURCE.read_text(), name, arch, nvcc_options=["-std=c++17"])
+
+
+def _props(device_index: int):
+    props = torch.cuda.get_device_properties(device_index)
+    if (props.major, props.minor) < MIN_ARCH:
+        raise HarnessError("fused_fp8", f"the CUDA kernel needs sm_89 or newer, {props.name} is sm_{props.major}{props.minor}")
+    return props
+
+
+def _load(name: str, device_index: int):
+    from torch.cuda._utils import _cuda_load_module
+
+    props = _props(device_index)
+    with torch.cuda.device(device_index):
+        cubin, lowered = _compile(name, f"{props.major}{props.minor}")
+        return _cuda_load_module(cubin, [lowered])[lowered]
 
 
 @functools.cache
 def _kernel(nh: int, stages: int, warps: int, device_index: int):
-    from torch.cuda._utils import _cuda_load_module
-
-    props = torch.cuda.get_device_properties(device_index)
-    if (props.major, props.minor) < MIN_ARCH:
-        raise HarnessError("fused_fp8", f"the CUDA kernel needs sm_89 or newer, {props.name} is sm_{props.major}{props.minor}")
+    props = _props(device_index)
     need = smem_bytes(nh, stages, warps)
     if need > props.shared_memory_per_block_optin:
         raise HarnessError("fused_fp8", f"{stages} stages need {need} bytes of shared memory per CTA, "
                                         f"{props.name} allows {props.shared_memory_per_block_optin}")
+    _check(nh, stages, warps)
+    kernel = _load(kernel_name(nh, stages, warps), device_index)
     with torch.cuda.device(device_index):
-        cubin, name = compile_cubin(nh, stages, warps, f"{props.major}{props.minor}")
-        kernel = _cuda_load_module(cubin, [name])[name]
         kernel.set_shared_memory_config(need)
     return kernel
 
 
+@functools.cache
+def _merge_kernel(device_index: int):
+    return _load(MERGE_KERNEL, device_index)
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+def _launch_dependent(kernel, grid: tuple[int, int, int], block: int, args: list) -> None:
+    """cuLaunchKernelEx of `kernel` on the current stream as a programmatic dependent launch of the
+    kernel before it (that one's griddepcontrol.launch_dependents lets it start; its own
+    griddepcontrol.wait waits for that kernel's writes). args: tensors and ints."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    attr = _LaunchAttribute(id=_PDL_ATTRIBUTE)
+    attr.value[0] = 1
+    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=0,
+                           stream=torch.cuda.current_stream().cuda_stream, attrs=ctypes.pointer(attr), num_attrs=1)
+    err = _get_gpu_runtime_library().cuLaunchKernelEx(ctypes.byref(config), kernel.func, params, None)
+    if err:
+        raise RuntimeError(f"cuLaunchKernelEx of fused_mla_merge failed with CUDA error {err}")
+
+
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
            scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int) -> None:
-    """One launch over (num_splits, batch, head groups) that writes out and lse; arguments as in
-    fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views; arrivals: `arrival_slots`
-    zeros, left at zero)."""
+    """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
+    one split, its last CTA per request merges them when `arrivals` (`arrival_slots` zeros, left at
+    zero) is given; with arrivals None, `merge` does. Other arguments as in
+    harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
         if t.data_ptr() % 8 or t.stride(0) % 4 or t.stride(1) % 4:
@@ -97,6 +164,24 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
     kernel = _kernel(nh, stages, warps, device_index)
     kernel(grid=(num_splits, batch, -(-heads // nh)), block=(32 * warps, 1, 1), shared_mem=smem_bytes(nh, stages, warps),
-           args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
+           args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse,
+                 arrivals if arrivals is not None else 0, out, lse,
                  q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
                  out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(scale_log2), float(kv_scale)])
+    if num_splits > 1 and arrivals is None:
+        merge(part_out, part_lse, out, lse)
+
+
+def merge(part_out, part_lse, out, lse) -> None:
+    """fused_mla_merge over (batch, heads): out bf16 [B, H, 512] and lse [B, H] (natural log) from
+    the splits' part_out fp32 [B, S, H, 512] and base-2 part_lse [B, S, H]; on sm_90+ a programmatic
+    dependent launch of the kernel before it on the stream."""
+    batch, num_splits, heads, _ = part_out.shape
+    device_index = out.device.index if out.device.index is not None else torch.cuda.current_device()
+    kernel = _merge_kernel(device_index)
+    args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits]
+    props = torch.cuda.get_device_properties(device_index)
+    if (props.major, props.minor) >= PDL_ARCH:
+        _launch_dependent(kernel, (batch, heads, 1), D_CKV // 4, args)
+    else:
+        kernel(grid=(batch, heads, 1), block=(D_CKV // 4, 1, 1), args=args)

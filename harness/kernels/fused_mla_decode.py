@@ -68,10 +68,12 @@ class Config:
     # acc^T += V^T . P^T), so that sm_90 compiles them to wgmma (M >= 64: block_n 64 or 128);
     # K and V^T are separate (cp.async-pipelined) loads of the tile's rows, in 128-column parts.
     tokens_m: bool = False
-    # cuda: the CUDA kernel (harness/kernels/fused_mla_cuda.cu, both stages in one launch): 64-token
-    # tiles, 8 or 16 warps, fp16 P.V, a num_stages-deep shared-memory ring of cp.async gathers;
-    # needs sm_89+ and a CUDA torch.
+    # cuda: the CUDA kernel (harness/kernels/fused_mla_cuda.cu): 64-token tiles, 8 or 16 warps,
+    # fp16 P.V, a num_stages-deep shared-memory ring of cp.async gathers; needs sm_89+ and a CUDA
+    # torch. Its splits are merged by the last CTA of each request, or with pdl_merge by a second
+    # kernel, a programmatic dependent launch on sm_90+ (cheaper at many splits per request).
     cuda: bool = False
+    pdl_merge: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -87,6 +89,8 @@ class Config:
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
+        if self.pdl_merge and not self.cuda:
+            raise ValueError(f"pdl_merge is a CUDA kernel option: {self}")
 
     @property
     def split_kernel(self) -> bool:
@@ -451,8 +455,8 @@ def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_split
 
 def partial_buffers(batch: int, num_heads: int, num_splits: int, d_ckv: int, device) -> tuple[torch.Tensor, ...]:
     """(part_out fp32 [B, S, H, d_ckv], part_lse fp32 [B, S, H], arrivals int32 [B * ceil(H / 8)])
-    for a multi-split launch. arrivals (zeros; the CUDA kernel counts finished splits there and
-    re-arms it) is unused by the Triton kernels."""
+    for a multi-split launch. arrivals (zeros; the CUDA kernel's CTA merge counts finished splits
+    there and re-arms it) is unused by the Triton kernels and the CUDA pdl_merge."""
     if num_splits == 1:
         empty = torch.empty(0, dtype=torch.float32, device=device)
         return empty, empty, torch.empty(0, dtype=torch.int32, device=device)
@@ -509,9 +513,10 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if config.cuda:
         if INTERPRETED or dev.type != "cuda":
             raise ValueError(f"{config}: the CUDA kernel runs on a CUDA device only (not under TRITON_INTERPRET=1)")
-        if splits > 1 and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
+        if splits > 1 and not config.pdl_merge and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
-        fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
+        fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse,
+                              None if config.pdl_merge else arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
                               config.num_warps)
         return out, lse

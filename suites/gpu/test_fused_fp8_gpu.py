@@ -3,6 +3,7 @@ float64 reference, NaN propagation, CUDA-graph re-planning, pools with page_size
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -100,7 +101,8 @@ def tokens_m_configs(*which):
 # The CUDA kernel (Config.cuda): direct and split (in-kernel merge), 8 and 16 warps, ring depths 2-5.
 CUDA_FIELDS = [dict(num_splits=1, num_warps=8, num_stages=4), dict(num_splits=3, num_warps=8, num_stages=2),
                dict(num_splits=5, num_warps=16, num_stages=4), dict(num_splits=64, num_warps=16, num_stages=3),
-               dict(num_splits=8, num_warps=8, num_stages=5)]
+               dict(num_splits=8, num_warps=8, num_stages=5), dict(num_splits=3, num_warps=8, num_stages=2, pdl_merge=True),
+               dict(num_splits=64, num_warps=16, num_stages=3, pdl_merge=True)]
 
 
 def cuda_configs(*which):
@@ -208,7 +210,7 @@ def test_scale_error_is_detected():
 
 
 def test_cuda_kernel_merges_in_one_launch_and_rearms():
-    """The split CUDA kernel's last CTA per request merges the splits and re-arms the arrival
+    """The split CUDA kernel's last CTA per request (CTA merge) merges the splits and re-arms the arrival
     counters: they are zero after a launch, and a second launch on the same buffers agrees
     bit for bit. A counter one short (planted) makes no CTA merge and stays non-zero."""
     from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
@@ -227,6 +229,42 @@ def test_cuda_kernel_merges_in_one_launch_and_rearms():
         assert parts[2].tolist()[:4] == [config.num_splits - 1] * 4, config
 
 
+def test_cuda_split_merge_waits_for_the_splits_in_a_graph():
+    """The split CUDA path with pdl_merge (decode kernel, then the merge as a programmatic dependent
+    launch on sm_90+) gives the reference's output eagerly and from a replayed CUDA graph, bit for bit, with
+    the partial buffers poisoned (NaN) before every run: the merge reads only what the splits wrote.
+    Planted fault: the merge alone on the poisoned buffers must give NaN, so this check can fail."""
+    from harness.kernels import fused_mla_cuda
+    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+
+    q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
+    ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    for config in [dataclasses.replace(c, pdl_merge=True) for c in cuda_configs(1, 2)]:
+        parts = partial_buffers(4, 20, config.num_splits, 512, "cuda")
+
+        def run():
+            for t in parts[:2]:
+                t.fill_(float("nan"))
+            return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                    partials=parts)
+        eager = run()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = run()
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        assert norm_rel(eager[0].cpu(), ref_out) < 3e-3, config
+        assert torch.equal(eager[0].view(torch.int16), captured[0].view(torch.int16)), config
+        assert torch.equal(eager[1], captured[1]), config
+        for t in parts[:2]:
+            t.fill_(float("nan"))
+        fused_mla_cuda.merge(parts[0], parts[1], captured[0], captured[1])  # negative control: no splits ran
+        torch.cuda.synchronize()
+        assert torch.isnan(captured[0].float()).all(), config
+
+
 def test_cuda_kernel_compiles_for_sm90_and_sm120():
     """NVRTC builds every instantiation for sm_90 and sm_120 (RTX PRO 6000), GPU present or not."""
     from harness.kernels import fused_mla_cuda
@@ -237,6 +275,8 @@ def test_cuda_kernel_compiles_for_sm90_and_sm120():
                 for warps in fused_mla_cuda.WARPS:
                     cubin, name = fused_mla_cuda.compile_cubin(nh, stages, warps, arch)
                     assert len(cubin) > 10_000 and "fused_mla_decode" in name
+        cubin, name = fused_mla_cuda.compile_merge_cubin(arch)
+        assert len(cubin) > 1_000 and "fused_mla_merge" in name
 
 
 def test_cuda_graph_replan_follows_the_step(gpu_device):
