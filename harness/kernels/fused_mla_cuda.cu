@@ -135,6 +135,24 @@ __device__ __forceinline__ float4 ld_cg4(const float* p) {
   return v;
 }
 
+// Split u into an online-softmax merge: m, l the running max and sum (base 2), acc the weighted sum
+// of CPT float4 chunks; ls the split's LSE, v its chunks.
+template <int CPT>
+__device__ __forceinline__ void merge_split(float& m, float& l, float4* acc, float ls, const float4* v) {
+  const float m_new = fmaxf(m, ls);
+  const float base = m_new == __int_as_float(0xff800000) ? 0.f : m_new;  // all empty so far: weights exp2(-inf) = 0
+  const float alpha = ex2(m - base), w = ex2(ls - base);
+  l = l * alpha + w;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    acc[k].x = acc[k].x * alpha + w * v[k].x;
+    acc[k].y = acc[k].y * alpha + w * v[k].y;
+    acc[k].z = acc[k].z * alpha + w * v[k].z;
+    acc[k].w = acc[k].w * alpha + w * v[k].w;
+  }
+  m = m_new;
+}
+
 __device__ __forceinline__ int pool_row(const int* indices, int tok, int end) { return tok < end ? indices[tok] : -1; }
 
 // Gather warp w's RPW rows of a tile (tile rows RPW*w ..; lane r < RPW holds row r's pool row, -1
@@ -452,20 +470,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         for (int k = 0; k < CPT; ++k) v[u][k] = ok ? ld_cg4(part_out + row * D_CKV + d0 + 4 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int u = 0; u < MB; ++u) {
-        const float m_new = fmaxf(m, ls[u]);
-        const float base = m_new == NEG_INF ? 0.f : m_new;  // every split so far empty: weights exp2(-inf) = 0
-        const float alpha = ex2(m - base), w = ex2(ls[u] - base);
-        l = l * alpha + w;
-#pragma unroll
-        for (int k = 0; k < CPT; ++k) {
-          acc[k].x = acc[k].x * alpha + w * v[u][k].x;
-          acc[k].y = acc[k].y * alpha + w * v[u][k].y;
-          acc[k].z = acc[k].z * alpha + w * v[u][k].z;
-          acc[k].w = acc[k].w * alpha + w * v[u][k].w;
-        }
-        m = m_new;
-      }
+      for (int u = 0; u < MB; ++u) merge_split<CPT>(m, l, acc, ls[u], v[u]);
     }
     const bool empty = m == NEG_INF;
     const float inv = empty ? 0.f : 1.f / l;
@@ -502,17 +507,7 @@ fused_mla_merge(const float* __restrict__ part_out, const float* __restrict__ pa
       v[u] = ok ? *(const float4*)(part_out + row * D_CKV + d0) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < MB; ++u) {
-      const float m_new = fmaxf(m, ls[u]);
-      const float base = m_new == NEG_INF ? 0.f : m_new;  // every split so far empty: weights exp2(-inf) = 0
-      const float alpha = ex2(m - base), w = ex2(ls[u] - base);
-      l = l * alpha + w;
-      acc.x = acc.x * alpha + w * v[u].x;
-      acc.y = acc.y * alpha + w * v[u].y;
-      acc.z = acc.z * alpha + w * v[u].z;
-      acc.w = acc.w * alpha + w * v[u].w;
-      m = m_new;
-    }
+    for (int u = 0; u < MB; ++u) merge_split<1>(m, l, &acc, ls[u], &v[u]);
   }
   const bool empty = m == NEG_INF;
   const float inv = empty ? 0.f : 1.f / l;
