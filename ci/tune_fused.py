@@ -152,7 +152,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
     for config, p_split in itertools.product(search_space(search, batch, kv_len, sm_count), p_splits):
-        parts = partial_buffers(batch, heads, config.num_splits, 512, dev)
+        parts = partial_buffers(batch, heads, config, 512, dev)
 
         def step():
             for pool, (qn, qp) in zip(pools, qs):

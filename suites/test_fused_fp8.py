@@ -10,6 +10,7 @@ turns the e4m3 NaN codes into +-480, so NaN propagation is checked on the GPU
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -268,7 +269,7 @@ def test_cuda_kernel_config_and_table(tmp_path):
     reads them, choose() falls back where it cannot run (no cuda_smem) or its ring does not fit
     (sm_120), keeping the merge, and it refuses the CPU."""
     from harness.kernels import fused_mla_cuda, fused_tuning
-    from harness.kernels.fused_mla_decode import Config, fused_mla_decode
+    from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
 
     Config(4, 64, 8, 4, pv_fp16=True, cuda=True)
     Config(4, 64, 16, 2, pv_fp16=True, cuda=True, pdl_merge=True)
@@ -300,6 +301,14 @@ def test_cuda_kernel_config_and_table(tmp_path):
     with pytest.raises(ValueError, match="CUDA device"):
         fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], torch.tensor([0, 2], dtype=torch.int32),
                          torch.tensor([1, 2], dtype=torch.int32), 0.1, table[(32, 4096)])
+    # partials: fp16 part_out for the CUDA kernel, fp32 for Triton; the wrong one is refused (planted twin)
+    cuda_cfg, triton_cfg = table[(32, 4096)], fused_tuning.default_config(32, 4096, 8, 132)
+    assert partial_buffers(1, 8, cuda_cfg, 512, "cpu")[0].dtype == torch.float16
+    assert partial_buffers(1, 8, dataclasses.replace(triton_cfg, num_splits=2), 512, "cpu")[0].dtype == torch.float32
+    wrong = partial_buffers(1, 8, dataclasses.replace(cuda_cfg, cuda=False, num_stages=2), 512, "cpu")
+    with pytest.raises(ValueError, match="part_out is torch.float32"):
+        fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], torch.tensor([0, 2], dtype=torch.int32),
+                         torch.tensor([1, 2], dtype=torch.int32), 0.1, cuda_cfg, partials=wrong)
     # shared memory: 8 heads, 2 stages, 8 warps fit a 99 KB (sm_120) CTA; the deep rings need an H100/H200-class one
     assert fused_mla_cuda.smem_bytes(8, 2, 8) <= 99 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8) <= 227 * 1024
     assert fused_mla_cuda.smem_bytes(16, 5, 16) <= 227 * 1024

@@ -19,7 +19,7 @@
 //            which splits the even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).
 // Output: with one split the final bf16 out and natural-log LSE. Otherwise each split writes its
-// normalized fp32 output and base-2 LSE, merged into out and LSE in one of two ways (the tuning
+// normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), merged into out and LSE in one of two ways (the tuning
 // table picks): CTA merge (arrivals given): the last split of a (request, head group) to arrive (an
 // atomic counter, re-armed to 0 by that CTA) merges them, overlapped with other requests' splits;
 // or fused_mla_merge (arrivals null), launched right after as a programmatic dependent launch on
@@ -48,6 +48,10 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async8(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
@@ -122,6 +126,21 @@ __device__ __forceinline__ u32 f32x2_to_bf16x2(float a, float b) {
   return r;
 }
 
+// fp16x2 of (a, b): a in the lower half.
+__device__ __forceinline__ u32 f32x2_to_f16x2(float a, float b) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+}
+
+__device__ __forceinline__ float4 f16x4_to_f32(uint2 h) {
+  float4 v;
+  asm("{ .reg .f16 a, b, c, d; mov.b32 {a, b}, %4; mov.b32 {c, d}, %5; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b;"
+      " cvt.f32.f16 %2, c; cvt.f32.f16 %3, d; }"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(h.x), "r"(h.y));
+  return v;
+}
+
 // Loads that bypass L1 (other CTAs wrote these partials; L1 is not coherent).
 __device__ __forceinline__ float ld_cg(const float* p) {
   float v;
@@ -129,9 +148,9 @@ __device__ __forceinline__ float ld_cg(const float* p) {
   return v;
 }
 
-__device__ __forceinline__ float4 ld_cg4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+__device__ __forceinline__ uint2 ld_cg2(const u16* p) {
+  uint2 v;
+  asm volatile("ld.global.cg.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
@@ -177,7 +196,7 @@ template <int NH, int STAGES, int W>
 __global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
 fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
                  const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
-                 float* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
+                 u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
                  u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
                  double scale_log2_d, double kv_scale_d) {
@@ -216,29 +235,38 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
     }
   };
-  // Ring prologue: tiles 0 .. STAGES-2 in flight before anything else; the first group also
-  // carries the indices of tiles STAGES-1 .. STAGES-2+IAHEAD.
+  // Ring prologue: tiles 0 .. STAGES-2 in flight before anything else. The first group also carries
+  // the indices of tiles STAGES-1 .. STAGES-2+IAHEAD and Q (bf16, 4 channels per 8-byte cp.async;
+  // zeros for heads past num_heads) staged in ring slot STAGES-1, which tile STAGES-1 fills later.
   const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
+  u16* q_stage = (u16*)(ring + (STAGES - 1) * TILE * ROW);  // [NH][D_ALL] bf16
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nt)
       issue_rows<RPW>(ring + s * TILE * ROW, pool_row(indices, first + s * TILE + my_tok, end), ckv, kpe, s_ckv, s_kpe,
                       warp, lane);
-    if (s == 0)
+    if (s == 0) {
       for (int j = STAGES - 1; j < STAGES - 1 + IAHEAD; ++j) fetch_indices(j);
+      for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
+        const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
+        const bool ok = h0 + h < num_heads;
+        const u16* src = k < D_CKV ? q_nope + (i64)b * sqn_b + (i64)(h0 + (ok ? h : 0)) * sqn_h + k
+                                   : q_pe + (i64)b * sqp_b + (i64)(h0 + (ok ? h : 0)) * sqp_h + (k - D_CKV);
+        cp_async8(smem_addr(q_stage + h * D_ALL + k), src, ok ? 8 : 0);
+      }
+    }
     cp_async_commit();
   }
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");  // fused_mla_merge may launch once every CTA is here
 #endif
 
-  // Q -> shared memory as fp16, 4 channels per load; heads past num_heads are zeros.
+  // Q -> fp16 rows in qs once the first group has landed (before tile STAGES-1 is gathered over it).
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
   for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
     const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
-    uint2 v = make_uint2(0, 0);
-    if (h0 + h < num_heads)
-      v = k < D_CKV ? *(const uint2*)(q_nope + (i64)b * sqn_b + (i64)(h0 + h) * sqn_h + k)
-                    : *(const uint2*)(q_pe + (i64)b * sqp_b + (i64)(h0 + h) * sqp_h + (k - D_CKV));
+    const uint2 v = *(const uint2*)(q_stage + h * D_ALL + k);
     const u32 f0 = f32_to_f16(bf16_to_f32(v.x & 0xFFFF)) | ((u32)f32_to_f16(bf16_to_f32(v.x >> 16)) << 16);
     const u32 f1 = f32_to_f16(bf16_to_f32(v.y & 0xFFFF)) | ((u32)f32_to_f16(bf16_to_f32(v.y >> 16)) << 16);
     *(uint2*)(qs + h * QROW + k) = make_uint2(f0, f1);
@@ -411,7 +439,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       if (head >= num_heads) continue;
       const float l = ml_s[NH + hh], m = ml_s[hh];
       const bool empty = m == NEG_INF;
-      const float inv = empty ? 0.f : kv_scale / l;
+      const float inv = empty ? 0.f : (direct ? kv_scale : 1.f) / l;  // partials: kv_scale is the merge's
       const float lse2 = empty ? NEG_INF : m + lg2(l);
 #pragma unroll
       for (int dg = 0; dg < DG; ++dg) {
@@ -423,7 +451,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
             *(u32*)(out + (i64)b * so_b + (i64)head * so_h + d) = f32x2_to_bf16x2(ve, vo);
           } else {
             const i64 slot = ((i64)b * num_splits + split) * num_heads + head;
-            *(float2*)(part_out + slot * D_CKV + d) = make_float2(ve, vo);
+            *(u32*)(part_out + slot * D_CKV + d) = f32x2_to_f16x2(ve, vo);
           }
         }
       }
@@ -467,13 +495,13 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         const i64 row = row0 + (i64)(sp0 + u) * num_heads;
         ls[u] = ok ? ld_cg(part_lse + row) : NEG_INF;
 #pragma unroll
-        for (int k = 0; k < CPT; ++k) v[u][k] = ok ? ld_cg4(part_out + row * D_CKV + d0 + 4 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < CPT; ++k) v[u][k] = f16x4_to_f32(ok ? ld_cg2(part_out + row * D_CKV + d0 + 4 * k) : make_uint2(0, 0));
       }
 #pragma unroll
       for (int u = 0; u < MB; ++u) merge_split<CPT>(m, l, acc, ls[u], v[u]);
     }
     const bool empty = m == NEG_INF;
-    const float inv = empty ? 0.f : 1.f / l;
+    const float inv = empty ? 0.f : kv_scale / l;
 #pragma unroll
     for (int k = 0; k < CPT; ++k)
       *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0 + 4 * k) =
@@ -482,12 +510,13 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   }
   if (tid == 0) *arrived = 0;
 }
+
 // Stage 2 of a split launch: out[b, head] = the splits' partial outputs weighted by exp2(their LSE),
 // one CTA per (request, head), each thread 4 channels, MB splits' loads in flight at a time.
 template <int MB>
 __global__ void __launch_bounds__(D_CKV / 4)
-fused_mla_merge(const float* __restrict__ part_out, const float* __restrict__ part_lse, u16* __restrict__ out,
-                float* __restrict__ lse, int so_b, int so_h, int sl_b, int num_heads, int num_splits) {
+fused_mla_merge(const u16* __restrict__ part_out, const float* __restrict__ part_lse, u16* __restrict__ out,
+                float* __restrict__ lse, int so_b, int so_h, int sl_b, int num_heads, int num_splits, double kv_scale_d) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // fused_mla_decode has finished and its writes are visible
 #endif
@@ -504,13 +533,13 @@ fused_mla_merge(const float* __restrict__ part_out, const float* __restrict__ pa
       const bool ok = sp0 + u < num_splits;
       const i64 row = row0 + (i64)(sp0 + u) * num_heads;
       ls[u] = ok ? part_lse[row] : NEG_INF;
-      v[u] = ok ? *(const float4*)(part_out + row * D_CKV + d0) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u] = f16x4_to_f32(ok ? *(const uint2*)(part_out + row * D_CKV + d0) : make_uint2(0, 0));
     }
 #pragma unroll
     for (int u = 0; u < MB; ++u) merge_split<1>(m, l, &acc, ls[u], &v[u]);
   }
   const bool empty = m == NEG_INF;
-  const float inv = empty ? 0.f : 1.f / l;
+  const float inv = empty ? 0.f : (float)kv_scale_d / l;
   *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0) =
       make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
   if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;

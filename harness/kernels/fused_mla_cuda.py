@@ -131,10 +131,11 @@ class _LaunchConfig(ctypes.Structure):
 def _launch_dependent(kernel, grid: tuple[int, int, int], block: int, args: list) -> None:
     """cuLaunchKernelEx of `kernel` on the current stream as a programmatic dependent launch of the
     kernel before it (that one's griddepcontrol.launch_dependents lets it start; its own
-    griddepcontrol.wait waits for that kernel's writes). args: tensors and ints."""
+    griddepcontrol.wait waits for that kernel's writes). args: tensors, ints and floats (double)."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
+              ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
     attr = _LaunchAttribute(id=_PDL_ATTRIBUTE)
     attr.value[0] = 1
@@ -169,17 +170,17 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
                  q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
                  out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(scale_log2), float(kv_scale)])
     if num_splits > 1 and arrivals is None:
-        merge(part_out, part_lse, out, lse)
+        merge(part_out, part_lse, out, lse, kv_scale)
 
 
-def merge(part_out, part_lse, out, lse) -> None:
+def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:
     """fused_mla_merge over (batch, heads): out bf16 [B, H, 512] and lse [B, H] (natural log) from
-    the splits' part_out fp32 [B, S, H, 512] and base-2 part_lse [B, S, H]; on sm_90+ a programmatic
-    dependent launch of the kernel before it on the stream."""
+    the splits' part_out fp16 [B, S, H, 512] (before kv_scale) and base-2 part_lse fp32 [B, S, H];
+    on sm_90+ a programmatic dependent launch of the kernel before it on the stream."""
     batch, num_splits, heads, _ = part_out.shape
     device_index = out.device.index if out.device.index is not None else torch.cuda.current_device()
     kernel = _merge_kernel(device_index)
-    args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits]
+    args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(kv_scale)]
     props = torch.cuda.get_device_properties(device_index)
     if (props.major, props.minor) >= PDL_ARCH:
         _launch_dependent(kernel, (batch, heads, 1), D_CKV // 4, args)

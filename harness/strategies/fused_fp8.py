@@ -79,8 +79,8 @@ class FusedFP8(Strategy):
         capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
         indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
         plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,
-                         partial_buffers(problem.batch_size, problem.num_heads, config.num_splits,
-                                         problem.head_dim_ckv, self.device), graph_capacity)
+                         partial_buffers(problem.batch_size, problem.num_heads, config, problem.head_dim_ckv,
+                                         self.device), graph_capacity)
         self._fill(plan, problem)
         return plan
 

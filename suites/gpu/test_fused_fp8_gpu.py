@@ -218,7 +218,7 @@ def test_cuda_kernel_merges_in_one_launch_and_rearms():
     q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
     for config in cuda_configs(1, 2):
-        parts = partial_buffers(4, 20, config.num_splits, 512, "cuda")
+        parts = partial_buffers(4, 20, config, 512, "cuda")
         runs = [fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
                                  partials=parts) for _ in range(2)]
         assert int(parts[2].abs().sum()) == 0, config
@@ -240,7 +240,7 @@ def test_cuda_split_merge_waits_for_the_splits_in_a_graph():
     q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
     for config in [dataclasses.replace(c, pdl_merge=True) for c in cuda_configs(1, 2)]:
-        parts = partial_buffers(4, 20, config.num_splits, 512, "cuda")
+        parts = partial_buffers(4, 20, config, 512, "cuda")
 
         def run():
             for t in parts[:2]:
@@ -260,7 +260,7 @@ def test_cuda_split_merge_waits_for_the_splits_in_a_graph():
         assert torch.equal(eager[1], captured[1]), config
         for t in parts[:2]:
             t.fill_(float("nan"))
-        fused_mla_cuda.merge(parts[0], parts[1], captured[0], captured[1])  # negative control: no splits ran
+        fused_mla_cuda.merge(parts[0], parts[1], captured[0], captured[1], 1.0)  # negative control: no splits ran
         torch.cuda.synchronize()
         assert torch.isnan(captured[0].float()).all(), config
 
