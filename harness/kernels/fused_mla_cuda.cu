@@ -235,24 +235,26 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
     }
   };
-  // Ring prologue: tiles 0 .. STAGES-2 in flight before anything else. The first group also carries
-  // the indices of tiles STAGES-1 .. STAGES-2+IAHEAD and Q (bf16, 4 channels per 8-byte cp.async;
-  // zeros for heads past num_heads) staged in ring slot STAGES-1, which tile STAGES-1 fills later.
+  // Ring prologue: tiles 0 .. PRE-1 in flight before anything else, one cp.async group each: with 2
+  // stages both slots (the first refill then waits for tile 1, not for tile 0's round trip), with
+  // deeper rings STAGES - 1 (filling the last slot up front measured slower: docs/h200/fused/run12/variants14.json).
+  // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD and Q (bf16, 4 channels
+  // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
+  constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
   const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
-  u16* q_stage = (u16*)(ring + (STAGES - 1) * TILE * ROW);  // [NH][D_ALL] bf16
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < PRE; ++s) {
     if (s < nt)
       issue_rows<RPW>(ring + s * TILE * ROW, pool_row(indices, first + s * TILE + my_tok, end), ckv, kpe, s_ckv, s_kpe,
                       warp, lane);
     if (s == 0) {
-      for (int j = STAGES - 1; j < STAGES - 1 + IAHEAD; ++j) fetch_indices(j);
+      for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
         const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
         const bool ok = h0 + h < num_heads;
         const u16* src = k < D_CKV ? q_nope + (i64)b * sqn_b + (i64)(h0 + (ok ? h : 0)) * sqn_h + k
                                    : q_pe + (i64)b * sqp_b + (i64)(h0 + (ok ? h : 0)) * sqp_h + (k - D_CKV);
-        cp_async8(smem_addr(q_stage + h * D_ALL + k), src, ok ? 8 : 0);
+        cp_async8(smem_addr(qs + h * QROW + k), src, ok ? 8 : 0);
       }
     }
     cp_async_commit();
@@ -261,12 +263,12 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   asm volatile("griddepcontrol.launch_dependents;");  // fused_mla_merge may launch once every CTA is here
 #endif
 
-  // Q -> fp16 rows in qs once the first group has landed (before tile STAGES-1 is gathered over it).
-  cp_async_wait<STAGES - 2>();
+  // Q: bf16 -> fp16 in place once the first group has landed (each thread converts what it reads).
+  cp_async_wait<PRE - 1>();
   __syncthreads();
   for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
     const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
-    const uint2 v = *(const uint2*)(q_stage + h * D_ALL + k);
+    const uint2 v = *(const uint2*)(qs + h * QROW + k);
     const u32 f0 = f32_to_f16(bf16_to_f32(v.x & 0xFFFF)) | ((u32)f32_to_f16(bf16_to_f32(v.x >> 16)) << 16);
     const u32 f1 = f32_to_f16(bf16_to_f32(v.y & 0xFFFF)) | ((u32)f32_to_f16(bf16_to_f32(v.y >> 16)) << 16);
     *(uint2*)(qs + h * QROW + k) = make_uint2(f0, f1);
@@ -283,12 +285,16 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       for (int c = 0; c < 4; ++c) o[a][j][c] = 0.f;
 
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
+  // Tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
   for (int i = 0; i < nt; ++i) {
-    cp_async_wait<STAGES - 2>();
+    if (PRE == STAGES && i == 0)
+      cp_async_wait<STAGES - 1>();
+    else
+      cp_async_wait<STAGES - 2>();
     __syncthreads();
     const u8* tile = ring + (i % STAGES) * TILE * ROW;
-    {  // every warp is past tile i - 1: refill its slot with tile i + STAGES - 1, whose indices
-       // (fetched IAHEAD >= STAGES - 1 iterations ago) the wait above has landed
+    if (i + STAGES - 1 >= PRE) {  // every warp is past tile i - 1: refill its slot with tile i + STAGES - 1,
+                                  // whose indices (fetched IAHEAD >= STAGES - 1 iterations ago) have landed
       const int j = i + STAGES - 1;
       if (j < nt) {
         const int tok = first + j * TILE + my_tok;
