@@ -348,3 +348,18 @@ def test_roofline_bytes():
     assert 1.35e3 < roofline.floor_us(fused.step, 4270) < 1.45e3
     stock = roofline.step_bytes("stock", geometry, last, 8)
     assert stock.cast == geometry.layer_bytes * 3
+
+
+def test_pdl_launch_structs_match_cuda_h():
+    """The ctypes mirrors of CUlaunchAttribute / CUlaunchConfig that fused_mla_cuda hands to
+    cuLaunchKernelEx have cuda.h's layout (CUDA 13.0: sizeof and offsetof printed from the header)
+    and the programmatic-stream-serialization attribute id."""
+    import ctypes
+
+    from harness.kernels import fused_mla_cuda as fc
+
+    assert (ctypes.sizeof(fc._LaunchAttribute), fc._LaunchAttribute.value.offset) == (72, 8)
+    cfg = fc._LaunchConfig
+    assert (ctypes.sizeof(cfg), cfg.shared_mem.offset, cfg.stream.offset, cfg.attrs.offset, cfg.num_attrs.offset) == (
+        56, 24, 32, 40, 48)
+    assert fc._PDL_ATTRIBUTE == 6
