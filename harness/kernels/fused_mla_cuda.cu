@@ -19,11 +19,12 @@
 //            which splits the even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).
 // Output: with one split the final bf16 out and natural-log LSE. Otherwise each split writes its
-// normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), merged into out and LSE in one of two ways (the tuning
-// table picks): CTA merge (arrivals given): the last split of a (request, head group) to arrive (an
-// atomic counter, re-armed to 0 by that CTA) merges them, overlapped with other requests' splits;
-// or fused_mla_merge (arrivals null), launched right after as a programmatic dependent launch on
-// sm_90+ (resident early, it waits for this grid): cheaper at many splits per request.
+// normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), merged into out
+// and LSE in one of two ways (the tuning table picks): cta_merge: the last split of a (request,
+// head group) to arrive (an atomic counter in arrivals, re-armed to 0 by that CTA) merges them,
+// overlapped with other requests' splits; otherwise fused_mla_merge, launched right after as a
+// programmatic dependent launch on sm_90+ (resident early, it waits for this grid): cheaper at
+// many splits per request.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -199,7 +200,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
                  u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-                 double scale_log2_d, double kv_scale_d) {
+                 int cta_merge, double scale_log2_d, double kv_scale_d) {
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
   constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
@@ -469,7 +470,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
     }
   }
-  if (direct || arrivals == nullptr) return;  // one split, or fused_mla_merge merges
+  if (direct || !cta_merge) return;  // one split, or fused_mla_merge merges
 
   // CTA merge: the last split of (request, head group) to finish merges all of them, then re-arms
   // the arrival counter for the next launch.

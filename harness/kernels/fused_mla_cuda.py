@@ -147,10 +147,10 @@ def _launch_dependent(kernel, grid: tuple[int, int, int], block: int, args: list
 
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int) -> None:
+           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, cta_merge: bool) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
-    one split, its last CTA per request merges them when `arrivals` (`arrival_slots` zeros, left at
-    zero) is given; with arrivals None, `merge` does. Other arguments as in
+    one split, its last CTA per request merges them when cta_merge (counting in `arrivals`:
+    `arrival_slots` zeros, left at zero), else `merge` does. Other arguments as in
     harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
@@ -165,11 +165,11 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
     kernel = _kernel(nh, stages, warps, device_index)
     kernel(grid=(num_splits, batch, -(-heads // nh)), block=(32 * warps, 1, 1), shared_mem=smem_bytes(nh, stages, warps),
-           args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse,
-                 arrivals if arrivals is not None else 0, out, lse,
+           args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                  q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
-                 out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(scale_log2), float(kv_scale)])
-    if num_splits > 1 and arrivals is None:
+                 out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, int(cta_merge),
+                 float(scale_log2), float(kv_scale)])
+    if num_splits > 1 and not cta_merge:
         merge(part_out, part_lse, out, lse, kv_scale)
 
 
