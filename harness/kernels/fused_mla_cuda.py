@@ -116,7 +116,9 @@ def _kernel(nh: int, stages: int, warps: int, device_index: int):
 
 @functools.cache
 def _merge_kernel(device_index: int):
-    return _load(MERGE_KERNEL, device_index)
+    """(the merge kernel, whether this device launches it as a programmatic dependent launch)."""
+    props = _props(device_index)
+    return _load(MERGE_KERNEL, device_index), (props.major, props.minor) >= PDL_ARCH
 
 
 class _LaunchAttribute(ctypes.Structure):
@@ -179,10 +181,9 @@ def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:
     on sm_90+ a programmatic dependent launch of the kernel before it on the stream."""
     batch, num_splits, heads, _ = part_out.shape
     device_index = out.device.index if out.device.index is not None else torch.cuda.current_device()
-    kernel = _merge_kernel(device_index)
+    kernel, dependent = _merge_kernel(device_index)
     args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(kv_scale)]
-    props = torch.cuda.get_device_properties(device_index)
-    if (props.major, props.minor) >= PDL_ARCH:
+    if dependent:
         _launch_dependent(kernel, (batch, heads, 1), D_CKV // 4, args)
     else:
         kernel(grid=(batch, heads, 1), block=(D_CKV // 4, 1, 1), args=args)

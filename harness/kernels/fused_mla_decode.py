@@ -453,18 +453,22 @@ def _stage2(part_out, part_lse, out, lse, so_b, so_h, sl_b, num_heads, num_split
         tl.store(lse + b.to(tl.int64) * sl_b + heads, lse2 * 0.6931471805599453, mask=h_ok)
 
 
+def part_out_dtype(config: Config) -> torch.dtype:
+    """part_out's dtype: fp16 for the CUDA kernel (it stores o / l before kv_scale: |o| <= 448),
+    fp32 for the Triton kernels."""
+    return torch.float16 if config.cuda else torch.float32
+
+
 def partial_buffers(batch: int, num_heads: int, config: Config, d_ckv: int, device) -> tuple[torch.Tensor, ...]:
-    """(part_out [B, S, H, d_ckv], part_lse fp32 [B, S, H], arrivals int32 [B * ceil(H / 8)]) for
-    a launch of `config` (S = its num_splits). part_out is fp32 for the Triton kernels and fp16 for
-    the CUDA kernel (it stores o / l before kv_scale: |o| <= 448). arrivals (zeros; the CUDA
-    kernel's CTA merge counts finished splits there and re-arms it) is unused by the Triton kernels
-    and the CUDA pdl_merge."""
+    """(part_out [B, S, H, d_ckv] in `part_out_dtype(config)`, part_lse fp32 [B, S, H], arrivals
+    int32 [B * ceil(H / 8)]) for a launch of `config` (S = its num_splits). arrivals (zeros; the
+    CUDA kernel's CTA merge counts finished splits there and re-arms it) is unused by the Triton
+    kernels and the CUDA pdl_merge."""
     num_splits = config.num_splits
     if num_splits == 1:
         empty = torch.empty(0, dtype=torch.float32, device=device)
         return empty, empty, torch.empty(0, dtype=torch.int32, device=device)
-    return (torch.empty((batch, num_splits, num_heads, d_ckv), dtype=torch.float16 if config.cuda else torch.float32,
-                        device=device),
+    return (torch.empty((batch, num_splits, num_heads, d_ckv), dtype=part_out_dtype(config), device=device),
             torch.empty((batch, num_splits, num_heads), dtype=torch.float32, device=device),
             torch.zeros(fused_mla_cuda.arrival_slots(batch, num_heads), dtype=torch.int32, device=device))
 
@@ -512,7 +516,7 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if splits > 1 and (part_out.shape != (batch, splits, heads, d_ckv) or part_lse.shape != (batch, splits, heads)):
         raise ValueError(f"partials {tuple(part_out.shape)}, {tuple(part_lse.shape)} do not fit "
                          f"B={batch}, S={splits}, H={heads}")
-    want = torch.float16 if config.cuda else torch.float32
+    want = part_out_dtype(config)
     if splits > 1 and part_out.dtype != want:
         raise ValueError(f"partials: part_out is {part_out.dtype}, {config} needs {want} (see partial_buffers)")
     ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
