@@ -34,11 +34,12 @@ typedef long long i64;
 #define D_CKV 512
 #define D_ALL 576
 #define TILE 64
-#define ROW 592    // bytes per shared-memory KV row
-#define QROW 592   // halves per shared-memory Q row (1184 bytes)
+#define ROW 576    // bytes per KV row, in the pool and in shared memory (no padding: a page run is one copy)
+#define QROW 580   // halves per shared-memory Q row (1160 bytes: phase A's 64-bit Q loads are conflict-free)
 #define SROW 68    // floats per shared-memory logit row (one row per head)
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
 #define IR 16      // kv_indices ring: tiles of token indices in shared memory
+#define BARS 64    // bytes for the ring's mbarriers (8 each, STAGES <= 5; keeps what follows 16-byte aligned)
 #define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -57,6 +58,38 @@ __device__ __forceinline__ void cp_async8(u32 dst, const void* src, int src_byte
 
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+#if __CUDA_ARCH__ >= 900  // sm_89 never loads runs
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+#if __CUDA_ARCH__ >= 900  // sm_89 never loads runs
+  asm volatile("{ .reg .pred p; WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra WAIT_%=; }"
+               ::"r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+// One bulk copy global -> shared (sm_90+), its bytes counted on mbarrier bar.
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+#if __CUDA_ARCH__ >= 900  // sm_89 never loads runs
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+#endif
+}
+
+// The transpose of the warp's 8x8 b16 matrix (lane (g, t) holding row g, columns 2t, 2t+1).
+__device__ __forceinline__ u32 movmatrix_t(u32 x) {
+  u32 y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -193,6 +226,63 @@ __device__ __forceinline__ void issue_rows(u8* slot, int my_row, const u8* ckv, 
                kpe + (i64)(row < 0 ? 0 : row) * s_kpe + 16 * (lane & 3), row < 0 ? 0 : 16);
 }
 
+// Whether tile rows k and k + 1 (k = my_k) are consecutive pool rows, or past the tile's valid rows.
+__device__ __forceinline__ bool rows_follow(int row, int next_row, int k, int valid) {
+  return k + 1 >= valid || next_row == row + 1;
+}
+
+// Load a tile's page run: `valid` consecutive 576-byte pool rows from `src` into `slot` by one bulk
+// copy (thread 0, completing on mbarrier `bar`), rows valid .. TILE-1 zeroed by every thread.
+__device__ __forceinline__ void issue_run(u8* slot, const u8* src, int valid, u32 bar, int tid, int threads) {
+#if __CUDA_ARCH__ >= 900
+  if (tid == 0) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // earlier generic accesses of the slot first
+    mbar_expect_tx(bar, valid * ROW);
+    bulk_g2s(smem_addr(slot), src, valid * ROW, bar);
+  }
+  for (int e = valid * (ROW / 16) + tid; e < TILE * (ROW / 16); e += threads) ((uint4*)slot)[e] = make_uint4(0, 0, 0, 0);
+  if (valid < TILE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Phase A's dots over one channel chunk of the tile: rows g and g + 8 of the warp's 16 tokens, L bytes
+// per lane from channel c0 + L * t (L = 16: one conflict-free 128-bit load per row; 8, 4 for the
+// RoPE part). K-step s takes each lane's bytes 4s .. 4s+3; Q is read with the same channel order.
+template <int L, int NT>
+__device__ __forceinline__ void qk_chunk(const u8* rows_g, const u16* q_g, int c0, int t, float (*acc)[2][4]) {
+  u32 x[L / 4], y[L / 4];
+  const u8* p = rows_g + c0 + L * t;
+  if constexpr (L == 16) {
+    const uint4 a = *(const uint4*)p, b = *(const uint4*)(p + 8 * ROW);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w; y[0] = b.x; y[1] = b.y; y[2] = b.z; y[3] = b.w;
+  } else if constexpr (L == 8) {
+    const uint2 a = *(const uint2*)p, b = *(const uint2*)(p + 8 * ROW);
+    x[0] = a.x; x[1] = a.y; y[0] = b.x; y[1] = b.y;
+  } else {
+    x[0] = *(const u32*)p; y[0] = *(const u32*)(p + 8 * ROW);
+  }
+#pragma unroll
+  for (int s = 0; s < L / 4; ++s) {
+    u32 a0, a1, a2, a3;
+    e4m3x4_to_f16(x[s], a0, a2);
+    e4m3x4_to_f16(y[s], a1, a3);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const uint2 q = *(const uint2*)(q_g + j * 8 * QROW + c0 + L * t + 4 * s);
+      mma16816(acc[j][s & 1], a0, a1, a2, a3, q.x, q.y);
+    }
+  }
+}
+
+// V^T fragments of 8 tokens x 4 channel words: lane (g, t)'s 128-bit load of token row g (bytes
+// 16t .. 16t+15 of the warp's 64 channels) is four 8x8 b16 matrices (matrix m: word m of each lane),
+// transposed in registers; byte_perm + cvt split each into even / odd channels over token pairs.
+__device__ __forceinline__ void v_fragments(uint4 w, u32 (&ev)[4], u32 (&od)[4]) {
+  const u32 in[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int m = 0; m < 4; ++m) e4m3x4_to_f16(byte_perm(movmatrix_t(in[m]), 0x3120), ev[m], od[m]);
+}
+
 template <int NH, int STAGES, int W>
 __global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
 fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
@@ -200,17 +290,18 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
                  u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-                 int cta_merge, double scale_log2_d, double kv_scale_d) {
+                 int cta_merge, int whole_rows, double scale_log2_d, double kv_scale_d) {
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
   constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
-  constexpr int DG = 16 / W;             // phase C: 32-channel groups per warp
+  constexpr int KS = 4 / (W / 8);        // phase C: 16-token steps per warp (W = 16: two warps per channel block)
   constexpr int RPW = TILE / W;          // rows each warp gathers
   constexpr int TPH = SOFTMAX_THREADS / NH;  // softmax threads per head
   constexpr int TPT = TILE / TPH;        // tokens per softmax thread
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
-  int* idx = (int*)(smem + STAGES * TILE * ROW);  // [IR][TILE] token indices, tile j in slot j % IR
+  unsigned long long* bars = (unsigned long long*)(smem + STAGES * TILE * ROW);  // [STAGES] run-load barriers
+  int* idx = (int*)(smem + STAGES * TILE * ROW + BARS);  // [IR][TILE] token indices, tile j in slot j % IR
   u16* qs = (u16*)(idx + IR * TILE);
   float* spart = (float*)(qs + NH * QROW);      // [KQ channel parts][NH][SROW]
   u16* ps = (u16*)(spart + KQ * NH * SROW);      // P [TILE][NH] fp16
@@ -227,13 +318,37 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   const int t0 = min(tiles_all, split * per_split);
   const int nt = min(tiles_all, t0 + per_split) - t0;
   const int first = start + t0 * TILE;  // first token of this split
+#if __CUDA_ARCH__ < 900
+  whole_rows = 0;  // no bulk copies before sm_90
+#endif
+  const u32 bar0 = smem_addr(bars);
+  if (whole_rows && tid == 0)
+    for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);  // visible after the prologue's first barrier
 
   // Tile j's 64 token indices go to idx slot j % IR by cp.async (thread tid < TILE fetches one), IAHEAD
-  // tiles before its gather is issued: the gathers never wait on an index load.
+  // tiles before its load is issued: the loads never wait on an index load.
   auto fetch_indices = [&](int j) {
     if (tid < TILE && j < nt) {
       const int tok = first + j * TILE + tid;
       cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
+    }
+  };
+  // A tile is loaded one of two ways, chosen per tile (the same for every thread): when its valid rows
+  // are consecutive pool rows (a page of a paged pool) and the pool rows are whole (kpe right after
+  // ckv, 576-byte stride), one bulk copy (issue_run) completing on the slot's mbarrier; otherwise
+  // 16-byte cp.async gathers of each row (issue_rows). run_bits: slots whose pending load is a run;
+  // phase_bits: the parity each slot's barrier waits for next.
+  u32 run_bits = 0, phase_bits = 0;
+  auto load_tile = [&](int j, bool run, int row0) {
+    const int s = j % STAGES, valid = min(TILE, end - (first + j * TILE));
+    if (run) {
+      issue_run(ring + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, tid, THREADS);
+      run_bits |= 1u << s;
+    } else {
+      const int tok = first + j * TILE + RPW * warp + lane % RPW;
+      issue_rows<RPW>(ring + s * TILE * ROW, tok < end ? idx[(j % IR) * TILE + RPW * warp + lane % RPW] : -1, ckv, kpe,
+                      s_ckv, s_kpe, warp, lane);
+      run_bits &= ~(1u << s);
     }
   };
   // Ring prologue: tiles 0 .. PRE-1 in flight before anything else, one cp.async group each: with 2
@@ -243,11 +358,25 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
   constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
   const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
+  int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
-    if (s < nt)
-      issue_rows<RPW>(ring + s * TILE * ROW, pool_row(indices, first + s * TILE + my_tok, end), ckv, kpe, s_ckv, s_kpe,
-                      warp, lane);
+    const int tok = first + s * TILE + my_tok;
+    pre_row[s] = pool_row(indices, tok, end);
+    pre_next[s] = pool_row(indices, tok + 1, end);
+  }
+#pragma unroll
+  for (int s = 0; s < PRE; ++s) {
+    const int valid = min(TILE, end - (first + s * TILE)), row = pre_row[s];
+    const bool run = __syncthreads_and(whole_rows && s < nt && rows_follow(row, pre_next[s], my_tok, valid));
+    if (s < nt) {
+      if (run)
+        load_tile(s, true, __shfl_sync(0xffffffffu, row, 0));  // thread 0 issues: lane 0 of warp 0 holds row 0
+      else {
+        issue_rows<RPW>(ring + s * TILE * ROW, row, ckv, kpe, s_ckv, s_kpe, warp, lane);
+        run_bits &= ~(1u << s);
+      }
+    }
     if (s == 0) {
       for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -277,85 +406,69 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 
   const float NEG_INF = __int_as_float(0xff800000);
   float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (tid / TPH): its max, this thread's part of its sum
-  float o[2 * DG][NT][4];
+  // O^T accumulators: [matrix pair p][even / odd channels][n-tile][4]; see the epilogue for the channels
+  float o[2][2][NT][4];
 #pragma unroll
-  for (int a = 0; a < 2 * DG; ++a)
+  for (int p = 0; p < 2; ++p)
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 2; ++e)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) o[a][j][c] = 0.f;
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[p][e][j][c] = 0.f;
 
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
+  const int cb = warp % 8, ks0 = (warp / 8) * KS;  // phase C: this warp's 64-channel block and first token step
   // Tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
   for (int i = 0; i < nt; ++i) {
-    if (PRE == STAGES && i == 0)
+    const int si = i % STAGES;
+    if ((run_bits >> si) & 1) {  // a run: its barrier; the cp.async groups since tile i hold only index tiles
       cp_async_wait<STAGES - 1>();
-    else
+      mbar_wait(bar0 + 8 * si, (phase_bits >> si) & 1);
+      phase_bits ^= 1u << si;
+    } else if (PRE == STAGES && i == 0) {
+      cp_async_wait<STAGES - 1>();
+    } else {
       cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    const u8* tile = ring + (i % STAGES) * TILE * ROW;
-    if (i + STAGES - 1 >= PRE) {  // every warp is past tile i - 1: refill its slot with tile i + STAGES - 1,
-                                  // whose indices (fetched IAHEAD >= STAGES - 1 iterations ago) have landed
-      const int j = i + STAGES - 1;
-      if (j < nt) {
-        const int tok = first + j * TILE + my_tok;
-        issue_rows<RPW>(ring + (j % STAGES) * TILE * ROW, tok < end ? idx[(j % IR) * TILE + my_tok] : -1, ckv, kpe,
-                        s_ckv, s_kpe, warp, lane);
-      }
+    }
+    // Every warp is past tile i - 1: its slot takes tile j = i + STAGES - 1, whose indices (fetched
+    // IAHEAD >= STAGES - 1 iterations ago, visible since an earlier barrier) decide how it is loaded.
+    const int j = i + STAGES - 1;
+    bool follows = true;
+    if (tid < TILE && j < nt) {
+      const int* ix = idx + (j % IR) * TILE;
+      follows = rows_follow(ix[tid], tid + 1 < TILE ? ix[tid + 1] : 0, tid, min(TILE, end - (first + j * TILE)));
+    }
+    const bool run = __syncthreads_and(whole_rows && follows);
+    const u8* tile = ring + si * TILE * ROW;
+    if (i + STAGES - 1 >= PRE) {
+      if (j < nt) load_tile(j, run, idx[(j % IR) * TILE]);
       fetch_indices(j + IAHEAD);
       cp_async_commit();
     }
 
-    {  // phase A: partial logits^T of 16 tokens over one channel part (576 / KQ channels)
+    {  // phase A: partial logits^T of 16 tokens over one channel part: 64-channel blocks kq, kq + KQ, ...
+       // of the latent and a 64 / KQ-channel share of the RoPE part
       const int tg = warp & 3, kq = warp >> 2;
       float acc[NT][2][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int jn = 0; jn < NT; ++jn)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][0][c] = acc[j][1][c] = 0.f;
-      const u16* qrow = qs + g * QROW + kq * (D_ALL / KQ) + 4 * t;
-      if constexpr (KQ == 2) {  // 9 x (ldmatrix.x4: 16 tokens x 32 bytes = two k-steps)
-        const u32 a_addr = smem_addr(tile + (tg * 16 + mr + 8 * (mi & 1)) * ROW + kq * (D_ALL / KQ) + 16 * (mi >> 1));
+        for (int c = 0; c < 4; ++c) acc[jn][0][c] = acc[jn][1][c] = 0.f;
+      const u8* rows_g = tile + (tg * 16 + g) * ROW;
+      const u16* q_g = qs + g * QROW;
 #pragma unroll
-        for (int kk = 0; kk < 9; ++kk) {
-          u32 r0, r1, r2, r3, a0, a1, a2, a3, a4, a5, a6, a7;
-          ldsm_x4(a_addr + kk * 32, r0, r1, r2, r3);
-          e4m3x4_to_f16(r0, a0, a2);
-          e4m3x4_to_f16(r1, a1, a3);
-          e4m3x4_to_f16(r2, a4, a6);
-          e4m3x4_to_f16(r3, a5, a7);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const uint2 q0 = *(const uint2*)(qrow + j * 8 * QROW + kk * 32);
-            const uint2 q1 = *(const uint2*)(qrow + j * 8 * QROW + kk * 32 + 16);
-            mma16816(acc[j][0], a0, a1, a2, a3, q0.x, q0.y);
-            mma16816(acc[j][1], a4, a5, a6, a7, q1.x, q1.y);
-          }
-        }
-      } else {  // KQ == 4: 9 x (ldmatrix.x2: 16 tokens x 16 bytes = one k-step)
-        const u32 a_addr = smem_addr(tile + (tg * 16 + mr + 8 * (mi & 1)) * ROW + kq * (D_ALL / KQ));
-#pragma unroll
-        for (int kk = 0; kk < 9; ++kk) {
-          u32 r0, r1, a0, a1, a2, a3;
-          ldsm_x2(a_addr + kk * 16, r0, r1);
-          e4m3x4_to_f16(r0, a0, a2);
-          e4m3x4_to_f16(r1, a1, a3);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const uint2 q0 = *(const uint2*)(qrow + j * 8 * QROW + kk * 16);
-            mma16816(acc[j][kk & 1], a0, a1, a2, a3, q0.x, q0.y);
-          }
-        }
-      }
+      for (int blk = 0; blk < 8 / KQ; ++blk) qk_chunk<16, NT>(rows_g, q_g, 64 * (kq + KQ * blk), t, acc);
+      qk_chunk<64 / KQ / 4, NT>(rows_g, q_g, D_CKV + (64 / KQ) * kq, t, acc);
       float* sp = spart + kq * NH * SROW;
       const int ta = tg * 16 + g;
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int h = 8 * j + 2 * t;
-        sp[h * SROW + ta] = acc[j][0][0] + acc[j][1][0];
-        sp[(h + 1) * SROW + ta] = acc[j][0][1] + acc[j][1][1];
-        sp[h * SROW + ta + 8] = acc[j][0][2] + acc[j][1][2];
-        sp[(h + 1) * SROW + ta + 8] = acc[j][0][3] + acc[j][1][3];
+      for (int jn = 0; jn < NT; ++jn) {
+        const int h = 8 * jn + 2 * t;
+        sp[h * SROW + ta] = acc[jn][0][0] + acc[jn][1][0];
+        sp[(h + 1) * SROW + ta] = acc[jn][0][1] + acc[jn][1][1];
+        sp[h * SROW + ta + 8] = acc[jn][0][2] + acc[jn][1][2];
+        sp[(h + 1) * SROW + ta + 8] = acc[jn][0][3] + acc[jn][1][3];
       }
     }
     __syncthreads();
@@ -390,21 +503,24 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     }
     __syncthreads();
 
-    {  // phase C: O^T[this warp's 32 * DG channels, NH] += V^T . P^T
+    {  // phase C: O^T[this warp's 64 channels, NH] += V^T . P^T over its KS 16-token steps
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const float al0 = alpha_s[8 * j + 2 * t], al1 = alpha_s[8 * j + 2 * t + 1];
+      for (int jn = 0; jn < NT; ++jn) {
+        const float al0 = alpha_s[8 * jn + 2 * t], al1 = alpha_s[8 * jn + 2 * t + 1];
 #pragma unroll
-        for (int a = 0; a < 2 * DG; ++a) {
-          o[a][j][0] *= al0;
-          o[a][j][1] *= al1;
-          o[a][j][2] *= al0;
-          o[a][j][3] *= al1;
-        }
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            o[p][e][jn][0] *= al0;
+            o[p][e][jn][1] *= al1;
+            o[p][e][jn][2] *= al0;
+            o[p][e][jn][3] *= al1;
+          }
       }
-      const u32 v_addr = smem_addr(tile + (mr + 8 * (mi >> 1)) * ROW + 32 * DG * warp + 16 * (mi & 1));
+      const u8* v_g = tile + g * ROW + 64 * cb + 16 * t;
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
+      for (int kk = 0; kk < KS; ++kk) {
+        const int ks = ks0 + kk;
         u32 bp[NT][2];
         if constexpr (NT == 1) {
           ldsm_x2_t(smem_addr(ps + (16 * ks + mr + 8 * (mi & 1)) * NH), bp[0][0], bp[0][1]);
@@ -412,23 +528,21 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
           ldsm_x4_t(smem_addr(ps + (16 * ks + mr + 8 * (mi & 1)) * NH + 8 * (mi >> 1)), bp[0][0], bp[0][1],
                     bp[NT - 1][0], bp[NT - 1][1]);
         }
+        u32 ev0[4], od0[4], ev1[4], od1[4];  // tokens 16ks + 0..7 and 16ks + 8..15
+        v_fragments(*(const uint4*)(v_g + 16 * ks * ROW), ev0, od0);
+        v_fragments(*(const uint4*)(v_g + (16 * ks + 8) * ROW), ev1, od1);
 #pragma unroll
-        for (int dg = 0; dg < DG; ++dg) {
-          u32 r[4], ev[4], od[4];
-          ldsm_x4_t(v_addr + 16 * ks * ROW + 32 * dg, r[0], r[1], r[2], r[3]);
+        for (int p = 0; p < 2; ++p)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) e4m3x4_to_f16(byte_perm(r[q], 0x3120), ev[q], od[q]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            mma16816(o[2 * dg][j], ev[0], ev[1], ev[2], ev[3], bp[j][0], bp[j][1]);
-            mma16816(o[2 * dg + 1][j], od[0], od[1], od[2], od[3], bp[j][0], bp[j][1]);
+          for (int jn = 0; jn < NT; ++jn) {
+            mma16816(o[p][0][jn], ev0[2 * p], ev0[2 * p + 1], ev1[2 * p], ev1[2 * p + 1], bp[jn][0], bp[jn][1]);
+            mma16816(o[p][1][jn], od0[2 * p], od0[2 * p + 1], od1[2 * p], od1[2 * p + 1], bp[jn][0], bp[jn][1]);
           }
-        }
       }
     }
   }
 
-  {  // epilogue: normalize and store
+  {  // epilogue: the softmax sums; with 16 warps the second token half's O^T is added to the first's
 #pragma unroll
     for (int off = TPH / 2; off; off >>= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, off);
     if (tid < SOFTMAX_THREADS && tid % TPH == 0) {
@@ -436,24 +550,52 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       ml_s[NH + tid / TPH] = l_run;
     }
   }
-  __syncthreads();
-  const bool direct = num_splits == 1;
+  if constexpr (W == 16) {
+    float* red = (float*)ring;  // every tile is consumed: the ring is free
+    __syncthreads();
+    if (warp >= 8) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + warp - 8) * 32 + lane] = o[p][e][jn][c];
+    }
+    __syncthreads();
+    if (warp < 8) {
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) o[p][e][jn][c] += red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + warp) * 32 + lane];
+    }
+  } else {
+    __syncthreads();
+  }
+  const bool direct = num_splits == 1;
+  // Lane (g, t)'s accumulator o[p][e][jn][c + 2r] is head 8jn + 2t + c, channel
+  // 64cb + 16(g / 2) + 4(2p + r) + 2(g % 2) + e (movmatrix_t and v_fragments' channel order).
+#pragma unroll
+  for (int jn = 0; jn < NT; ++jn) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int hh = 8 * j + 2 * t + c, head = h0 + hh;
-      if (head >= num_heads) continue;
+      const int hh = 8 * jn + 2 * t + c, head = h0 + hh;
+      if (head >= num_heads || warp >= 8) continue;  // 16 warps: the first 8 hold the sums
       const float l = ml_s[NH + hh], m = ml_s[hh];
       const bool empty = m == NEG_INF;
       const float inv = empty ? 0.f : (direct ? kv_scale : 1.f) / l;  // partials: kv_scale is the merge's
       const float lse2 = empty ? NEG_INF : m + lg2(l);
 #pragma unroll
-      for (int dg = 0; dg < DG; ++dg) {
+      for (int p = 0; p < 2; ++p) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int d = 32 * DG * warp + 32 * dg + 2 * g + 16 * half;
-          const float ve = o[2 * dg][j][c + 2 * half] * inv, vo = o[2 * dg + 1][j][c + 2 * half] * inv;
+        for (int r = 0; r < 2; ++r) {
+          const int d = 64 * cb + 16 * (g >> 1) + 4 * (2 * p + r) + 2 * (g & 1);
+          const float ve = o[p][0][jn][c + 2 * r] * inv, vo = o[p][1][jn][c + 2 * r] * inv;
           if (direct) {
             *(u32*)(out + (i64)b * so_b + (i64)head * so_h + d) = f32x2_to_bf16x2(ve, vo);
           } else {

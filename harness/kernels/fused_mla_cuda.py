@@ -21,7 +21,7 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
-TILE, ROW, QROW, SROW, IR = 64, 592, 592, 68, 16  # as #defined in the .cu file
+TILE, ROW, QROW, SROW, IR, BARS = 64, 576, 580, 68, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
@@ -37,9 +37,9 @@ def heads_per_cta(num_heads: int) -> int:
 
 
 def smem_bytes(nh: int, stages: int, warps: int) -> int:
-    """Dynamic shared memory of one CTA: the KV ring, the index ring, Q (fp16), partial logits, P,
-    softmax state."""
-    return stages * TILE * ROW + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
+    """Dynamic shared memory of one CTA: the KV ring and its barriers, the index ring, Q (fp16),
+    partial logits, P, softmax state."""
+    return stages * TILE * ROW + BARS + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
 
 
 def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
@@ -148,6 +148,12 @@ def _launch_dependent(kernel, grid: tuple[int, int, int], block: int, args: list
         raise RuntimeError(f"cuLaunchKernelEx of fused_mla_merge failed with CUDA error {err}")
 
 
+def whole_rows(ckv2, kpe2) -> bool:
+    """Whether ckv2 / kpe2 are the two parts of one buffer of 576-byte rows (kpe right after ckv), so
+    that a run of consecutive pool rows is one contiguous block the kernel can bulk-copy."""
+    return ckv2.stride(0) == kpe2.stride(0) == ROW and kpe2.data_ptr() == ckv2.data_ptr() + D_CKV
+
+
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
            scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, cta_merge: bool) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
@@ -170,7 +176,7 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
            args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                  q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
                  out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, int(cta_merge),
-                 float(scale_log2), float(kv_scale)])
+                 int(whole_rows(ckv2, kpe2)), float(scale_log2), float(kv_scale)])
     if num_splits > 1 and not cta_merge:
         merge(part_out, part_lse, out, lse, kv_scale)
 

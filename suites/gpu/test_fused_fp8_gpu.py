@@ -173,11 +173,19 @@ def test_page_size_64_pool_rows():
 
 
 @pytest.mark.parametrize("config_fields", [dict(num_splits=4, num_stages=5, pv_fp16=True, contig=True),
-                                           dict(num_splits=1, num_stages=5, pv_fp16=True, dv_split=2, contig=True)])
+                                           dict(num_splits=1, num_stages=5, pv_fp16=True, dv_split=2, contig=True),
+                                           *[dict(block_n=64, pv_fp16=True, cuda=True, **f) for f in
+                                             (dict(num_splits=4, num_warps=8, num_stages=2),
+                                              dict(num_splits=3, num_warps=8, num_stages=3, pdl_merge=True),
+                                              dict(num_splits=1, num_warps=16, num_stages=4),
+                                              dict(num_splits=2, num_warps=16, num_stages=2))]])
 def test_paged_indices_contiguous_runs(config_fields):
-    """Page-contiguous indices (the contiguous-run load taken) and the same rows with one index per
-    run replaced (the gather taken), against the float64 reference."""
-    from harness.kernels.fused_mla_decode import Config
+    """Page-contiguous indices (the contiguous-run load taken: Triton's contig tiles, the CUDA kernel's
+    bulk copy of a page), the same rows with one index per run replaced by another request's row
+    (runs and gathers mixed), and for the CUDA kernel the pages with ckv / kpe in separate buffers
+    (gathers only), against the float64 reference. Each request's last page is NaN past its tokens:
+    a run load copies only the valid rows and zeroes the rest, else P = 0 times NaN poisons the output."""
+    from harness.kernels.fused_mla_decode import Config, fused_mla_decode
 
     page, lens = 64, [4099, 1, 200, 64, 31]
     q_nope, q_pe, pool, indptr, _ = problem(lens, 8, rows=page * 160, seed=7)
@@ -187,13 +195,18 @@ def test_paged_indices_contiguous_runs(config_fields):
     for n in lens:
         need = -(-n // page)
         mine, pages = pages[:need], pages[need:]
-        rows.append(((torch.tensor(mine) * page)[:, None] + torch.arange(page)).reshape(-1)[:n])
+        run = ((torch.tensor(mine) * page)[:, None] + torch.arange(page)).reshape(-1)
+        pool[run[n:].cuda()] = 0x7F  # the last page's unused rows: NaN
+        rows.append(run[:n])
     paged = torch.cat(rows).to(torch.int32)
     holed = paged.clone()
-    holed[3::37] = (holed[3::37] + 5 * page) % (page * 160)
-    for indices in (paged, holed):
+    holed[3::37] = paged.roll(1000)[3::37]
+    config = Config(**config_fields)
+    split_parts = (pool[..., :512].clone(), pool[..., 512:].clone())
+    for indices, parts in ((paged, None), (holed, None), *([(paged, split_parts)] if config.cuda else [])):
         ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices)
-        out, lse = run_kernel(q_nope, q_pe, pool, indptr, indices.cuda(), Config(**config_fields))
+        ckv, kpe = parts or (pool[..., :512], pool[..., 512:])
+        out, lse = fused_mla_decode(q_nope, q_pe, ckv, kpe, indptr, indices.cuda(), SM_SCALE, config)
         assert norm_rel(out.cpu(), ref_out) < 3e-3
         assert float((lse.cpu().double() - ref_lse).abs().max()) < 1e-3
 
