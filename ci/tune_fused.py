@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.control import measure_control  # noqa: E402
+from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
 from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, load_table  # noqa: E402
 from harness.presets import get_preset  # noqa: E402
@@ -61,7 +62,7 @@ TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
 TOKM_SPLITS = (1, 2, 4, 8)
 # --search cuda: the CUDA kernel (Config.cuda: 64-token tiles) over (ring depth, warps) and the
 # splits that keep every CTA in one wave: one CTA per SM, two for the 2-stage 8-warp ring; a split
-# launch with either merge (the last CTA of each request, or Config.pdl_merge).
+# launch with each merge (the last CTA of each request, Config.pdl_merge, Config.cluster_merge).
 CUDA_TILES = ((2, 8), (3, 8), (4, 8), (3, 16), (4, 16))
 CUDA_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -91,8 +92,11 @@ def cuda_candidates(batch: int, kv_len: int, sm_count: int):
         per_sm = 2 if (stages, warps) == (2, 8) else 1
         if splits > 1 and (batch * splits > per_sm * sm_count or kv_len < 64 * splits):
             continue
-        for pdl_merge in (False, True) if splits > 1 else (False,):
-            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, pdl_merge=pdl_merge)
+        merges = [(False, False)]
+        if splits > 1:
+            merges += [(True, False)] + ([(False, True)] if splits in CLUSTER_SPLITS else [])
+        for pdl_merge, cluster_merge in merges:
+            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, pdl_merge=pdl_merge, cluster_merge=cluster_merge)
 
 
 def search_space(search: str, batch: int, kv_len: int, sm_count: int) -> list[Config]:
@@ -192,7 +196,7 @@ def write_table(path: Path, entries: list[dict], env: str) -> None:
                   f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
                   f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
                   f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
-                  f"pdl_merge = {str(c['pdl_merge']).lower()}",
+                  f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
                   f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
     path.write_text("\n".join(lines))
 

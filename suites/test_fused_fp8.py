@@ -265,9 +265,9 @@ def test_tuning_table_and_default(tmp_path):
 
 
 def test_cuda_kernel_config_and_table(tmp_path):
-    """Config.cuda (the CUDA kernel): its fields are checked (pdl_merge only with cuda), the table
-    reads them, choose() falls back where it cannot run (no cuda_smem) or its ring does not fit
-    (sm_120), keeping the merge, and it refuses the CPU."""
+    """Config.cuda (the CUDA kernel): its fields are checked (pdl_merge and cluster_merge only with
+    cuda), the table reads them, choose() falls back where it cannot run (no cuda_smem), its ring does
+    not fit (sm_120), keeping the merge, or clusters are missing (the CTA merge), and it refuses the CPU."""
     from harness.kernels import fused_mla_cuda, fused_tuning
     from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
 
@@ -275,6 +275,12 @@ def test_cuda_kernel_config_and_table(tmp_path):
     Config(4, 64, 16, 2, pv_fp16=True, cuda=True, pdl_merge=True)
     with pytest.raises(ValueError, match="pdl_merge"):
         Config(4, 64, 8, 2, pv_fp16=True, pdl_merge=True)
+    # cluster_merge: CUDA only, one portable cluster of 2, 4 or 8 splits, not with pdl_merge
+    assert Config(8, 64, 8, 2, pv_fp16=True, cuda=True, cluster_merge=True).merge_by == "cluster"
+    for bad in (dict(num_splits=3), dict(num_splits=16), dict(pdl_merge=True), dict(cuda=False, num_stages=2)):
+        with pytest.raises(ValueError, match="cluster_merge"):
+            Config(**(dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True,
+                           cluster_merge=True) | bad))
     for bad in (dict(block_n=32), dict(num_warps=4), dict(pv_fp16=False), dict(num_stages=6), dict(reload_v=True),
                 dict(dv_split=2), dict(tokens_m=True)):
         fields = dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True) | bad
@@ -290,6 +296,13 @@ def test_cuda_kernel_config_and_table(tmp_path):
     h200, sm120 = 232448, 101376  # shared memory per block (opt-in)
     assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_smem=h200) == table[(32, 4096)]
     assert fused_tuning.choose(32, 4096, 8, 132, table=table) == fused_tuning.default_config(32, 4096, 8, 132)
+    # a cluster entry round-trips through the table; without clusters (sm_89) its splits get the CTA merge
+    clustered = tmp_path / "cluster.toml"
+    clustered.write_text(path.read_text().replace("cuda = true\n\n", "cuda = true\ncluster_merge = true\n\n", 1))
+    cluster_table = fused_tuning.load_table(clustered)
+    assert cluster_table[(32, 4096)] == Config(8, 64, 8, 2, pv_fp16=True, cuda=True, cluster_merge=True)
+    assert fused_tuning.choose(32, 4096, 8, 132, table=cluster_table, cuda_smem=h200) == cluster_table[(32, 4096)]
+    assert fused_tuning.choose(32, 4096, 8, 132, table=cluster_table, cuda_smem=h200, clusters=False) == table[(32, 4096)]
     deep = {(32, 4096): Config(8, 64, 16, 4, pv_fp16=True, cuda=True, pdl_merge=True)}
     assert fused_tuning.choose(32, 4096, 8, 132, table=deep, cuda_smem=h200) == deep[(32, 4096)]
     # sm_120: the 4-stage ring does not fit 99 KB; 8 heads fall back to the 2-stage 8-warp ring, 16 to Triton

@@ -2,29 +2,32 @@
 // NVRTC (harness/kernels/fused_mla_cuda.py), no headers needed. W warps per CTA (8 or 16).
 //
 // CTA (split, request b, head group) walks its share of b's token-level kv_indices in 64-token
-// tiles. Each tile's 64 pool rows (576 e4m3 bytes: 512 latent + 64 RoPE) are gathered with
-// 16-byte cp.async into a STAGES-deep shared-memory ring (rows padded to 592 bytes: ldmatrix
-// reads them without bank conflicts), so up to STAGES - 1 tiles are in flight while one is used.
-// The e4m3 bytes go from shared memory to registers with ldmatrix and are converted there
+// tiles through a STAGES-deep shared-memory ring (rows of 576 e4m3 bytes: 512 latent + 64 RoPE,
+// unpadded), up to STAGES - 1 tiles in flight while one is used. A tile whose valid rows are one
+// run of consecutive pool rows (a page of a paged pool, checked per tile on its indices) is loaded
+// by one bulk copy completing on the slot's mbarrier (sm_90+), rows past the request zeroed; any
+// other tile by 16-byte cp.async gathers of each row. The e4m3 bytes are converted in registers
 // (cvt.rn.f16x2.e4m3x2: exact, NaN codes stay NaN); the dots are fp16 mma.sync m16n8k16 with
 // fp32 accumulation, tokens or latent channels as the M and the heads (8 per n-tile) as the N:
 //   phase A  logits^T[64 tok, NH] = K[64, 576] . Q^T: warp w takes 16 tokens and 1 / (W / 4) of
-//            the 576 channels; the parts meet in shared memory. The k order inside each
-//            16-channel step is permuted the same way for K and Q (ldmatrix hands a lane 4
-//            consecutive bytes), which leaves the dot unchanged.
+//            the channels (64-channel blocks and a share of the RoPE part); the parts meet in
+//            shared memory. A lane's 128-bit load of a row (rows 576 bytes apart: conflict-free)
+//            feeds four k-steps; the k order inside each 16-channel step is permuted the same way
+//            for K and Q, which leaves the dot unchanged.
 //   phase B  online softmax in fp32 (base 2) on the first 256 threads, P rounded to fp16 into
 //            shared memory; each thread keeps its share of the running sum (added up at the end).
-//   phase C  O^T[512, NH] += V^T . P^T: warp w owns 512 / W latent channels; V^T comes
-//            from ldmatrix.trans of 8 tokens x 8 byte pairs and one byte permute per register,
-//            which splits the even and odd channels into two M-tiles.
+//   phase C  O^T[512, NH] += V^T . P^T: warp w owns a 64-channel block (two warps split its
+//            tokens when W = 16); V^T comes from 128-bit row loads transposed by movmatrix, one
+//            byte permute per register splitting even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).
-// Output: with one split the final bf16 out and natural-log LSE. Otherwise each split writes its
-// normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), merged into out
-// and LSE in one of two ways (the tuning table picks): cta_merge: the last split of a (request,
-// head group) to arrive (an atomic counter in arrivals, re-armed to 0 by that CTA) merges them,
-// overlapped with other requests' splits; otherwise fused_mla_merge, launched right after as a
-// programmatic dependent launch on sm_90+ (resident early, it waits for this grid): cheaper at
-// many splits per request.
+// Output: with one split the final bf16 out and natural-log LSE. Otherwise the splits are merged
+// one of three ways (merge_mode; the tuning table picks): MERGE_CTA: each split writes its
+// normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), and the last split
+// of a (request, head group) to arrive (an atomic counter in arrivals, re-armed to 0 by that CTA)
+// merges them, overlapped with other requests' splits; MERGE_KERNEL: the same partials, merged by
+// fused_mla_merge, launched right after as a programmatic dependent launch on sm_90+ (resident
+// early, it waits for this grid); MERGE_CLUSTER (sm_90+): the request's splits are one
+// thread-block cluster and merge their fp32 outputs through distributed shared memory.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -40,6 +43,9 @@ typedef long long i64;
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
 #define IR 16      // kv_indices ring: tiles of token indices in shared memory
 #define BARS 64    // bytes for the ring's mbarriers (8 each, STAGES <= 5; keeps what follows 16-byte aligned)
+#define MERGE_KERNEL 0   // merge_mode: fused_mla_merge merges the splits' partials (launched after)
+#define MERGE_CTA 1      // the last CTA of each request merges them
+#define MERGE_CLUSTER 2  // the request's CTAs, one thread-block cluster, merge in distributed shared memory
 #define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -90,6 +96,36 @@ __device__ __forceinline__ u32 movmatrix_t(u32 x) {
   u32 y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
   return y;
+}
+
+// Thread-block clusters (sm_90+): this CTA's rank, a barrier over the cluster (release / acquire),
+// the address of shared variable `a` in the CTA of rank `rank`, and loads from there.
+__device__ __forceinline__ int cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return (int)r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ u32 mapa(u32 a, int rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+
+__device__ __forceinline__ float ld_dsmem(u32 a) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float4 ld_dsmem4(u32 a) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -290,7 +326,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
                  u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-                 int cta_merge, int whole_rows, double scale_log2_d, double kv_scale_d) {
+                 int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
   constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
@@ -578,6 +614,58 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     __syncthreads();
   }
   const bool direct = num_splits == 1;
+#if __CUDA_ARCH__ >= 900
+  if (!direct && merge_mode == MERGE_CLUSTER) {
+    // Cluster merge: the num_splits CTAs of (request, head group) are one thread-block cluster. Each
+    // puts its unnormalized O (fp32, in the ring: every tile is consumed) beside its softmax state
+    // (ml_s), and after a cluster barrier CTA r merges channels [r, r + 1) * 512 / num_splits of
+    // every head from all of them through distributed shared memory; a second barrier keeps each
+    // CTA's shared memory alive until the others have read it. Nothing goes through global memory.
+    float* xo = (float*)ring;  // [NH][D_CKV]
+    if (W == 8 || warp < 8) {
+#pragma unroll
+      for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int d = 64 * cb + 16 * (g >> 1) + 4 * (2 * p + r) + 2 * (g & 1);
+              *(float2*)(xo + (8 * jn + 2 * t + c) * D_CKV + d) = make_float2(o[p][0][jn][c + 2 * r], o[p][1][jn][c + 2 * r]);
+            }
+    }
+    cluster_sync();
+    const int cw = D_CKV / num_splits, rank = cluster_ctarank();  // channels per CTA; rank == split
+    const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
+    for (int e = tid; e < NH * cw / 4; e += THREADS) {
+      const int hh = e / (cw / 4), d = rank * cw + 4 * (e % (cw / 4)), head = h0 + hh;
+      float m = NEG_INF;
+      for (int k = 0; k < num_splits; ++k) m = fmaxf(m, ld_dsmem(mapa(ml_a + 4 * hh, k)));
+      float l = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (m != NEG_INF) {
+        for (int k = 0; k < num_splits; ++k) {
+          const float w = ex2(ld_dsmem(mapa(ml_a + 4 * hh, k)) - m);
+          const float4 v = ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k));
+          l += w * ld_dsmem(mapa(ml_a + 4 * (NH + hh), k));
+          acc.x += w * v.x;
+          acc.y += w * v.y;
+          acc.z += w * v.z;
+          acc.w += w * v.w;
+        }
+      }
+      if (head < num_heads) {
+        const float inv = m == NEG_INF ? 0.f : kv_scale / l;
+        *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d) =
+            make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
+        if (d == 0) lse[(i64)b * sl_b + head] = m == NEG_INF ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
+      }
+    }
+    cluster_sync();
+    return;
+  }
+#endif
   // Lane (g, t)'s accumulator o[p][e][jn][c + 2r] is head 8jn + 2t + c, channel
   // 64cb + 16(g / 2) + 4(2p + r) + 2(g % 2) + e (movmatrix_t and v_fragments' channel order).
 #pragma unroll
@@ -612,7 +700,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
     }
   }
-  if (direct || !cta_merge) return;  // one split, or fused_mla_merge merges
+  if (direct || merge_mode != MERGE_CTA) return;  // one split, or fused_mla_merge merges
 
   // CTA merge: the last split of (request, head group) to finish merges all of them, then re-arms
   // the arrival counter for the next launch.

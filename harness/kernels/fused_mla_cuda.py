@@ -26,9 +26,12 @@ WARPS = (8, 16)
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
 MIN_ARCH = (8, 9)
-PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch)
+PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch), thread-block clusters
 MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
+_CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+MERGES = ("kernel", "cta", "cluster")  # the .cu file's merge_mode values 0, 1, 2
+CLUSTER_SPLITS = (2, 4, 8)  # a cluster merge: portable cluster sizes that divide the 512 channels
 
 
 def heads_per_cta(num_heads: int) -> int:
@@ -130,22 +133,23 @@ class _LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
-def _launch_dependent(kernel, grid: tuple[int, int, int], block: int, args: list) -> None:
-    """cuLaunchKernelEx of `kernel` on the current stream as a programmatic dependent launch of the
-    kernel before it (that one's griddepcontrol.launch_dependents lets it start; its own
-    griddepcontrol.wait waits for that kernel's writes). args: tensors, ints and floats (double)."""
+def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, args: list, attribute: int,
+               values: tuple[int, ...]) -> None:
+    """cuLaunchKernelEx of `kernel` on the current stream with one launch attribute (`values`: its
+    leading ints). args: tensors, ints and floats (double)."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
-              ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
-    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-    attr = _LaunchAttribute(id=_PDL_ATTRIBUTE)
-    attr.value[0] = 1
-    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=0,
+    params_values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
+                     ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
+    params = (ctypes.c_void_p * len(params_values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in params_values])
+    attr = _LaunchAttribute(id=attribute)
+    for i, v in enumerate(values):
+        attr.value[i] = v
+    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=shared_mem,
                            stream=torch.cuda.current_stream().cuda_stream, attrs=ctypes.pointer(attr), num_attrs=1)
     err = _get_gpu_runtime_library().cuLaunchKernelEx(ctypes.byref(config), kernel.func, params, None)
     if err:
-        raise RuntimeError(f"cuLaunchKernelEx of fused_mla_merge failed with CUDA error {err}")
+        raise RuntimeError(f"cuLaunchKernelEx (launch attribute {attribute}) failed with CUDA error {err}")
 
 
 def whole_rows(ckv2, kpe2) -> bool:
@@ -155,11 +159,13 @@ def whole_rows(ckv2, kpe2) -> bool:
 
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, cta_merge: bool) -> None:
+           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, merge_by: str) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
-    one split, its last CTA per request merges them when cta_merge (counting in `arrivals`:
-    `arrival_slots` zeros, left at zero), else `merge` does. Other arguments as in
-    harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
+    one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
+    (counting in `arrivals`: `arrival_slots` zeros, left at zero), "cluster" the request's CTAs as
+    one thread-block cluster (sm_90+, num_splits in CLUSTER_SPLITS), "kernel" `merge` after it.
+    Other arguments as in harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as
+    2-D views)."""
     batch, heads, _ = q_nope.shape
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
         if t.data_ptr() % 8 or t.stride(0) % 4 or t.stride(1) % 4:
@@ -169,15 +175,24 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
             raise ValueError(f"{name}: the CUDA kernel gathers 16-byte chunks (16-byte aligned rows)")
     if ckv2.shape[1] != D_CKV or kpe2.shape[1] != D_KPE:
         raise ValueError(f"the CUDA kernel is built for {D_CKV} + {D_KPE} channels, got {ckv2.shape[1]} + {kpe2.shape[1]}")
+    cluster = merge_by == "cluster" and num_splits > 1
+    if cluster and num_splits not in CLUSTER_SPLITS:
+        raise ValueError(f"a cluster merge takes {CLUSTER_SPLITS} splits, got {num_splits}")
     nh = heads_per_cta(heads)
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
+    if cluster and torch.cuda.get_device_capability(device_index) < PDL_ARCH:
+        raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
     kernel = _kernel(nh, stages, warps, device_index)
-    kernel(grid=(num_splits, batch, -(-heads // nh)), block=(32 * warps, 1, 1), shared_mem=smem_bytes(nh, stages, warps),
-           args=[q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-                 q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
-                 out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, int(cta_merge),
-                 int(whole_rows(ckv2, kpe2)), float(scale_log2), float(kv_scale)])
-    if num_splits > 1 and not cta_merge:
+    grid, block, smem = (num_splits, batch, -(-heads // nh)), 32 * warps, smem_bytes(nh, stages, warps)
+    args = [q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
+            out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, MERGES.index(merge_by),
+            int(whole_rows(ckv2, kpe2)), float(scale_log2), float(kv_scale)]
+    if cluster:
+        _launch_ex(kernel, grid, block, smem, args, _CLUSTER_ATTRIBUTE, (num_splits, 1, 1))
+    else:
+        kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=args)
+    if num_splits > 1 and merge_by == "kernel":
         merge(part_out, part_lse, out, lse, kv_scale)
 
 
@@ -190,6 +205,6 @@ def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:
     kernel, dependent = _merge_kernel(device_index)
     args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(kv_scale)]
     if dependent:
-        _launch_dependent(kernel, (batch, heads, 1), D_CKV // 4, args)
+        _launch_ex(kernel, (batch, heads, 1), D_CKV // 4, 0, args, _PDL_ATTRIBUTE, (1,))
     else:
         kernel(grid=(batch, heads, 1), block=(D_CKV // 4, 1, 1), args=args)

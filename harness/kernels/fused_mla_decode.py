@@ -71,9 +71,12 @@ class Config:
     # cuda: the CUDA kernel (harness/kernels/fused_mla_cuda.cu): 64-token tiles, 8 or 16 warps,
     # fp16 P.V, a num_stages-deep shared-memory ring of cp.async gathers; needs sm_89+ and a CUDA
     # torch. Its splits are merged by the last CTA of each request, or with pdl_merge by a second
-    # kernel, a programmatic dependent launch on sm_90+ (cheaper at many splits per request).
+    # kernel, a programmatic dependent launch on sm_90+ (cheaper at many splits per request), or with
+    # cluster_merge (sm_90+, 2, 4 or 8 splits) by the request's CTAs as one thread-block cluster,
+    # through distributed shared memory (no partials in global memory, no second kernel).
     cuda: bool = False
     pdl_merge: bool = False
+    cluster_merge: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -89,8 +92,17 @@ class Config:
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
-        if self.pdl_merge and not self.cuda:
-            raise ValueError(f"pdl_merge is a CUDA kernel option: {self}")
+        if (self.pdl_merge or self.cluster_merge) and not self.cuda:
+            raise ValueError(f"pdl_merge and cluster_merge are CUDA kernel options: {self}")
+        if self.pdl_merge and self.cluster_merge:
+            raise ValueError(f"pdl_merge and cluster_merge are two ways of merging the splits: pick one: {self}")
+        if self.cluster_merge and self.num_splits not in fused_mla_cuda.CLUSTER_SPLITS:
+            raise ValueError(f"cluster_merge takes {fused_mla_cuda.CLUSTER_SPLITS} splits (one cluster of them): {self}")
+
+    @property
+    def merge_by(self) -> str:
+        """Who merges a CUDA launch's splits (harness.kernels.fused_mla_cuda.MERGES)."""
+        return "cluster" if self.cluster_merge else "kernel" if self.pdl_merge else "cta"
 
     @property
     def split_kernel(self) -> bool:
@@ -524,11 +536,11 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if config.cuda:
         if INTERPRETED or dev.type != "cuda":
             raise ValueError(f"{config}: the CUDA kernel runs on a CUDA device only (not under TRITON_INTERPRET=1)")
-        if splits > 1 and not config.pdl_merge and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
+        if splits > 1 and config.merge_by == "cta" and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
-                              config.num_warps, cta_merge=not config.pdl_merge)
+                              config.num_warps, config.merge_by)
         return out, lse
     if config.tokens_m:
         if d_ckv % 64:

@@ -56,7 +56,7 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
                             bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),
                             int(entry.get("dv_split", 1)), int(entry.get("qk_chunk", 0)), bool(entry.get("contig", False)),
                             bool(entry.get("tokens_m", False)), bool(entry.get("cuda", False)),
-                            bool(entry.get("pdl_merge", False)))
+                            bool(entry.get("pdl_merge", False)), bool(entry.get("cluster_merge", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
         if key != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1:
@@ -65,12 +65,16 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
     return table
 
 
-def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_smem: int = 0) -> Config:
+def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_smem: int = 0,
+           clusters: bool = True) -> Config:
     """The table's Config for this shape's bucket, else the default heuristic. An entry of the CUDA
     kernel needs `cuda_smem` (the device's shared memory per block; 0 where the kernel cannot run):
-    where its ring does not fit, the 2-stage 8-warp ring with the same splits, else the default."""
+    where its ring does not fit, the 2-stage 8-warp ring with the same splits, else the default;
+    a cluster merge needs `clusters` (sm_90+), else its splits are merged by their last CTA."""
     table = load_table() if table is None else table
     found = table.get((bucket(batch), bucket(max_len)))
+    if found is not None and found.cluster_merge and not clusters:
+        found = dataclasses.replace(found, cluster_merge=False)
     if found is not None and found.cuda:
         if not cuda_smem:
             found = None

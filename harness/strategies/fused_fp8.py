@@ -46,6 +46,13 @@ def _cuda_kernel_smem(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
+def _clusters(device: torch.device) -> bool:
+    """Whether the CUDA kernel may merge splits in a thread-block cluster here (sm_90+)."""
+    from harness.kernels.fused_mla_cuda import PDL_ARCH
+
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= PDL_ARCH
+
+
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
@@ -75,7 +82,7 @@ class FusedFP8(Strategy):
         lens = problem.kv_lens
         max_len = int(lens.max()) if lens.numel() else 0
         config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device),
-                                     cuda_smem=_cuda_kernel_smem(self.device))
+                                     cuda_smem=_cuda_kernel_smem(self.device), clusters=_clusters(self.device))
         capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
         indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
         plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,

@@ -102,7 +102,9 @@ def tokens_m_configs(*which):
 CUDA_FIELDS = [dict(num_splits=1, num_warps=8, num_stages=4), dict(num_splits=3, num_warps=8, num_stages=2),
                dict(num_splits=5, num_warps=16, num_stages=4), dict(num_splits=64, num_warps=16, num_stages=3),
                dict(num_splits=8, num_warps=8, num_stages=5), dict(num_splits=3, num_warps=8, num_stages=2, pdl_merge=True),
-               dict(num_splits=64, num_warps=16, num_stages=3, pdl_merge=True)]
+               dict(num_splits=64, num_warps=16, num_stages=3, pdl_merge=True),
+               dict(num_splits=8, num_warps=8, num_stages=2, cluster_merge=True),
+               dict(num_splits=2, num_warps=16, num_stages=4, cluster_merge=True)]
 
 
 def cuda_configs(*which):
@@ -178,7 +180,8 @@ def test_page_size_64_pool_rows():
                                              (dict(num_splits=4, num_warps=8, num_stages=2),
                                               dict(num_splits=3, num_warps=8, num_stages=3, pdl_merge=True),
                                               dict(num_splits=1, num_warps=16, num_stages=4),
-                                              dict(num_splits=2, num_warps=16, num_stages=2))]])
+                                              dict(num_splits=2, num_warps=16, num_stages=2),
+                                              dict(num_splits=4, num_warps=8, num_stages=2, cluster_merge=True))]])
 def test_paged_indices_contiguous_runs(config_fields):
     """Page-contiguous indices (the contiguous-run load taken: Triton's contig tiles, the CUDA kernel's
     bulk copy of a page), the same rows with one index per run replaced by another request's row
