@@ -1,9 +1,11 @@
 """The CUDA fused FP8 MLA decode (fused_mla_cuda.cu), compiled at run time by NVRTC.
 
 `fused_mla_decode` computes the splits' partial outputs (or, with one split, the final ones); it
-streams 64-token tiles through a `stages`-deep shared-memory ring of cp.async gathers, see the .cu
-file for the data flow. The splits are merged either by the last CTA of each request (given
-arrival counters) or by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
+streams 64-token tiles through a `stages`-deep shared-memory ring, a tile whose rows are one run
+of consecutive pool rows (a page) by one bulk copy, any other by cp.async row gathers; see the .cu
+file for the data flow. The splits are merged (MERGES) by the last CTA of each request (given
+arrival counters), inside a thread-block cluster of the request's CTAs through distributed shared
+memory (sm_90+), or by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
 (cuLaunchKernelEx) whose CTAs are resident before the first kernel drains and only wait for its
 writes. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
 any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`); torch's NVRTC wrapper
