@@ -133,15 +133,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-
 __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -373,17 +364,17 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // are consecutive pool rows (a page of a paged pool) and the pool rows are whole (kpe right after
   // ckv, 576-byte stride), one bulk copy (issue_run) completing on the slot's mbarrier; otherwise
   // 16-byte cp.async gathers of each row (issue_rows). run_bits: slots whose pending load is a run;
-  // phase_bits: the parity each slot's barrier waits for next.
+  // phase_bits: the parity each slot's barrier waits for next. row0: the tile's first pool row (used
+  // by thread 0), my_row: the pool row of this lane's tile row my_tok (-1 past the end).
   u32 run_bits = 0, phase_bits = 0;
-  auto load_tile = [&](int j, bool run, int row0) {
+  const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
+  auto load_tile = [&](int j, bool run, int row0, int my_row) {
     const int s = j % STAGES, valid = min(TILE, end - (first + j * TILE));
     if (run) {
       issue_run(ring + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, tid, THREADS);
       run_bits |= 1u << s;
     } else {
-      const int tok = first + j * TILE + RPW * warp + lane % RPW;
-      issue_rows<RPW>(ring + s * TILE * ROW, tok < end ? idx[(j % IR) * TILE + RPW * warp + lane % RPW] : -1, ckv, kpe,
-                      s_ckv, s_kpe, warp, lane);
+      issue_rows<RPW>(ring + s * TILE * ROW, my_row, ckv, kpe, s_ckv, s_kpe, warp, lane);
       run_bits &= ~(1u << s);
     }
   };
@@ -393,7 +384,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD and Q (bf16, 4 channels
   // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
   constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
-  const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
   int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
@@ -405,14 +395,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   for (int s = 0; s < PRE; ++s) {
     const int valid = min(TILE, end - (first + s * TILE)), row = pre_row[s];
     const bool run = __syncthreads_and(whole_rows && s < nt && rows_follow(row, pre_next[s], my_tok, valid));
-    if (s < nt) {
-      if (run)
-        load_tile(s, true, __shfl_sync(0xffffffffu, row, 0));  // thread 0 issues: lane 0 of warp 0 holds row 0
-      else {
-        issue_rows<RPW>(ring + s * TILE * ROW, row, ckv, kpe, s_ckv, s_kpe, warp, lane);
-        run_bits &= ~(1u << s);
-      }
-    }
+    if (s < nt) load_tile(s, run, __shfl_sync(0xffffffffu, row, 0), row);  // lane 0 of warp 0 holds row 0
     if (s == 0) {
       for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -478,7 +461,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     const bool run = __syncthreads_and(whole_rows && follows);
     const u8* tile = ring + si * TILE * ROW;
     if (i + STAGES - 1 >= PRE) {
-      if (j < nt) load_tile(j, run, idx[(j % IR) * TILE]);
+      if (j < nt) {
+        const int* ix = idx + (j % IR) * TILE;
+        load_tile(j, run, ix[0], first + j * TILE + my_tok < end ? ix[my_tok] : -1);
+      }
       fetch_indices(j + IAHEAD);
       cp_async_commit();
     }
