@@ -22,13 +22,18 @@ import inspect
 import os
 
 CHILD = "MLA_HARNESS_INTERPRETER_CHILD"
+_LANGS: dict = {}
 _state = {"installed": False, "entering": False, "live": [], "nested": set(), "skipped": 0}
 
 
 def _langs(fn) -> frozenset[int]:
-    import triton.language as tl
+    """The triton.language modules `fn` sees (what Triton's `_patch_lang` patches for it), per function."""
+    langs = _LANGS.get(fn)
+    if langs is None:
+        import triton.language as tl
 
-    return frozenset({id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and (v is tl or v is tl.core)})
+        langs = _LANGS[fn] = frozenset({id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and (v is tl or v is tl.core)})
+    return langs
 
 
 def install() -> bool:
