@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.pool_groups"]
+pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.pool_groups", "suites.plugins.triton_interpreter"]
 
 STRICT = os.environ.get("MLA_HARNESS_STRICT_SKIPS") == "1"
 PASSED_ELSEWHERE = "MLA_HARNESS_PASSED_ELSEWHERE"  # folder where child pytest runs list what passed

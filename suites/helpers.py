@@ -29,5 +29,5 @@ def run_under_interpreter(test_file: str, *pytest_args: str) -> subprocess.Compl
     """pytest on `test_file` in a fresh process with TRITON_INTERPRET=1 (Triton kernels on the CPU)."""
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, test_file],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1"},
+        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1", "MLA_HARNESS_INTERPRETER_CHILD": "1"},
         capture_output=True, text=True, timeout=600)

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("asv")
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK_ENV = {"MLA_ASV_STRATEGIES": "gather_cast,shadow", "MLA_ASV_REPEATS": "2"}
+QUICK_ENV = {"MLA_ASV_SCENARIOS": "b1-l500", "MLA_ASV_STRATEGIES": "gather_cast,shadow", "MLA_ASV_REPEATS": "2"}
 
 
 def asv(*args, cwd, home):

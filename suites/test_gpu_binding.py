@@ -132,6 +132,9 @@ from pathlib import Path
 def test_record(worker_id):
     Path(os.environ["OUT_DIR"], worker_id).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     Path(os.environ["OUT_DIR"], worker_id + ".threads").write_text(os.environ.get("OMP_NUM_THREADS", "<unset>"))
+    import torch  # first imported here, after the plugin set OMP_NUM_THREADS: its pool takes the share
+
+    Path(os.environ["OUT_DIR"], worker_id + ".torch").write_text(str(torch.get_num_threads()))
 """
 
 
@@ -147,7 +150,7 @@ def _run_xdist(tmp_path: Path, workers: int, env_extra: dict) -> tuple[subproces
          "-n", str(workers), "--dist", "each", str(tmp_path / "test_inner.py")],  # each: every worker runs it
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )
-    return proc, {p.name: p.read_text() for p in out_dir.iterdir() if p.suffix != ".threads"}
+    return proc, {p.name: p.read_text() for p in out_dir.iterdir() if not p.suffix}
 
 
 def test_plugin_binds_xdist_workers_into_parent_mask(tmp_path):
@@ -157,6 +160,7 @@ def test_plugin_binds_xdist_workers_into_parent_mask(tmp_path):
     share = str(max(1, len(os.sched_getaffinity(0)) // 3))  # each worker: its third of the cores
     assert {p.name: p.read_text() for p in (tmp_path / "out").glob("*.threads")} == {
         f"gw{i}.threads": share for i in range(3)}
+    assert {p.name: p.read_text() for p in (tmp_path / "out").glob("*.torch")} == {f"gw{i}.torch": share for i in range(3)}
     assert "gpu_binding: gw0->5, gw1->7, gw2->5 (more workers than GPUs" in proc.stdout
 
 

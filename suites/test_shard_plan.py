@@ -3,7 +3,6 @@ suites/plugins/pool_groups.py: one xdist group per case pool, and one pool build
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -165,15 +164,6 @@ def test_sharded_runs_use_loadgroup():
     assert not _shards_without_groups('if [ -n "${OUT:-}" ]; then tar x; fi')
 
 
-@functools.cache
-def _collected_gpu_tests() -> int:
-    """How many tests `_workers_by_group` must see run (collected once: the plugin does not change it)."""
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                "suites/gpu/test_perf.py", "suites/gpu/test_gpu_correctness.py", "-m", "gpu"],
-                               cwd=REPO, capture_output=True, text=True, timeout=300).stdout
-    return collected.count("::")
-
-
 def _workers_by_group(*extra) -> dict[str, set[str]]:
     """Group (the b1-l4096 pool's tests, or each other test alone) -> the xdist workers that ran it,
     from a CPU run (GPU tests skip) of two GPU modules under -n 2 --dist loadgroup."""
@@ -181,7 +171,9 @@ def _workers_by_group(*extra) -> dict[str, set[str]]:
                            "--dist", "loadgroup", "suites/gpu/test_perf.py", "suites/gpu/test_gpu_correctness.py",
                            "-m", "gpu"], cwd=REPO, capture_output=True, text=True, timeout=300)
     ran = re.findall(r"^\[(gw\d)\] .*? (suites/gpu/\S+)", proc.stdout, re.M)
-    assert len(ran) == _collected_gpu_tests() > 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # every test the workers collected (xdist's "2 workers [N items]": their -m gpu selection) is seen run
+    collected = re.findall(r"^2 workers \[(\d+) items?\]$", proc.stdout, re.M)
+    assert collected and len(ran) == int(collected[0]) > 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     workers = defaultdict(set)
     for worker, nodeid in ran:
         b1_l4096 = nodeid.startswith("suites/gpu/test_perf.py") or "b1-l4096" in nodeid or "scale-error" in nodeid

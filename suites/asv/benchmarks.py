@@ -12,27 +12,43 @@ On CUDA: glm5-tp8 at production scale; on CPU: ci scale (so CI can exercise them
 MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists) narrow the matrix; MLA_ASV_REPEATS sets samples.
 """
 
+import functools
 import json
 import os
 import sys
 
-import torch
 
-CUDA = torch.cuda.is_available()
-SCENARIOS = os.environ.get("MLA_ASV_SCENARIOS", "b1-l4096,b32-l4096" if CUDA else "b1-l500").split(",")
+@functools.cache
+def cuda() -> bool:
+    """Whether this process benchmarks on CUDA. torch is imported here, on first use: asv starts a
+    process per benchmark and parameter set (launch_method spawn), and one whose matrix and samples
+    MLA_ASV_SCENARIOS and MLA_ASV_REPEATS set only reads setup_cache's JSON, so it never needs it."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _env(name: str, default):
+    return os.environ[name] if name in os.environ else default()
+
+
+SCENARIOS = _env("MLA_ASV_SCENARIOS", lambda: "b1-l4096,b32-l4096" if cuda() else "b1-l500").split(",")
 STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", "stock,gather_cast,shadow,native_fp8").split(",")
-REPEATS = int(os.environ.get("MLA_ASV_REPEATS", "30" if CUDA else "3"))
+REPEATS = int(_env("MLA_ASV_REPEATS", lambda: "30" if cuda() else "3"))
 TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 
 
 def _measure_all() -> str:
     """JSON {scenario: {"builds": n, "strategies": {strategy: {metric: [seconds...]} | {"skipped": why}}}}."""
+    import torch
+
     from harness.cases import Case
     from harness.measure import measure
     from harness.prepared import PreparedCase
     from harness.presets import get_preset, get_scale
     from harness.scenario import load_scenario
 
+    CUDA = cuda()
     device = torch.device("cuda" if CUDA else "cpu")
     out = {}
     for scenario in SCENARIOS:

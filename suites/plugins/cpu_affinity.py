@@ -9,6 +9,7 @@ the binding plugin (``--pin-cpus``) and by ci/isolation.py.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,13 +66,18 @@ def share_cpus(workers: int, getaffinity=os.sched_getaffinity, environ=os.enviro
     """Cap this process's torch (and OpenMP / MKL children's) threads at its share of the allowed
     cores. Without it every xdist worker starts one thread per core: on the 2x H200 machine the
     CPU side of the GPU tests (queries, verdict statistics) ran 10-30x slower under -n 2 than
-    alone (cProfile, docs/h200/2026-11-30/phase5). Returns the thread count set."""
+    alone (cProfile, docs/h200/2026-11-30/phase5). Returns the thread count set. A process that
+    has not imported torch yet (an xdist worker of a suite whose conftest does not import it) is
+    not made to: torch sizes its pool from OMP_NUM_THREADS when it is imported (checked in
+    suites/test_gpu_binding.py)."""
     threads = threads_per_worker(len(getaffinity(0)), workers)
     for name in THREAD_ENV:
         environ[name] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
+    torch = sys.modules.get("torch")
+    if torch is None and environ is not os.environ:
+        import torch
+    if torch is not None:
+        torch.set_num_threads(threads)
     return threads
 
 
