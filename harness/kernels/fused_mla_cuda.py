@@ -5,7 +5,8 @@ streams 64-token tiles through a `stages`-deep shared-memory ring, a tile whose 
 of consecutive pool rows (a page) by one bulk copy, any other by cp.async row gathers; see the .cu
 file for the data flow. The splits are merged (MERGES) by the last CTA of each request (given
 arrival counters), inside a thread-block cluster of the request's CTAs through distributed shared
-memory (sm_90+), or by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
+memory (sm_90+; requests past one wave of clusters run in a launch beside it, `wave_split`), or
+by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
 (cuLaunchKernelEx) whose CTAs are resident before the first kernel drains and only wait for its
 writes. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
 any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`); torch's NVRTC wrapper
@@ -33,6 +34,8 @@ MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
 _CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 MERGES = ("kernel", "cta", "cluster")  # the .cu file's merge_mode values 0, 1, 2
+WAIT_PRIOR = 4  # merge_mode flag: the launch waits for the one it runs beside before it exits
+MAX_REST_SPLITS = 16  # splits per request of the launch beside a wave of clusters (wave_split)
 CLUSTER_SPLITS = (2, 4, 8)  # a cluster merge: portable cluster sizes that divide the 512 channels
 
 
@@ -154,6 +157,42 @@ def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, 
         raise RuntimeError(f"cuLaunchKernelEx (launch attribute {attribute}) failed with CUDA error {err}")
 
 
+def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slots: int) -> tuple[int, int]:
+    """(requests in the cluster launch, splits per request of the launch beside it) for a cluster
+    merge of `batch` requests of `groups` head groups (a cluster each) when the device holds
+    `max_clusters` clusters of `num_splits` CTAs and `slots` CTAs at once. Requests past one wave
+    of clusters (b32-l4096 on an H200: 30 of 32) would otherwise run in a second wave; they run
+    beside the first instead, each split over the slots the clusters leave free (at most
+    MAX_REST_SPLITS and what partial buffers of `batch` x `num_splits` splits hold, at least one)
+    and merged by its last CTA. (batch, 0) when every cluster fits."""
+    head = min(batch, max_clusters // groups)
+    rest = batch - head
+    if not rest:
+        return batch, 0
+    free = (slots - head * groups * num_splits) // (rest * groups)
+    return head, max(1, min(MAX_REST_SPLITS, batch * num_splits // rest, free))
+
+
+@functools.cache
+def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) -> tuple[int, int]:
+    """(clusters of num_splits CTAs, CTAs) of the decode kernel the device holds at once."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index)
+    smem, block = smem_bytes(nh, stages, warps), 32 * warps
+    attr = _LaunchAttribute(id=_CLUSTER_ATTRIBUTE)
+    attr.value[0], attr.value[1], attr.value[2] = num_splits, 1, 1
+    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(num_splits, 1, 1), block=(ctypes.c_uint * 3)(block, 1, 1),
+                           shared_mem=smem, stream=None, attrs=ctypes.pointer(attr), num_attrs=1)
+    clusters, per_sm = ctypes.c_int(0), ctypes.c_int(0)
+    with torch.cuda.device(device_index):
+        err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))
+        err = err or cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, block, smem)
+    if err:
+        raise RuntimeError(f"the decode kernel's occupancy query failed with CUDA error {err}")
+    return clusters.value, per_sm.value * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def whole_rows(ckv2, kpe2) -> bool:
     """Whether ckv2 / kpe2 are the two parts of one buffer of 576-byte rows (kpe right after ckv), so
     that a run of consecutive pool rows is one contiguous block the kernel can bulk-copy."""
@@ -165,7 +204,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
     (counting in `arrivals`: `arrival_slots` zeros, left at zero), "cluster" the request's CTAs as
-    one thread-block cluster (sm_90+, num_splits in CLUSTER_SPLITS), "kernel" `merge` after it.
+    one thread-block cluster (sm_90+, num_splits in CLUSTER_SPLITS; requests past one wave of
+    clusters in a launch beside it, see `wave_split`), "kernel" `merge` after it.
     Other arguments as in harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as
     2-D views)."""
     batch, heads, _ = q_nope.shape
@@ -185,17 +225,31 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     if cluster and torch.cuda.get_device_capability(device_index) < PDL_ARCH:
         raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
     kernel = _kernel(nh, stages, warps, device_index)
-    grid, block, smem = (num_splits, batch, -(-heads // nh)), 32 * warps, smem_bytes(nh, stages, warps)
-    args = [q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), ckv2.stride(0), kpe2.stride(0),
-            out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, MERGES.index(merge_by),
-            int(whole_rows(ckv2, kpe2)), float(scale_log2), float(kv_scale)]
-    if cluster:
-        _launch_ex(kernel, grid, block, smem, args, _CLUSTER_ATTRIBUTE, (num_splits, 1, 1))
-    else:
-        kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=args)
-    if num_splits > 1 and merge_by == "kernel":
-        merge(part_out, part_lse, out, lse, kv_scale)
+    block, smem, groups = 32 * warps, smem_bytes(nh, stages, warps), -(-heads // nh)
+    whole = int(whole_rows(ckv2, kpe2))
+
+    def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1
+        q_n, q_p, o, ls = q_nope[lo:hi], q_pe[lo:hi], out[lo:hi], lse[lo:hi]
+        return [q_n, q_p, ckv2, kpe2, kv_indptr[lo:], kv_indices, part_out, part_lse, arrivals, o, ls,
+                q_n.stride(0), q_n.stride(1), q_p.stride(0), q_p.stride(1), ckv2.stride(0), kpe2.stride(0),
+                o.stride(0), o.stride(1), ls.stride(0), heads, splits, mode, whole, float(scale_log2), float(kv_scale)]
+
+    if not cluster:
+        kernel(grid=(num_splits, batch, groups), block=(block, 1, 1), shared_mem=smem,
+               args=args(0, batch, num_splits, MERGES.index(merge_by)))
+        if num_splits > 1 and merge_by == "kernel":
+            merge(part_out, part_lse, out, lse, kv_scale)
+        return
+    head, rest_splits = wave_split(batch, groups, num_splits, *_wave(nh, stages, warps, num_splits, device_index))
+    if head:
+        _launch_ex(kernel, (num_splits, head, groups), block, smem, args(0, head, num_splits, MERGES.index("cluster")),
+                   _CLUSTER_ATTRIBUTE, (num_splits, 1, 1))
+    if head < batch:  # beside the clusters: placed once they all are (PDL), waits for them at its end
+        rest = args(head, batch, rest_splits, MERGES.index("cta") | (WAIT_PRIOR if head else 0))
+        if head:
+            _launch_ex(kernel, (rest_splits, batch - head, groups), block, smem, rest, _PDL_ATTRIBUTE, (1,))
+        else:
+            kernel(grid=(rest_splits, batch, groups), block=(block, 1, 1), shared_mem=smem, args=rest)
 
 
 def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:

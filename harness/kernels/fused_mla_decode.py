@@ -73,7 +73,8 @@ class Config:
     # torch. Its splits are merged by the last CTA of each request, or with pdl_merge by a second
     # kernel, a programmatic dependent launch on sm_90+ (cheaper at many splits per request), or with
     # cluster_merge (sm_90+, 2, 4 or 8 splits) by the request's CTAs as one thread-block cluster,
-    # through distributed shared memory (no partials in global memory, no second kernel).
+    # through distributed shared memory (no partials in global memory, no second kernel); requests
+    # past one wave of clusters run beside it, merged by their last CTA (fused_mla_cuda.wave_split).
     cuda: bool = False
     pdl_merge: bool = False
     cluster_merge: bool = False
@@ -536,7 +537,8 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     if config.cuda:
         if INTERPRETED or dev.type != "cuda":
             raise ValueError(f"{config}: the CUDA kernel runs on a CUDA device only (not under TRITON_INTERPRET=1)")
-        if splits > 1 and config.merge_by == "cta" and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
+        # the cluster merge's requests past one wave of clusters are merged by their last CTA too
+        if splits > 1 and config.merge_by != "kernel" and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,

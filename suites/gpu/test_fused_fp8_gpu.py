@@ -281,6 +281,53 @@ def test_cuda_split_merge_waits_for_the_splits_in_a_graph():
         assert torch.isnan(captured[0].float()).all(), config
 
 
+@pytest.mark.parametrize("heads", [8, 20])
+def test_cuda_cluster_merge_past_one_wave(heads):
+    """A cluster merge with more clusters than the GPU holds at once: the requests of one wave of
+    clusters merge in distributed shared memory, the rest run beside them (a programmatic dependent
+    launch waiting for the clusters at its end) merged by their last CTA. Outputs match the float64
+    reference eagerly and bit for bit from a replayed graph, with the partials poisoned (NaN) before
+    every run. Planted fault: arrival counters one short make no CTA of the rest merge, and only the
+    rest's counters, at rest_splits - 1, show it (the clusters never count)."""
+    from harness.kernels import fused_mla_cuda as fc
+    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+
+    config = cuda_configs(7)[0]  # 8 splits, 2 stages, 8 warps, cluster merge
+    nh = fc.heads_per_cta(heads)
+    groups = -(-heads // nh)
+    max_clusters, slots = fc._wave(nh, config.num_stages, config.num_warps, config.num_splits, torch.cuda.current_device())
+    batch = max_clusters // groups + 3
+    head, rest_splits = fc.wave_split(batch, groups, config.num_splits, max_clusters, slots)
+    assert head < batch and rest_splits >= 1
+    lens = [[300, 1, 97, 64, 2, 1031][i % 6] for i in range(batch)]
+    q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=9000, seed=13)
+    ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+    parts = partial_buffers(batch, heads, config, 512, "cuda")
+
+    def run():
+        for t in parts[:2]:
+            t.fill_(float("nan"))
+        return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                partials=parts)
+    eager = run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert norm_rel(eager[0].cpu(), ref_out) < 3e-3
+    assert float((eager[1].cpu().double() - ref_lse).abs().max()) < 1e-3
+    assert torch.equal(eager[0].view(torch.int16), captured[0].view(torch.int16)) and torch.equal(eager[1], captured[1])
+    assert int(parts[2].abs().sum()) == 0  # the rest's last CTAs re-armed their counters
+    parts[2].fill_(-1)  # negative control: one arrival short
+    run()
+    torch.cuda.synchronize()
+    per_request = parts[2][:(batch - head) * groups].tolist()
+    assert per_request == [rest_splits - 1] * len(per_request) and set(parts[2][len(per_request):].tolist()) == {-1}
+
+
 def test_cuda_kernel_compiles_for_sm90_and_sm120():
     """NVRTC builds every instantiation for sm_90 and sm_120 (RTX PRO 6000), GPU present or not."""
     from harness.kernels import fused_mla_cuda
