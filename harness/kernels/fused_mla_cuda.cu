@@ -312,15 +312,28 @@ __device__ __forceinline__ void v_fragments(uint4 w, u32 (&ev)[4], u32 (&od)[4])
   for (int m = 0; m < 4; ++m) e4m3x4_to_f16(byte_perm(movmatrix_t(in[m]), 0x3120), ev[m], od[m]);
 }
 
-// One CTA's work: its split of request b for head group blockIdx.z, and the merge merge_mode asks of it.
+// merge_mode may carry WAIT_PRIOR: the launch is a programmatic dependent of the one before it on
+// the stream (the cluster launch of the requests that fit one wave, beside which this one runs the
+// rest) and waits for it when it exits, so whatever the stream runs next finds both done.
+struct WaitPriorAtExit {
+  bool on;
+  __device__ ~WaitPriorAtExit() {
+#if __CUDA_ARCH__ >= 900
+    if (on) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  }
+};
+
 template <int NH, int STAGES, int W>
-__device__ __forceinline__ void
-decode_cta(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
-           const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
-           u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
-           u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
-           int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-           int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
+__global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
+fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
+                 const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
+                 u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
+                 u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
+                 int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
+                 int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
+  const WaitPriorAtExit wait_prior{(merge_mode & WAIT_PRIOR) != 0};
+  merge_mode &= ~WAIT_PRIOR;
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
   constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
@@ -735,25 +748,6 @@ decode_cta(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u
     if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
   }
   if (tid == 0) *arrived = 0;
-}
-
-// merge_mode may carry WAIT_PRIOR: the launch is a programmatic dependent of the one before it on
-// the stream (the cluster launch of the requests that fit one wave, beside which this one runs the
-// rest) and waits for it at the end, so whatever the stream runs next finds both done.
-template <int NH, int STAGES, int W>
-__global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
-fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
-                 const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
-                 u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
-                 u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
-                 int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-                 int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
-  decode_cta<NH, STAGES, W>(q_nope, q_pe, ckv, kpe, indptr, indices, part_out, part_lse, arrivals, out, lse, sqn_b,
-                            sqn_h, sqp_b, sqp_h, s_ckv, s_kpe, so_b, so_h, sl_b, num_heads, num_splits,
-                            merge_mode & ~WAIT_PRIOR, whole_rows, scale_log2_d, kv_scale_d);
-#if __CUDA_ARCH__ >= 900
-  if (merge_mode & WAIT_PRIOR) asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 // Stage 2 of a split launch: out[b, head] = the splits' partial outputs weighted by exp2(their LSE),

@@ -245,32 +245,40 @@ def test_cuda_kernel_merges_in_one_launch_and_rearms():
         assert parts[2].tolist()[:4] == [config.num_splits - 1] * 4, config
 
 
+def eager_and_replayed(q_nope, q_pe, pool, indptr, indices, config, parts):
+    """(eager outputs, outputs of a captured graph replayed three times), the partial buffers
+    poisoned (NaN) before each run: a merge that reads anything the splits did not write shows."""
+    from harness.kernels.fused_mla_decode import fused_mla_decode
+
+    def run():
+        for t in parts[:2]:
+            t.fill_(float("nan"))
+        return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                partials=parts)
+    eager = run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    return eager, captured
+
+
 def test_cuda_split_merge_waits_for_the_splits_in_a_graph():
     """The split CUDA path with pdl_merge (decode kernel, then the merge as a programmatic dependent
     launch on sm_90+) gives the reference's output eagerly and from a replayed CUDA graph, bit for bit, with
     the partial buffers poisoned (NaN) before every run: the merge reads only what the splits wrote.
     Planted fault: the merge alone on the poisoned buffers must give NaN, so this check can fail."""
     from harness.kernels import fused_mla_cuda
-    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+    from harness.kernels.fused_mla_decode import partial_buffers
 
     q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
     for config in [dataclasses.replace(c, pdl_merge=True) for c in cuda_configs(1, 2)]:
         parts = partial_buffers(4, 20, config, 512, "cuda")
-
-        def run():
-            for t in parts[:2]:
-                t.fill_(float("nan"))
-            return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
-                                    partials=parts)
-        eager = run()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = run()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
+        eager, captured = eager_and_replayed(q_nope, q_pe, pool, indptr, indices, config, parts)
         assert norm_rel(eager[0].cpu(), ref_out) < 3e-3, config
         assert torch.equal(eager[0].view(torch.int16), captured[0].view(torch.int16)), config
         assert torch.equal(eager[1], captured[1]), config
@@ -303,26 +311,13 @@ def test_cuda_cluster_merge_past_one_wave(heads):
     q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=9000, seed=13)
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
     parts = partial_buffers(batch, heads, config, 512, "cuda")
-
-    def run():
-        for t in parts[:2]:
-            t.fill_(float("nan"))
-        return fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
-                                partials=parts)
-    eager = run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
+    eager, captured = eager_and_replayed(q_nope, q_pe, pool, indptr, indices, config, parts)
     assert norm_rel(eager[0].cpu(), ref_out) < 3e-3
     assert float((eager[1].cpu().double() - ref_lse).abs().max()) < 1e-3
     assert torch.equal(eager[0].view(torch.int16), captured[0].view(torch.int16)) and torch.equal(eager[1], captured[1])
     assert int(parts[2].abs().sum()) == 0  # the rest's last CTAs re-armed their counters
     parts[2].fill_(-1)  # negative control: one arrival short
-    run()
+    fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config, partials=parts)
     torch.cuda.synchronize()
     per_request = parts[2][:(batch - head) * groups].tolist()
     assert per_request == [rest_splits - 1] * len(per_request) and set(parts[2][len(per_request):].tolist()) == {-1}
