@@ -138,6 +138,16 @@ class _LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
+def _launch_config(grid: tuple[int, int, int], block: int, shared_mem: int, attribute: int, values: tuple[int, ...],
+                   stream) -> _LaunchConfig:
+    """A CUlaunchConfig with one launch attribute (`values`: its leading ints); it keeps the attribute alive."""
+    attr = _LaunchAttribute(id=attribute)
+    for i, v in enumerate(values):
+        attr.value[i] = v
+    return _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=shared_mem,
+                         stream=stream, attrs=ctypes.pointer(attr), num_attrs=1)
+
+
 def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, args: list, attribute: int,
                values: tuple[int, ...]) -> None:
     """cuLaunchKernelEx of `kernel` on the current stream with one launch attribute (`values`: its
@@ -147,11 +157,7 @@ def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, 
     params_values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
                      ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
     params = (ctypes.c_void_p * len(params_values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in params_values])
-    attr = _LaunchAttribute(id=attribute)
-    for i, v in enumerate(values):
-        attr.value[i] = v
-    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=shared_mem,
-                           stream=torch.cuda.current_stream().cuda_stream, attrs=ctypes.pointer(attr), num_attrs=1)
+    config = _launch_config(grid, block, shared_mem, attribute, values, torch.cuda.current_stream().cuda_stream)
     err = _get_gpu_runtime_library().cuLaunchKernelEx(ctypes.byref(config), kernel.func, params, None)
     if err:
         raise RuntimeError(f"cuLaunchKernelEx (launch attribute {attribute}) failed with CUDA error {err}")
@@ -180,10 +186,7 @@ def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) 
 
     cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index)
     smem, block = smem_bytes(nh, stages, warps), 32 * warps
-    attr = _LaunchAttribute(id=_CLUSTER_ATTRIBUTE)
-    attr.value[0], attr.value[1], attr.value[2] = num_splits, 1, 1
-    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(num_splits, 1, 1), block=(ctypes.c_uint * 3)(block, 1, 1),
-                           shared_mem=smem, stream=None, attrs=ctypes.pointer(attr), num_attrs=1)
+    config = _launch_config((num_splits, 1, 1), block, smem, _CLUSTER_ATTRIBUTE, (num_splits, 1, 1), None)
     clusters, per_sm = ctypes.c_int(0), ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))

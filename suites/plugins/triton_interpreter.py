@@ -23,7 +23,7 @@ import os
 
 CHILD = "MLA_HARNESS_INTERPRETER_CHILD"
 _LANGS: dict = {}
-_state = {"installed": False, "entering": False, "live": [], "nested": set(), "skipped": 0}
+_state = {"installed": False, "entering": False, "live": [], "nested": set()}
 
 
 def _langs(fn) -> frozenset[int]:
@@ -65,7 +65,6 @@ def install() -> bool:
             return scope
         langs = _langs(fn)
         if live and (langs <= live[-1] or langs in _state["nested"]):  # a device-function call inside a patched launch
-            _state["skipped"] += 1
             return scope_cls()
         if live:  # its patches of modules the launch did not patch (tl.core for triton.language.standard) stay
             _state["nested"].add(langs)
@@ -82,11 +81,6 @@ def install() -> bool:
     grid.__call__ = launch
     _state["installed"] = True
     return True
-
-
-def skipped_patches() -> int:
-    """Device-function calls that reused their launch's patch (0 without the shim)."""
-    return _state["skipped"]
 
 
 def pytest_configure(config):
