@@ -381,14 +381,16 @@ def test_pdl_launch_structs_match_cuda_h():
 def test_wave_split_runs_what_one_wave_of_clusters_leaves_beside_it():
     """A cluster merge whose clusters do not all fit at once keeps one wave of them and runs the
     other requests beside it over the CTA slots left free (b32-l4096 on an H200: 30 clusters of 8
-    of 264 slots, so 2 requests of 12 splits), never more splits than the partial buffers hold."""
+    of 264 slots, so 2 requests of 12 splits), never more splits than the partial buffers hold and
+    never fewer than the clusters' own (else the clusters all go in one launch, two waves)."""
     from harness.kernels.fused_mla_cuda import MAX_REST_SPLITS, wave_split
 
     assert wave_split(32, 1, 8, 30, 264) == (30, 12)
     assert wave_split(30, 1, 8, 30, 264) == (30, 0) and wave_split(1, 1, 8, 30, 264) == (1, 0)
     assert wave_split(31, 1, 8, 30, 264) == (30, MAX_REST_SPLITS)
-    assert wave_split(40, 1, 8, 30, 264) == (30, 2)
+    assert wave_split(40, 1, 8, 30, 264) == (40, 0)  # 10 requests at 2 splits would finish last
+    assert wave_split(33, 1, 8, 30, 264) == (30, 8) and wave_split(34, 1, 8, 30, 264) == (34, 0)
     assert wave_split(16, 2, 8, 30, 264) == (15, 12)  # two head groups: two clusters a request
-    assert wave_split(200, 1, 2, 132, 264) == (132, 1)  # no slot left: one split each, a second wave
+    assert wave_split(200, 1, 2, 132, 264) == (200, 0)  # no slot left
     assert wave_split(5, 1, 8, 0, 264) == (0, 8)  # no cluster fits: all of it, as many splits as its partials hold
     assert wave_split(3, 1, 2, 2, 10_000) == (2, 6)  # what partials for 3 x 2 splits hold

@@ -169,14 +169,16 @@ def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slot
     `max_clusters` clusters of `num_splits` CTAs and `slots` CTAs at once. Requests past one wave
     of clusters (b32-l4096 on an H200: 30 of 32) would otherwise run in a second wave; they run
     beside the first instead, each split over the slots the clusters leave free (at most
-    MAX_REST_SPLITS and what partial buffers of `batch` x `num_splits` splits hold, at least one)
-    and merged by its last CTA. (batch, 0) when every cluster fits."""
+    MAX_REST_SPLITS and what partial buffers of `batch` x `num_splits` splits hold) and merged by
+    its last CTA, provided that gives them at least num_splits splits: with fewer, each of their
+    CTAs would stream more than a cluster's and finish last (b40-l4096 on an H200: 10 requests at 2
+    splits, 81.8 µs against 42.6 for the second wave). (batch, 0): one launch of all the clusters."""
     head = min(batch, max_clusters // groups)
     rest = batch - head
-    if not rest:
+    free = (slots - head * groups * num_splits) // (rest * groups) if rest else 0
+    if free < num_splits:
         return batch, 0
-    free = (slots - head * groups * num_splits) // (rest * groups)
-    return head, max(1, min(MAX_REST_SPLITS, batch * num_splits // rest, free))
+    return head, min(MAX_REST_SPLITS, batch * num_splits // rest, free)
 
 
 @functools.cache

@@ -304,9 +304,10 @@ def test_cuda_cluster_merge_past_one_wave(heads):
     nh = fc.heads_per_cta(heads)
     groups = -(-heads // nh)
     max_clusters, slots = fc._wave(nh, config.num_stages, config.num_warps, config.num_splits, torch.cuda.current_device())
-    batch = max_clusters // groups + 3
-    head, rest_splits = fc.wave_split(batch, groups, config.num_splits, max_clusters, slots)
-    assert head < batch and rest_splits >= 1
+    splits = [(batch, *fc.wave_split(batch, groups, config.num_splits, max_clusters, slots))
+              for batch in range(max_clusters // groups + 3, max_clusters // groups, -1)]
+    batch, head, rest_splits = next((s for s in splits if s[1] < s[0]), splits[-1])
+    assert head < batch and rest_splits >= config.num_splits, (max_clusters, slots, splits)
     lens = [[300, 1, 97, 64, 2, 1031][i % 6] for i in range(batch)]
     q_nope, q_pe, pool, indptr, indices = problem(lens, heads, rows=9000, seed=13)
     ref_out, ref_lse = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
