@@ -60,7 +60,11 @@ def make_step_data(preset: ModelPreset, schedule: Schedule, pool: KVPool, faults
 
 
 class DecodeSession:
-    """A strategy set up over the pool for one schedule; leaving it undoes the pool writes."""
+    """A strategy set up over the pool for one schedule; leaving it undoes the pool writes and hands
+    the memory the strategy cached back to the driver, so that what the next session allocates (its
+    buffers, the timing's cold-L2 clones) does not depend on which strategy ran before it: a freed
+    41 GiB shadow buffer left in torch's cache made fused_fp8's attn_us at b32-l4096 read 30.2 us
+    instead of 28.6 (docs/h200/fused/run19/allocator_order.json)."""
 
     def __init__(self, strategy: Strategy, schedule: Schedule, data: StepData):
         self.strategy, self.schedule, self.data = strategy, schedule, data
@@ -74,6 +78,9 @@ class DecodeSession:
         self._graphs.clear()
         self.strategy.teardown()
         self.strategy.pool.restore(self.schedule.written_slots)
+        if self.strategy.device.type == "cuda":
+            torch.cuda.synchronize(self.strategy.device)
+            torch.cuda.empty_cache()
 
     def layers(self, plan, batch: StepBatch, record_layers=(), inputs: StepInputs | None = None, to_cpu: bool = True) -> Outputs:
         """The per-layer loop of one step (write, prepare KV, attend) under an existing plan;
