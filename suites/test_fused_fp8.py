@@ -376,6 +376,8 @@ def test_pdl_launch_structs_match_cuda_h():
     assert (ctypes.sizeof(cfg), cfg.shared_mem.offset, cfg.stream.offset, cfg.attrs.offset, cfg.num_attrs.offset) == (
         56, 24, 32, 40, 48)
     assert fc._PDL_ATTRIBUTE == 6
+    two = fc._launch_config((8, 30, 1), 256, 1000, ((fc._CLUSTER_ATTRIBUTE, (8, 1, 1)), *fc._PDL), None)
+    assert two.num_attrs == 2 and [(two.attrs[i].id, two.attrs[i].value[0]) for i in range(2)] == [(4, 8), (6, 1)]
 
 
 def test_wave_split_runs_what_one_wave_of_clusters_leaves_beside_it():

@@ -14,7 +14,7 @@
 //            shared memory. A lane's 128-bit load of a row (rows 576 bytes apart: conflict-free)
 //            feeds four k-steps; the k order inside each 16-channel step is permuted the same way
 //            for K and Q, which leaves the dot unchanged.
-//   phase B  online softmax in fp32 (base 2) on the first 256 threads, P rounded to fp16 into
+//   phase B  online softmax in fp32 (base 2) on the first 256 threads, P^T rounded to fp16 into
 //            shared memory; each thread keeps its share of the running sum (added up at the end).
 //   phase C  O^T[512, NH] += V^T . P^T: warp w owns a 64-channel block (two warps split its
 //            tokens when W = 16); V^T comes from 128-bit row loads transposed by movmatrix, one
@@ -41,6 +41,7 @@ typedef long long i64;
 #define ROW 576    // bytes per KV row, in the pool and in shared memory (no padding: a page run is one copy)
 #define QROW 580   // halves per shared-memory Q row (1160 bytes: phase A's 64-bit Q loads are conflict-free)
 #define SROW 68    // floats per shared-memory logit row (one row per head)
+#define PROW 72    // halves per shared-memory P^T row (one row per head: phase B's stores and phase C's ldmatrix conflict-free)
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
 #define IR 16      // kv_indices ring: tiles of token indices in shared memory
 #define BARS 64    // bytes for the ring's mbarriers (8 each, STAGES <= 5; keeps what follows 16-byte aligned)
@@ -48,6 +49,7 @@ typedef long long i64;
 #define MERGE_CTA 1      // the last CTA of each request merges them
 #define MERGE_CLUSTER 2  // the request's CTAs, one thread-block cluster, merge in distributed shared memory
 #define WAIT_PRIOR 4     // merge_mode flag: wait for the grid this one was launched behind before exiting
+#define INDICES_READY 8  // merge_mode flag: kv_indptr / kv_indices were written before the previous kernel started
 #define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -135,13 +137,13 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
-__device__ __forceinline__ void ldsm_x2_t(u32 addr, u32& r0, u32& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 
 // Four e4m3 bytes -> two fp16x2: bytes 0-1 -> lo, bytes 2-3 -> hi (lower byte in the lower half).
@@ -333,7 +335,17 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
                  int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
   const WaitPriorAtExit wait_prior{(merge_mode & WAIT_PRIOR) != 0};
-  merge_mode &= ~WAIT_PRIOR;
+  // sm_90+: launched as a programmatic dependent of the stream's previous kernel (a no-op otherwise),
+  // it waits for that kernel's writes before it reads anything, or with INDICES_READY once it has
+  // issued its reads of kv_indptr and the first tiles' kv_indices (Q, the KV rows and every write
+  // still come after). A WAIT_PRIOR launch runs beside the cluster launch before it and waits for it
+  // at its end instead.
+  const bool wait_first = !wait_prior.on && !(merge_mode & INDICES_READY);
+  const bool wait_after_indices = !wait_prior.on && (merge_mode & INDICES_READY);
+#if __CUDA_ARCH__ >= 900
+  if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  merge_mode &= ~(WAIT_PRIOR | INDICES_READY);
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
   constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
@@ -347,8 +359,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   int* idx = (int*)(smem + STAGES * TILE * ROW + BARS);  // [IR][TILE] token indices, tile j in slot j % IR
   u16* qs = (u16*)(idx + IR * TILE);
   float* spart = (float*)(qs + NH * QROW);      // [KQ channel parts][NH][SROW]
-  u16* ps = (u16*)(spart + KQ * NH * SROW);      // P [TILE][NH] fp16
-  float* alpha_s = (float*)(ps + TILE * NH);     // [NH]
+  u16* ps = (u16*)(spart + KQ * NH * SROW);      // P^T [NH][PROW] fp16
+  float* alpha_s = (float*)(ps + NH * PROW);     // [NH]
   float* ml_s = alpha_s + NH;                    // [2][NH]: m, l
 
   const float scale_log2 = (float)scale_log2_d, kv_scale = (float)kv_scale_d;
@@ -407,6 +419,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     pre_row[s] = pool_row(indices, tok, end);
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
+#if __CUDA_ARCH__ >= 900
+  if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
     const int valid = min(TILE, end - (first + s * TILE)), row = pre_row[s];
@@ -533,7 +548,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       for (int u = 0; u < TPT; ++u) {
         const float p = ex2(s[u] - m_new);
         sum += p;
-        ps[(jj + u * TPH) * NH + h] = f32_to_f16(p);
+        ps[h * PROW + jj + u * TPH] = f32_to_f16(p);
       }
       l_run = l_run * alpha + sum;  // this thread's share of the head's sum; added up after the loop
       m_run = m_new;
@@ -561,9 +576,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         const int ks = ks0 + kk;
         u32 bp[NT][2];
         if constexpr (NT == 1) {
-          ldsm_x2_t(smem_addr(ps + (16 * ks + mr + 8 * (mi & 1)) * NH), bp[0][0], bp[0][1]);
+          ldsm_x2(smem_addr(ps + mr * PROW + 16 * ks + 8 * (mi & 1)), bp[0][0], bp[0][1]);
         } else {
-          ldsm_x4_t(smem_addr(ps + (16 * ks + mr + 8 * (mi & 1)) * NH + 8 * (mi >> 1)), bp[0][0], bp[0][1],
+          ldsm_x4(smem_addr(ps + (mr + 8 * (mi >> 1)) * PROW + 16 * ks + 8 * (mi & 1)), bp[0][0], bp[0][1],
                     bp[NT - 1][0], bp[NT - 1][1]);
         }
         u32 ev0[4], od0[4], ev1[4], od1[4];  // tokens 16ks + 0..7 and 16ks + 8..15

@@ -24,7 +24,7 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
-TILE, ROW, QROW, SROW, IR, BARS = 64, 576, 580, 68, 16, 64  # as #defined in the .cu file
+TILE, ROW, QROW, SROW, PROW, IR, BARS = 64, 576, 580, 68, 72, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
@@ -35,6 +35,7 @@ _CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 MERGES = ("kernel", "cta", "cluster")  # the .cu file's merge_mode values 0, 1, 2
 WAIT_PRIOR = 4  # merge_mode flag: the launch waits for the one it runs beside before it exits
+INDICES_READY = 8  # merge_mode flag: the indices were written before the previous kernel started
 MAX_REST_SPLITS = 16  # splits per request of the launch beside a wave of clusters (wave_split)
 CLUSTER_SPLITS = (2, 4, 8)  # a cluster merge: portable cluster sizes that divide the 512 channels
 
@@ -47,7 +48,7 @@ def heads_per_cta(num_heads: int) -> int:
 def smem_bytes(nh: int, stages: int, warps: int) -> int:
     """Dynamic shared memory of one CTA: the KV ring and its barriers, the index ring, Q (fp16),
     partial logits, P, softmax state."""
-    return stages * TILE * ROW + BARS + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + TILE * nh * 2 + 3 * nh * 4
+    return stages * TILE * ROW + BARS + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + nh * PROW * 2 + 3 * nh * 4
 
 
 def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
@@ -138,29 +139,36 @@ class _LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
-def _launch_config(grid: tuple[int, int, int], block: int, shared_mem: int, attribute: int, values: tuple[int, ...],
+_PDL = ((_PDL_ATTRIBUTE, (1,)),)
+
+
+def _launch_config(grid: tuple[int, int, int], block: int, shared_mem: int, attributes: tuple[tuple[int, tuple[int, ...]], ...],
                    stream) -> _LaunchConfig:
-    """A CUlaunchConfig with one launch attribute (`values`: its leading ints); it keeps the attribute alive."""
-    attr = _LaunchAttribute(id=attribute)
-    for i, v in enumerate(values):
-        attr.value[i] = v
-    return _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=shared_mem,
-                         stream=stream, attrs=ctypes.pointer(attr), num_attrs=1)
+    """A CUlaunchConfig with launch `attributes` ((id, its leading ints), ...); it keeps them alive."""
+    attrs = (_LaunchAttribute * len(attributes))()
+    for attr, (attribute, values) in zip(attrs, attributes):
+        attr.id = attribute
+        for i, v in enumerate(values):
+            attr.value[i] = v
+    config = _LaunchConfig(grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(block, 1, 1), shared_mem=shared_mem,
+                           stream=stream, attrs=ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), num_attrs=len(attributes))
+    config.keep = attrs
+    return config
 
 
-def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, args: list, attribute: int,
-               values: tuple[int, ...]) -> None:
-    """cuLaunchKernelEx of `kernel` on the current stream with one launch attribute (`values`: its
-    leading ints). args: tensors, ints and floats (double)."""
+def _launch_ex(kernel, grid: tuple[int, int, int], block: int, shared_mem: int, args: list,
+               attributes: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+    """cuLaunchKernelEx of `kernel` on the current stream with launch `attributes` ((id, its leading
+    ints), ...). args: tensors, ints and floats (double)."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
     params_values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
                      ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
     params = (ctypes.c_void_p * len(params_values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in params_values])
-    config = _launch_config(grid, block, shared_mem, attribute, values, torch.cuda.current_stream().cuda_stream)
+    config = _launch_config(grid, block, shared_mem, attributes, torch.cuda.current_stream().cuda_stream)
     err = _get_gpu_runtime_library().cuLaunchKernelEx(ctypes.byref(config), kernel.func, params, None)
     if err:
-        raise RuntimeError(f"cuLaunchKernelEx (launch attribute {attribute}) failed with CUDA error {err}")
+        raise RuntimeError(f"cuLaunchKernelEx (launch attributes {[a for a, _ in attributes]}) failed with CUDA error {err}")
 
 
 def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slots: int) -> tuple[int, int]:
@@ -188,7 +196,7 @@ def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) 
 
     cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index)
     smem, block = smem_bytes(nh, stages, warps), 32 * warps
-    config = _launch_config((num_splits, 1, 1), block, smem, _CLUSTER_ATTRIBUTE, (num_splits, 1, 1), None)
+    config = _launch_config((num_splits, 1, 1), block, smem, ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
     clusters, per_sm = ctypes.c_int(0), ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))
@@ -205,12 +213,16 @@ def whole_rows(ckv2, kpe2) -> bool:
 
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, merge_by: str) -> None:
+           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, merge_by: str,
+           indices_ready: bool = False) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
     (counting in `arrivals`: `arrival_slots` zeros, left at zero), "cluster" the request's CTAs as
     one thread-block cluster (sm_90+, num_splits in CLUSTER_SPLITS; requests past one wave of
     clusters in a launch beside it, see `wave_split`), "kernel" `merge` after it.
+    On sm_90+ each launch is a programmatic dependent of the stream's previous kernel and waits for
+    it before reading anything; with `indices_ready` (kv_indptr / kv_indices were written before that
+    kernel started, as a plan filled before the step's kernels is) after reading the indices.
     Other arguments as in harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as
     2-D views)."""
     batch, heads, _ = q_nope.shape
@@ -227,7 +239,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
         raise ValueError(f"a cluster merge takes {CLUSTER_SPLITS} splits, got {num_splits}")
     nh = heads_per_cta(heads)
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
-    if cluster and torch.cuda.get_device_capability(device_index) < PDL_ARCH:
+    pdl = torch.cuda.get_device_capability(device_index) >= PDL_ARCH
+    if cluster and not pdl:
         raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
     kernel = _kernel(nh, stages, warps, device_index)
     block, smem, groups = 32 * warps, smem_bytes(nh, stages, warps), -(-heads // nh)
@@ -235,26 +248,28 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
 
     def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1
         q_n, q_p, o, ls = q_nope[lo:hi], q_pe[lo:hi], out[lo:hi], lse[lo:hi]
+        mode |= INDICES_READY if indices_ready else 0
         return [q_n, q_p, ckv2, kpe2, kv_indptr[lo:], kv_indices, part_out, part_lse, arrivals, o, ls,
                 q_n.stride(0), q_n.stride(1), q_p.stride(0), q_p.stride(1), ckv2.stride(0), kpe2.stride(0),
                 o.stride(0), o.stride(1), ls.stride(0), heads, splits, mode, whole, float(scale_log2), float(kv_scale)]
 
+    def launch(grid: tuple[int, int, int], kernel_args: list, attributes=()) -> None:
+        if pdl:
+            _launch_ex(kernel, grid, block, smem, kernel_args, attributes + _PDL)
+        else:
+            kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=kernel_args)
+
     if not cluster:
-        kernel(grid=(num_splits, batch, groups), block=(block, 1, 1), shared_mem=smem,
-               args=args(0, batch, num_splits, MERGES.index(merge_by)))
+        launch((num_splits, batch, groups), args(0, batch, num_splits, MERGES.index(merge_by)))
         if num_splits > 1 and merge_by == "kernel":
             merge(part_out, part_lse, out, lse, kv_scale)
         return
     head, rest_splits = wave_split(batch, groups, num_splits, *_wave(nh, stages, warps, num_splits, device_index))
     if head:
-        _launch_ex(kernel, (num_splits, head, groups), block, smem, args(0, head, num_splits, MERGES.index("cluster")),
-                   _CLUSTER_ATTRIBUTE, (num_splits, 1, 1))
+        launch((num_splits, head, groups), args(0, head, num_splits, MERGES.index("cluster")),
+               ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),))
     if head < batch:  # beside the clusters: placed once they all are (PDL), waits for them at its end
-        rest = args(head, batch, rest_splits, MERGES.index("cta") | (WAIT_PRIOR if head else 0))
-        if head:
-            _launch_ex(kernel, (rest_splits, batch - head, groups), block, smem, rest, _PDL_ATTRIBUTE, (1,))
-        else:
-            kernel(grid=(rest_splits, batch, groups), block=(block, 1, 1), shared_mem=smem, args=rest)
+        launch((rest_splits, batch - head, groups), args(head, batch, rest_splits, MERGES.index("cta") | (WAIT_PRIOR if head else 0)))
 
 
 def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:
@@ -266,6 +281,6 @@ def merge(part_out, part_lse, out, lse, kv_scale: float) -> None:
     kernel, dependent = _merge_kernel(device_index)
     args = [part_out, part_lse, out, lse, out.stride(0), out.stride(1), lse.stride(0), heads, num_splits, float(kv_scale)]
     if dependent:
-        _launch_ex(kernel, (batch, heads, 1), D_CKV // 4, 0, args, _PDL_ATTRIBUTE, (1,))
+        _launch_ex(kernel, (batch, heads, 1), D_CKV // 4, 0, args, _PDL)
     else:
         kernel(grid=(batch, heads, 1), block=(D_CKV // 4, 1, 1), args=args)

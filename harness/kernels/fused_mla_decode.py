@@ -510,13 +510,16 @@ def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
 def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor,
                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, config: Config,
                      kv_scale: float = 1.0, partials: tuple[torch.Tensor, ...] | None = None,
-                     p_split: bool = P_SPLIT) -> tuple[torch.Tensor, torch.Tensor]:
+                     p_split: bool = P_SPLIT, indices_ready: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(out bf16 [B, H, 512], lse fp32 [B, H], natural log) of absorbed-MLA decode.
 
     q_nope bf16 [B, H, 512], q_pe bf16 [B, H, 64]; ckv uint8 [rows, 1, 512] and kpe uint8
     [rows, 1, 64] (e4m3 bits; views of one pool row are fine); kv_indptr int32 [B+1] and
     kv_indices int32 [nnz] on the device (token-level: each index is a KV row). `partials`
     from `partial_buffers` (allocated here when None) hold the splits' results.
+    `indices_ready`: kv_indptr / kv_indices were written before the stream's previous kernel
+    started (a plan filled before the step), so the CUDA kernel may read them before it waits for
+    that kernel (sm_90+, see fused_mla_cuda.decode).
     """
     batch, heads, d_ckv, d_kpe = _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices)
     dev = q_nope.device
@@ -542,7 +545,7 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
-                              config.num_warps, config.merge_by)
+                              config.num_warps, config.merge_by, indices_ready)
         return out, lse
     if config.tokens_m:
         if d_ckv % 64:

@@ -117,8 +117,9 @@ class FusedFP8(Strategy):
 
         ckv, kpe = kv
         p = plan.problem
+        # the plan's index buffers are filled by copies before the step's kernels (begin_step, replan_step)
         return fused_mla_decode(q_nope, q_pe, ckv, kpe, plan.kv_indptr, plan.kv_indices, p.sm_scale, plan.config,
-                                kv_scale=self.kv_scale, partials=plan.partials)
+                                kv_scale=self.kv_scale, partials=plan.partials, indices_ready=True)
 
 
 def _pool_rows(pool_u8: torch.Tensor) -> torch.Tensor:
