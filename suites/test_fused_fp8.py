@@ -396,3 +396,27 @@ def test_wave_split_runs_what_one_wave_of_clusters_leaves_beside_it():
     assert wave_split(200, 1, 2, 132, 264) == (200, 0)  # no slot left
     assert wave_split(5, 1, 8, 0, 264) == (0, 8)  # no cluster fits: all of it, as many splits as its partials hold
     assert wave_split(3, 1, 2, 2, 10_000) == (2, 6)  # what partials for 3 x 2 splits hold
+
+
+def _define_mismatches(source: str) -> list[str]:
+    """Constants fused_mla_cuda.py mirrors from the .cu file's #defines that disagree with them."""
+    import re
+
+    from harness.kernels import fused_mla_cuda as fc
+
+    defines = {k: int(v) for k, v in re.findall(r"^#define (\w+) (\d+)", source, flags=re.M)}
+    mirrored = dict(TILE=fc.TILE, ROW=fc.ROW, QROW=fc.QROW, SROW=fc.SROW, PROW=fc.PROW, IR=fc.IR, BARS=fc.BARS,
+                    D_CKV=fc.D_CKV, WAIT_PRIOR=fc.WAIT_PRIOR, INDICES_READY=fc.INDICES_READY,
+                    MERGE_KERNEL=fc.MERGES.index("kernel"), MERGE_CTA=fc.MERGES.index("cta"),
+                    MERGE_CLUSTER=fc.MERGES.index("cluster"), CLUSTER_MAX=max(fc.CLUSTER_SPLITS))
+    return [k for k, v in mirrored.items() if defines.get(k) != v]
+
+
+def test_python_mirrors_the_kernel_defines():
+    """smem_bytes, the merge flags and the cluster sizes use the .cu file's #defines; a planted edit
+    of one (PROW 72 -> 64) is seen."""
+    from harness.kernels import fused_mla_cuda as fc
+
+    source = fc.SOURCE.read_text()
+    assert _define_mismatches(source) == []
+    assert _define_mismatches(source.replace("#define PROW 72", "#define PROW 64")) == ["PROW"]

@@ -48,6 +48,7 @@ typedef long long i64;
 #define MERGE_KERNEL 0   // merge_mode: fused_mla_merge merges the splits' partials (launched after)
 #define MERGE_CTA 1      // the last CTA of each request merges them
 #define MERGE_CLUSTER 2  // the request's CTAs, one thread-block cluster, merge in distributed shared memory
+#define CLUSTER_MAX 8    // the most CTAs in a cluster merge (portable cluster size)
 #define WAIT_PRIOR 4     // merge_mode flag: wait for the grid this one was launched behind before exiting
 #define INDICES_READY 8  // merge_mode flag: kv_indptr / kv_indices were written before the previous kernel started
 #define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
@@ -657,19 +658,31 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
     for (int e = tid; e < NH * cw / 4; e += THREADS) {
       const int hh = e / (cw / 4), d = rank * cw + 4 * (e % (cw / 4)), head = h0 + hh;
+      // every CTA's (m, l) and channels issued at once (CLUSTER_MAX loads in flight, not one round
+      // trip per CTA), then weighted
+      float mk[CLUSTER_MAX], lk[CLUSTER_MAX];
+      float4 vk[CLUSTER_MAX];
+#pragma unroll
+      for (int k = 0; k < CLUSTER_MAX; ++k) {
+        const bool in = k < num_splits;
+        mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
+        lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
+        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       float m = NEG_INF;
-      for (int k = 0; k < num_splits; ++k) m = fmaxf(m, ld_dsmem(mapa(ml_a + 4 * hh, k)));
+#pragma unroll
+      for (int k = 0; k < CLUSTER_MAX; ++k) m = fmaxf(m, mk[k]);
       float l = 0.f;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       if (m != NEG_INF) {
-        for (int k = 0; k < num_splits; ++k) {
-          const float w = ex2(ld_dsmem(mapa(ml_a + 4 * hh, k)) - m);
-          const float4 v = ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k));
-          l += w * ld_dsmem(mapa(ml_a + 4 * (NH + hh), k));
-          acc.x += w * v.x;
-          acc.y += w * v.y;
-          acc.z += w * v.z;
-          acc.w += w * v.w;
+#pragma unroll
+        for (int k = 0; k < CLUSTER_MAX; ++k) {
+          const float w = ex2(mk[k] - m);  // 0 past num_splits (m - (-inf))
+          l += w * lk[k];
+          acc.x += w * vk[k].x;
+          acc.y += w * vk[k].y;
+          acc.z += w * vk[k].z;
+          acc.w += w * vk[k].w;
         }
       }
       if (head < num_heads) {
