@@ -1,39 +1,50 @@
 """Leaving a decode session hands the strategy's cached memory back to the driver, so that the next
 strategy's timing allocates from the same state whatever ran before it."""
 
-import pytest
-import torch
+import json
+import subprocess
+import sys
 
-from harness.cases import load_case
-from harness.prepared import PreparedCase
+import pytest
 
 pytestmark = pytest.mark.gpu
 
-CASE = "glm5-tp8.ci.b1-l500"
-EMPTY_CACHE = torch.cuda.empty_cache  # the real one, whatever a planted fault does to the attribute
+# In a fresh process: the allocator state of a test worker (other tests' live tensors keep segments
+# that the strategy's buffers would be carved from) would hide what a session leaves cached.
+CHILD = """
+import json, sys, torch
+from harness.cases import load_case
+from harness.prepared import PreparedCase
 
+prep = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), torch.device("cuda"), "torch").build()
 
-def _cache_left_by(prep: PreparedCase, strategy: str) -> tuple[int, int]:
-    """(bytes torch still reserves after a `strategy` session beyond what it reserved before, the
-    session's peak growth)."""
+def cache_left_by(strategy):
     torch.cuda.synchronize()
-    EMPTY_CACHE()  # what earlier tests in this process left cached would serve the session's buffers
     before = torch.cuda.memory_reserved()
     with prep.session(strategy) as s:
         s.step(s.schedule.steps[-1])
         peak = torch.cuda.memory_reserved() - before
     return torch.cuda.memory_reserved() - before, peak
 
+cache_left_by("shadow")  # the first step also makes what the case keeps (backend workspace)
+left, peak = cache_left_by("shadow")
+if sys.argv[1] == "disarmed":  # planted fault: empty_cache does nothing
+    torch.cuda.empty_cache = lambda: None
+    left, peak = cache_left_by("shadow")
+print(json.dumps(dict(left=left, peak=peak, shadow=prep.extra_bytes("shadow"))))
+"""
 
-def test_session_exit_returns_the_strategy_buffers(gpu_device, monkeypatch):
+
+def _cache_left(mode: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_session_exit_returns_the_strategy_buffers(gpu_device):
     """shadow's BF16 copy of the pool is gone from torch's cache once its session ends. Planted fault:
     with empty_cache disarmed the same session leaves it cached, and the check sees it."""
-    prep = PreparedCase(load_case(CASE), gpu_device, "torch").build()
-    shadow_bytes = prep.extra_bytes("shadow")
-    assert shadow_bytes > 16 << 20
-    _cache_left_by(prep, "shadow")  # the first step also makes what the case keeps (backend workspace)
-    left, peak = _cache_left_by(prep, "shadow")
-    assert peak >= shadow_bytes and left < 4 << 20, (left, peak)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    left, _ = _cache_left_by(prep, "shadow")
-    assert left >= shadow_bytes, "the planted fault (no empty_cache) went unseen"
+    armed = _cache_left("armed")
+    assert armed["shadow"] > 16 << 20 and armed["peak"] >= armed["shadow"] and armed["left"] < 4 << 20, armed
+    disarmed = _cache_left("disarmed")
+    assert disarmed["left"] >= disarmed["shadow"], f"the planted fault (no empty_cache) went unseen: {disarmed}"
