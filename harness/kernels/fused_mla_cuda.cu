@@ -165,6 +165,21 @@ __device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The bits of a float as an int whose signed order is the float's (a positive NaN above everything,
+// -inf below every number), and back: the map is its own inverse.
+__device__ __forceinline__ int ordered_key(float x) {
+  const int k = __float_as_int(x);
+  return k ^ ((k >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float ordered_key(int k) { return __int_as_float(k ^ ((k >> 31) & 0x7fffffff)); }
+
+// The warp's maximum (sm_80+ redux).
+__device__ __forceinline__ int redux_max(int x) {
+  int y;
+  asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -540,8 +555,12 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         s[u] = tok < valid ? v * scale_log2 : NEG_INF;
         mt = fmaxf(mt, s[u]);
       }
+      if constexpr (TPH == 32) {  // one head per warp: one warp-wide integer max of order-preserving keys
+        mt = ordered_key(redux_max(ordered_key(mt)));
+      } else {
 #pragma unroll
-      for (int off = TPH / 2; off; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+        for (int off = TPH / 2; off; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+      }
       const float m_new = fmaxf(m_run, mt);
       const float alpha = ex2(m_run - m_new);
       float sum = 0.f;
