@@ -16,6 +16,8 @@
 //            for K and Q, which leaves the dot unchanged.
 //   phase B  online softmax in fp32 (base 2) on the first 256 threads, P^T rounded to fp16 into
 //            shared memory; each thread keeps its share of the running sum (added up at the end).
+//            With one head per warp (8 per CTA) a head's max is one redux.sync of order-preserving
+//            integer keys of its logits (exact: the same max as fmaxf, a positive NaN above all).
 //   phase C  O^T[512, NH] += V^T . P^T: warp w owns a 64-channel block (two warps split its
 //            tokens when W = 16); V^T comes from 128-bit row loads transposed by movmatrix, one
 //            byte permute per register splitting even and odd channels into two M-tiles.
