@@ -124,10 +124,16 @@ def _kernel(nh: int, stages: int, warps: int, device_index: int):
 
 
 @functools.cache
+def dependent_launches(device_index: int) -> bool:
+    """Whether the device runs programmatic dependent launches and thread-block clusters (sm_90+)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return (props.major, props.minor) >= PDL_ARCH
+
+
+@functools.cache
 def _merge_kernel(device_index: int):
     """(the merge kernel, whether this device launches it as a programmatic dependent launch)."""
-    props = _props(device_index)
-    return _load(MERGE_KERNEL, device_index), (props.major, props.minor) >= PDL_ARCH
+    return _load(MERGE_KERNEL, device_index), dependent_launches(device_index)
 
 
 class _LaunchAttribute(ctypes.Structure):
@@ -239,7 +245,7 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
         raise ValueError(f"a cluster merge takes {CLUSTER_SPLITS} splits, got {num_splits}")
     nh = heads_per_cta(heads)
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
-    pdl = torch.cuda.get_device_capability(device_index) >= PDL_ARCH
+    pdl = dependent_launches(device_index)
     if cluster and not pdl:
         raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
     kernel = _kernel(nh, stages, warps, device_index)

@@ -48,9 +48,9 @@ def _cuda_kernel_smem(device: torch.device) -> int:
 
 def _clusters(device: torch.device) -> bool:
     """Whether the CUDA kernel may merge splits in a thread-block cluster here (sm_90+)."""
-    from harness.kernels.fused_mla_cuda import PDL_ARCH
+    from harness.kernels.fused_mla_cuda import dependent_launches
 
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= PDL_ARCH
+    return device.type == "cuda" and dependent_launches(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _sm_count(device: torch.device) -> int:
