@@ -12,7 +12,7 @@ as every worker's share does). A suite of `work` seconds then takes overhead(n) 
 workers (n above the largest measured uses the largest measured xdist overhead), and the plan picks
 the fastest n only if it beats no xdist by MIN_SPEEDUP. `choose` estimates a suite's work from the
 model's per-test durations (tests it has not seen count as the median test). The committed
-ci/shard_model.json holds the latest 2x H200 measurement (ci/evidence/shard_h200.sh refits it);
+ci/shard_model.json holds the latest 2x H200 measurement (python -m ci.experiments.shard_refit refits it);
 sharded runs use --dist loadgroup (suites/plugins/pool_groups.py), whose node ids end in '@group'.
 """
 

@@ -1,4 +1,4 @@
-"""ci/asv_gate_experiment.py: the planted slowdown is real code in the planted commit, and the criteria."""
+"""ci/experiments/asv_gate: the planted slowdown is real code in the planted commit, and the criteria."""
 
 import ast
 import shutil
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import asv_gate_experiment as exp
+from ci.experiments.asv_gate import asv_gate as exp
 from harness.control import copy_bytes_per_ms
 
 ROOT = Path(__file__).resolve().parents[1]

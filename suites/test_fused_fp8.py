@@ -329,9 +329,9 @@ def test_cuda_kernel_config_and_table(tmp_path):
 
 
 def test_every_search_times_the_committed_entry():
-    """`ci/tune_fused.py` times the committed table entry of a shape beside any search's candidates,
+    """`python -m ci.experiments.tune_fused` times the committed table entry of a shape beside any search's candidates,
     and --search tokens_m stays small enough for one ~250 s tuner run per shape."""
-    from ci import tune_fused as tune
+    from ci.experiments.tune_fused import tune_fused as tune
     from harness.kernels import fused_tuning
 
     table = fused_tuning.load_table()

@@ -1,4 +1,4 @@
-"""ci/isolation.py's CPU-side logic: block order, and the idle-vs-loaded judgement (a planted shift must be caught)."""
+"""ci/experiments/isolation's CPU-side logic: block order, and the idle-vs-loaded judgement (a planted shift must be caught)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from ci import isolation
+from ci.experiments.isolation import isolation
 
 
 def test_blocks_alternate_abba():

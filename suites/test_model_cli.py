@@ -93,13 +93,13 @@ def test_gpu_scripts_parse_on_cpu():
     """The evidence script passes shellcheck and the TP2 script's argument parser loads (both need GPUs to run)."""
     import shutil
 
-    help_proc = subprocess.run([sys.executable, "ci/tp2_allreduce.py", "--help"], capture_output=True, text=True, cwd=ROOT,
+    help_proc = subprocess.run([sys.executable, "-m", "ci.experiments.tp2_allreduce", "--help"], capture_output=True, text=True, cwd=ROOT,
                                env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert help_proc.returncode == 0 and "--layers" in help_proc.stdout, help_proc.stderr
     checker = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(checker).exists():
         pytest.skip("shellcheck is not installed")
-    proc = subprocess.run([checker, "ci/evidence/tpot_h200.sh"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([checker, "ci/experiments/tpot_h200/run.sh"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout
 
 

@@ -155,7 +155,7 @@ def _shards_without_groups(text: str) -> list[str]:
 
 
 def test_sharded_runs_use_loadgroup():
-    for path in (".github/workflows/gpu-correctness.yml", "ci/evidence/shard_h200.sh"):
+    for path in (".github/workflows/gpu-correctness.yml", "ci/experiments/shard_refit/run.sh"):
         text = (REPO / path).read_text()
         assert "--dist loadgroup" in text and not _shards_without_groups(text), path
     # negative control: a sharded line without the groups is found

@@ -3,7 +3,7 @@ or, by default under xdist, share the cores' worth of torch threads out over the
 
 A GPU's local cores come from sysfs (/sys/bus/pci/devices/<bus id>/local_cpulist, the
 "CPU Affinity" column of `nvidia-smi topo -m`); the bus id from NVML / nvidia-smi. Used by
-the binding plugin (``--pin-cpus``) and by ci/isolation.py.
+the binding plugin (``--pin-cpus``) and by ci/experiments/isolation.
 """
 
 from __future__ import annotations

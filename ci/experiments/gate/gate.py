@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/A and planted-slowdown experiment for `harness compare` (issue: gate trust). GPU; ~5 min on an H200.
 
-usage: python ci/gate_experiment.py OUT_DIR [--scenario NAME ...] [--pairs 5] [--repeats 30]
+usage: python -m ci.experiments.gate OUT_DIR [--scenario NAME ...] [--pairs 5] [--repeats 30]
                                     [--strategy gather_cast] [--device cuda] [--scale prod]
 
 For each headline scenario (glm5-tp8, production scale) one pool, one set of step data and one
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from harness.cases import Case  # noqa: E402
@@ -187,7 +187,7 @@ def markdown(results: list[dict], args, env: dict, failed: list[str]) -> str:
         "# Gate experiment: A/A and planted slowdown",
         "",
         f"GPU {env.get('gpu')} · commit {env.get('git_commit')} · strategy {args.strategy} · {args.pairs} pairs · "
-        f"{args.repeats} samples per metric · tolerance {TOLERANCE:.0%} · `python ci/gate_experiment.py`",
+        f"{args.repeats} samples per metric · tolerance {TOLERANCE:.0%} · `python -m ci.experiments.gate`",
         "",
         "## A/A (same code, blocks A, B interleaved)",
         "",

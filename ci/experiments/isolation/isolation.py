@@ -1,6 +1,6 @@
 """Timing isolation: do GPU A's headline timings move while GPU B runs a memory-bound load?
 
-usage: python -m ci.isolation OUT_DIR [--gpus 0,1] [--rounds 3] [--repeats 20] [--scale prod|ci]
+usage: python -m ci.experiments.isolation OUT_DIR [--gpus 0,1] [--rounds 3] [--repeats 20] [--scale prod|ci]
                                       [--scenarios b1-l4096,b32-l4096] [--pin auto|off|on]
 
 Three processes. This one (no CUDA) orchestrates; a measuring process bound to GPU A
@@ -169,7 +169,7 @@ def neighbour_child(args) -> None:
 
 def _spawn(role: str, gpu: str, args, pin: bool) -> subprocess.Popen:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    cmd = [sys.executable, "-m", "ci.isolation", "--role", role, "--scenarios", args.scenarios, "--repeats", str(args.repeats),
+    cmd = [sys.executable, "-m", "ci.experiments.isolation", "--role", role, "--scenarios", args.scenarios, "--repeats", str(args.repeats),
            "--scale", args.scale]
     cmd += ["--pin-child"] if pin else []
     return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)

@@ -1,4 +1,4 @@
-"""TP2 slice on two GPUs (run with `python -m torch.distributed.run --nproc-per-node 2 ci/tp2_allreduce.py --out DIR`).
+"""TP2 slice on two GPUs (run with `python -m torch.distributed.run --nproc-per-node 2 -m ci.experiments.tp2_allreduce --out DIR`).
 
 1. Measures NCCL all-reduce latency per message size (bf16, 20 back-to-back calls in one CUDA graph,
    CUDA events) and writes it as the latency table `harness tpot --allreduce-table` reads.
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.cases import Case  # noqa: E402
 from harness.model.allreduce import AllReduce, LatencyAllReduce, NcclAllReduce, load_table  # noqa: E402

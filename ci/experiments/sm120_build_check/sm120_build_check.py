@@ -7,7 +7,7 @@ driver are touched. The target comes from FLASHINFER_CUDA_ARCH_LIST, which
 flashinfer reads at import time, so it is set before the import. Without
 --workdir a fresh JIT workspace is used, so the build is always cold.
 
-    python -m ci.sm120_build_check [--arch "12.0a"] [--workdir DIR] [--verbose]
+    python -m ci.experiments.sm120_build_check [--arch "12.0a"] [--workdir DIR] [--verbose]
 
 Prints the gencode flags, the SM numbers of the cubins inside the produced .so
 (read from its fatbin headers) and its path; exits 0 on success, 1 with one

@@ -7,7 +7,7 @@ inside one), and every Config of the search space (splits x TILES). Each candida
 step); the figure is the median replay time / 78. The fastest Config per shape bucket goes to
 the table, with its time and byte-floor ratio in the comments. The full search takes about
 one to two minutes per shape on an H200 (compiles included).
-  python ci/tune_fused.py [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
+  python -m ci.experiments.tune_fused [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
                           [--search tiles|split|tokens_m|cuda] [--layers N]
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.control import measure_control  # noqa: E402
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
@@ -184,7 +184,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
 
 
 def write_table(path: Path, entries: list[dict], env: str) -> None:
-    lines = ["# Fused FP8 MLA decode launch table, written by `python ci/tune_fused.py` on a GPU.",
+    lines = ["# Fused FP8 MLA decode launch table, written by `python -m ci.experiments.tune_fused` on a GPU.",
              "# Keys: batch and kv_len buckets (nearest powers of two); values: the fastest measured Config.",
              "# Shapes with no entry use harness.kernels.fused_tuning.default_config.",
              f"# Measured on {env}: per-layer attention (78-layer CUDA graph / 78), glm5-tp8, 8 heads.", ""]

@@ -6,7 +6,7 @@ not the harness's strategies and backend): the full-pool torch cast, the vectori
 cast, the fused gather+cast of 4,096 rows, FA3 BF16 attention at B1 L4096, and the
 78-layer production pool fill. Writes a JSON the report compares against the harness.
 
-usage: python -m ci.independent_timing OUT.json
+usage: python -m ci.experiments.independent_timing OUT.json
 """
 
 import json

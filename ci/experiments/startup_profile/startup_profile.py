@@ -1,6 +1,6 @@
 """Where a GPU test process's start-up goes: each phase of a fresh worker's life, timed in order.
 
-usage: python -m ci.startup_profile OUT.json [--case glm5-tp8.prod.b1-l500]
+usage: python -m ci.experiments.startup_profile OUT.json [--case glm5-tp8.prod.b1-l500]
 
 A fresh child process (as an xdist worker is) times, one after another: interpreter start-up
 (from the kernel's process start time), importing pytest + xdist, torch, the harness modules the
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     out = Path(args[0])
     case = args[args.index("--case") + 1] if "--case" in args else "glm5-tp8.prod.b1-l500"
     report: dict = {}
-    wall, proc = _timed([sys.executable, "-m", "ci.startup_profile", "--child", case])
+    wall, proc = _timed([sys.executable, "-m", "ci.experiments.startup_profile", "--child", case])
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(PHASES_MARK)), None)
     report["worker"] = json.loads(line[len(PHASES_MARK):]) if line else {"error": proc.stderr[-2000:]}
     report["worker"]["wall_s"] = wall

@@ -1,9 +1,9 @@
 """A/A and planted-slowdown experiment for the asv gate (`python -m ci.asv_gate`, issue: gate trust). GPU.
 
-usage: python -m ci.asv_gate_experiment OUT_DIR --role aa|planted --source REPO [--pairs 5]
+usage: python -m ci.experiments.asv_gate OUT_DIR --role aa|planted --source REPO [--pairs 5]
            [--fraction 0.10] [--deadline SECONDS] [--machine h200]
 
-The harness gate's own experiment (ci/gate_experiment.py) interleaves A and B blocks in one
+The harness gate's own experiment (ci/experiments/gate) interleaves A and B blocks in one
 process; this one judges what the perf-gate workflow runs: `asv continuous BASE HEAD` through
 ci/asv_gate.py, every commit benchmarked in its own processes and environment. In a clone of
 REPO, each pair k is two commits on top of its HEAD: base k (a docs-only change) and head k:
@@ -16,7 +16,7 @@ The benchmarks run are the gating metrics' (cast_us, attn_us, step_device_ms) fo
 four headline scenarios at production scale (MLA_ASV_* variables, see suites/asv/benchmarks.py).
 Writes OUT_DIR/asv-gate-<role>.json and .md after every pair (a cut run keeps what it did) and
 exits 0 when every finished pair met its criterion, 1 otherwise. Environment: the FlashInfer bundle
-and asv importable (ci/gpu_env.sh, asv wheels on PYTHONPATH).
+and asv importable (ci/experiments/gpu_env.sh, asv wheels on PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ REPLAY = "        self.graph.replay()\n        return {(self.batch.step"
 PLANT = '''
 
 def _planted_copy(bucket_graph) -> None:
-    """PLANTED SLOWDOWN (ci/asv_gate_experiment.py): after each replay, a device copy lasting
+    """PLANTED SLOWDOWN (ci/experiments/asv_gate): after each replay, a device copy lasting
     FRACTION of this graph's replay time (the replay timed with CUDA events on the first replay,
     the copy calibrated by harness.control.copy_bytes_per_ms)."""
     plant = getattr(bucket_graph, "_plant", None)

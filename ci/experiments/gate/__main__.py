@@ -1,0 +1,5 @@
+import sys
+
+from ci.experiments.gate.gate import main
+
+sys.exit(main())

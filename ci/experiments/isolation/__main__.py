@@ -1,0 +1,5 @@
+import sys
+
+from ci.experiments.isolation.isolation import main
+
+sys.exit(main())
