@@ -119,7 +119,7 @@ def test_tpot_json_says_where_the_time_goes_and_the_memory_plan(results):
 def test_default_allreduce_table_is_the_committed_h200_tp2_measurement():
     from harness.model.allreduce import DEFAULT_TABLE, load_table
 
-    default, measured = load_table(DEFAULT_TABLE), load_table(ROOT / "docs/h200/2026-11-30/phase2/tp2/allreduce_tp2.toml")
+    default, measured = load_table(DEFAULT_TABLE), load_table(ROOT / "suites/fixtures/allreduce_h200_tp2_measured.toml")
     assert (default.sizes, default.micros) == (measured.sizes, measured.micros) and "TP2" in default.source
     assert 9 < default.us(32 * 6144 * 2) < 20  # a b32 GLM-5 message: ~11 us
 
