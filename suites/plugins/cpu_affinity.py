@@ -66,7 +66,7 @@ def share_cpus(workers: int, getaffinity=os.sched_getaffinity, environ=os.enviro
     """Cap this process's torch (and OpenMP / MKL children's) threads at its share of the allowed
     cores. Without it every xdist worker starts one thread per core: on the 2x H200 machine the
     CPU side of the GPU tests (queries, verdict statistics) ran 10-30x slower under -n 2 than
-    alone (cProfile, docs/h200/2026-11-30/phase5). Returns the thread count set. A process that
+    alone (cProfile, docs/evidence/shard/). Returns the thread count set. A process that
     has not imported torch yet (an xdist worker of a suite whose conftest does not import it) is
     not made to: torch sizes its pool from OMP_NUM_THREADS when it is imported (checked in
     suites/test_gpu_binding.py)."""

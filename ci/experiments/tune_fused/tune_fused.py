@@ -41,7 +41,7 @@ TILES = tuple((bn, w, 2, False, prefetch, pv) for bn, w in ((32, 4), (64, 8)) fo
     (bn, w, stages, True, False, True) for bn in (32, 64) for w in (4, 8) for stages in (2, 3, 4))
 # --search split: the 2-3-tile-deep pipelines. Triton gives a load that depends on another load
 # (the tile on its indices) (num_stages - 1) // 2 extra buffers, so num_stages 5 double-buffers the
-# tile and 7 triple-buffers it (compile-time stats: docs/h200/fused/README.md). Fields:
+# tile and 7 triple-buffers it (compile-time stats: git show 2e17985:docs/h200/fused/README.md). Fields:
 # (block_n, num_warps, num_stages, reload_v, pv_fp16, dv_split, qk_chunk, contig); the first is
 # the committed b32 / b128 entry, the reference to beat.
 SPLIT_TILES = ((32, 4, 4, True, True, 1, 0, False),
@@ -52,7 +52,7 @@ SPLIT_TILES = ((32, 4, 4, True, True, 1, 0, False),
                (32, 4, 5, False, False, 2, 0, False))
 SPLIT_SPLITS = (1, 2, 4, 8, 16)
 # --search tokens_m: the tokens-as-M kernel (Config.tokens_m: wgmma on sm_90, K and V^T cp.async
-# pipelined; compile-time stats in docs/h200/fused/README.md) beside run4's b32 / b128 reload_v
+# pipelined; compile-time stats in git show 2e17985:docs/h200/fused/README.md) beside run4's b32 / b128 reload_v
 # tiles (bn32, 4 / 3 stages, fp16 P.V); the committed entry comes first anyway (search_space). Fields:
 # (block_n, num_warps, num_stages, pv_fp16, tokens_m); splits from TOKM_SPLITS, at most one wave
 # of 2 programs per SM, no split under 2 tiles.
