@@ -104,9 +104,9 @@ def main(argv=None) -> int:
     if args[:1] == ["--child"]:
         _child(args[1])
         return 0
-    if not args:
+    if not args or args[0].startswith("-"):  # -h / --help: the usage, not an output file named "--help"
         print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
+        return 2 if not args or args[0] not in ("-h", "--help") else 0
     out = Path(args[0])
     case = args[args.index("--case") + 1] if "--case" in args else "glm5-tp8.prod.b1-l500"
     report: dict = {}
