@@ -16,7 +16,7 @@ The benchmarks run are the gating metrics' (cast_us, attn_us, step_device_ms) fo
 four headline scenarios at production scale (MLA_ASV_* variables, see suites/asv/benchmarks.py).
 Writes OUT_DIR/asv-gate-<role>.json and .md after every pair (a cut run keeps what it did) and
 exits 0 when every finished pair met its criterion, 1 otherwise. Environment: the FlashInfer bundle
-and asv importable (ci/experiments/gpu_env.sh, asv wheels on PYTHONPATH).
+and asv importable (ci/gpu_env.sh, asv wheels on PYTHONPATH).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Does the sharded GPU suite pay on 2x H200 (issue 13 item 1)? One after another, Triton and
-# FlashInfer JIT caches warm (the caller has sourced ci/experiments/gpu_env.sh with the carried caches):
+# FlashInfer JIT caches warm (the caller has sourced ci/gpu_env.sh with the carried caches):
 # a warm-up import and a first no-xdist pass, then `pytest suites/gpu -m gpu` with -n 1, -n 2 and without xdist
 # (--dist loadgroup: one worker per case pool; --binding-proof for -n 2), each with its junit XML
 # and wall seconds; then the sharding model refitted from the three runs ($E/shard_model.json, for
 # ci/shard_model.json) and a markdown table ($E/shard.md: wall, speed-up vs no xdist, per-worker
 # pool builds). Every step is capped, 495 s in all.
-#   . ci/experiments/gpu_env.sh BUNDLE JIT_TAR TRITON_TAR; [WAIT_FOR_FILE=F] python -m ci.experiments.shard_refit
+#   . ci/gpu_env.sh BUNDLE JIT_TAR TRITON_TAR; [WAIT_FOR_FILE=F] python -m ci.experiments.shard_refit
 # (WAIT_FOR_FILE: the two-worker run waits, up to 300 s, until F exists: another job leaving GPU 1)
 set -uo pipefail
 E=${EVIDENCE:-/tmp/evidence}/shard

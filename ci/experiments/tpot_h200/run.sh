@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 12's remaining H200 evidence in ~150 s on ONE H200 (a 2x H200 machine works too: GPU 0 only).
-#   E=/some/dir python -m ci.experiments.tpot_h200   (caller has sourced ci/experiments/gpu_env.sh)
+#   E=/some/dir python -m ci.experiments.tpot_h200   (caller has sourced ci/gpu_env.sh)
 # Steps, in order (each with its own timeout, all capped by a 170 s deadline; a step never aborts the rest):
 #   rotation-b32  the crashed command (12 layers, native_fp8, --check-rotation) at b32, then
 #   tpot-b32 / tpot-b1  GLM-5 TP8 rank, prod pool, stock/gather_cast/shadow/native_fp8, all-reduce from the

@@ -1,6 +1,6 @@
 # Source me on an air-gapped GPU runner: unpack the offline FlashInfer bundle and a carried
 # JIT cache (and a Triton cache), and set the variables the harness and FlashInfer need.
-#   . ci/experiments/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR]
+#   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR]
 FI_BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
 JIT_TAR=${2:-.jitcache/flashinfer-jit.tar}
 eval "$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site)"
