@@ -312,9 +312,9 @@ def cmd_report(args, console: Console) -> int:
     from harness.report import REPORT_FILES, check_out_dir, render_report
 
     if args.out is not None:
-        check_out_dir(args.out, args.force)
         _refuse_clobbering([("--out", args.out), *(("--out", args.out / name) for name in REPORT_FILES)],
                            [("the results file", path) for path in args.results])
+        check_out_dir(args.out, args.force)
     render_report(args.results, args.out, console)
     return 0
 
