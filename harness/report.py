@@ -368,8 +368,6 @@ REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png") 
 
 def check_out_dir(out_dir: Path, force: bool) -> None:
     """Before rendering: --out is a folder, new or empty unless `force`; never a file."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise HarnessError("--out", f"{out_dir} is a file, not a folder")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
     check_new_dir(out_dir, "--out")
