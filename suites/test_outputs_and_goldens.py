@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import golden
-from harness.cases import GOLDEN_DIR
+from harness.cases import GOLDEN_DIR, golden_case_names, load_case
 from harness.errors import HarnessError
 from harness.fsio import refuse_overwriting_inputs
 from suites.test_cli import ROOT, _one_error_line, harness
@@ -198,6 +198,13 @@ STALE = {
     "scenario.kv_lens": lambda m: m["scenario"].update(kv_lens=[499]),
     "inputs_sha256": lambda m: m.update(inputs_sha256="0" * 64),
 }
+
+
+@pytest.mark.parametrize("name", [n for n in golden_case_names() if ".ci." in n] + ["glm5-tp8.prod.b1-l500"])
+def test_committed_goldens_match_their_case_spec(name):
+    """The negative control of the check below: no committed golden is called stale."""
+    gold, case = golden.load(name), load_case(name)
+    assert golden.spec_mismatch(gold, case) == "" and golden.case_mismatch(gold, case) == ""
 
 
 @pytest.mark.parametrize("field", STALE)
