@@ -73,7 +73,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def refuse_overwriting_inputs(outputs, inputs, protected=()) -> None:
+def refuse_overwriting_inputs(outputs, inputs, protected) -> None:
     """Before any work: fail (one HarnessError naming the option and path) when an output path is
     one of the run's inputs, or lies inside a protected folder such as the goldens.
 

@@ -183,14 +183,19 @@ def recover(case_name: str, root: Path | None = None) -> None:
         shutil.rmtree(new, ignore_errors=True)
 
 
+def _leftovers(case_name: str, root: Path) -> list[Path]:
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
+
+
 def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
     """What a killed refresh left of this case (.<case>.new-*, .<case>.old-*), recovered and
     removed under the lock; their names (empty: nothing was left, and the lock was not taken)."""
     root = _root(root)
-    left = [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
-    if left:
-        with refresh_lock(root):
-            recover(case_name, root)
+    if not _leftovers(case_name, root):
+        return []
+    with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
+        left = _leftovers(case_name, root)
+        recover(case_name, root)
     return [p.name for p in left]
 
 
