@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -33,10 +34,22 @@ class _Formatter(argparse.HelpFormatter):
         return action.help.render() if isinstance(action.help, LazyHelp) else action.help
 
 
-def _strategy_help() -> str:
-    from harness.strategies import ORDER
+def strategy_names() -> list[str]:
+    """The registered strategies in run order, read from the @register(...) calls of their modules
+    (importing the registry imports torch, which `--help` must not)."""
+    import ast
 
-    return f"run only this strategy (repeatable): {', '.join(ORDER)}"
+    found = []
+    for path in (Path(__file__).parent / "strategies").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" and node.args:
+                order = next((k.value.value for k in node.keywords if k.arg == "order"), float("inf"))
+                found.append((order, node.args[0].value))
+    return [name for _, name in sorted(found)]
+
+
+def _strategy_help() -> str:
+    return f"run only this strategy (repeatable): {', '.join(strategy_names())}"
 
 
 def _scenario_help() -> str:
@@ -110,11 +123,38 @@ def _case(args, device, console: Console | None = None):
     return case
 
 
+def _golden_folders() -> list[Path]:
+    """The golden folders no output may go into: the configured one and the checkout's."""
+    from harness.cases import CHECKOUT_GOLDEN_DIR, golden_dir
+
+    folders = [CHECKOUT_GOLDEN_DIR]
+    try:
+        folders.append(golden_dir())
+    except HarnessError:  # none configured: the commands that read goldens say so themselves
+        pass
+    return [f for f in dict.fromkeys(folders) if f.is_dir()]
+
+
+def _inputs_of(case) -> list[tuple[str, Path]]:
+    return [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
+
+
+def _refuse_clobbering(outputs, inputs) -> None:
+    """Before any work: no output (option, path) may be an input, a golden file, or inside a golden
+    folder (only `golden refresh` writes there). Options not given (None) are skipped."""
+    from harness.fsio import refuse_overwriting_inputs
+
+    folders = _golden_folders()
+    golden_files = [("the golden file", p) for g in folders for p in (*g.glob("*"), *g.glob("*/*")) if p.is_file()]
+    refuse_overwriting_inputs([(flag, path) for flag, path in outputs if path is not None], [*inputs, *golden_files],
+                              [("the golden folder", g) for g in folders])
+
+
 def cmd_run(args, console: Console) -> int:
     from harness.faults import cannot_fire, did_not_fire, parse_faults
     from harness.results import environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
-    from harness.strategies import ORDER
+    from harness.strategies import BASELINE, ORDER
     from harness.strategies import select as select_strategies
     from harness.table import results_table
 
@@ -125,12 +165,14 @@ def cmd_run(args, console: Console) -> int:
         raise HarnessError("--repeats", f"must be >= 0, got {repeats}")
     faults = parse_faults(args.plant_fault)
     case = _case(args, device, console)
+    dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
+    _refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], _inputs_of(case))
     if args.json:
         check_writable(args.json, "--json")
     if args.dump_outputs:
         check_writable_dir(args.dump_outputs, "--dump-outputs")
-        for name in strategies:
-            check_writable(args.dump_outputs / f"{case.name}.{name}.safetensors", "--dump-outputs")
+        for path in dumps:
+            check_writable(path, "--dump-outputs")
     cannot_fire(faults, strategies, case)
     cfg = RunConfig(
         case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=faults,
@@ -154,27 +196,43 @@ def cmd_run(args, console: Console) -> int:
         write_results(args.json, rows, env, repro_command(args.argv))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
+    ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]
+    console.print(_summary(outcome.results, 1 if failed or not ran else 0, args), markup=False, highlight=False)
     if failed:
         raise CheckFailed(f"check failed: {', '.join(failed)}")
-    ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]
     if not ran:
         raise CheckFailed(f"nothing requested was checked: {', '.join(strategies)} cannot run on {device}")
     return 0
 
 
+def _summary(results, code: int, args) -> str:
+    """The run's last line: verdict counts, the exit code, where the results went."""
+    counts = Counter(r.verdict.status.value for r in results)
+    written = ", ".join(f"{flag} {path}" for flag, path in (("--json", args.json), ("--dump-outputs", args.dump_outputs)) if path)
+    return (f"summary: {counts['pass']} pass, {counts['fail']} fail, {counts['unsupported']} unsupported, "
+            f"{counts['error']} error; exit {code}; results: {written or 'not written (no --json)'}")
+
+
 def cmd_golden(args, console: Console) -> int:
+    """Every case is checked: an unreadable one does not stop the others (the exit-2 line names the first)."""
     from harness import golden
     from harness.cases import golden_case_names, load_case
     from harness.progress import progress_bar
 
     names = [args.case] if args.case else golden_case_names()
     cases = [load_case(n) for n in names]
-    failures = []
+    failures, unreadable = [], []
     for case in cases:
+        for name in golden.clean_leftovers(case.name):
+            console.print(f"{case.name}: removed {name}, left by a killed refresh", markup=False, highlight=False)
         t0 = time.perf_counter()
         n = len(case.checked_layers()) * case.scenario.steps
         if args.action == "verify":
-            stored = golden.load(case.name)
+            try:
+                stored = golden.load(case.name)
+            except HarnessError as exc:
+                unreadable.append(_unreadable(console, case.name, exc))
+                continue
             with progress_bar(console, f"verify {case.name}", n) as advance:
                 fresh = golden.compute(case, progress=advance)
             changes = golden.differences(stored, fresh)
@@ -189,7 +247,9 @@ def cmd_golden(args, console: Console) -> int:
                     stored = golden.load(case.name)
                 except HarnessError as exc:
                     if not args.force:
-                        raise HarnessError(exc.where, f"{exc.message}; not overwritten (refresh --force replaces it)") from None
+                        kept = HarnessError(exc.where, f"{exc.message}; not overwritten (refresh --force replaces it)")
+                        unreadable.append(_unreadable(console, case.name, kept))
+                        continue
                     stored = golden.GoldenData({}, {})
             changes = golden.differences(stored, fresh) if stored is not None else []
             if stored is None:
@@ -210,9 +270,18 @@ def cmd_golden(args, console: Console) -> int:
             console.print(f"  {change}")
         if changes:
             failures.append(case.name)
+    if unreadable:
+        first, more = unreadable[0], len(unreadable) - 1
+        also = [f"{more} more unreadable"] * bool(more) + [f"{len(failures)} differ"] * bool(failures)
+        raise HarnessError(first.where, first.message + (f" (also {' and '.join(also)}: listed above)" if also else ""))
     if failures:
         raise CheckFailed(f"golden {args.action}: {len(failures)} case(s) differ: {', '.join(failures)}")
     return 0
+
+
+def _unreadable(console: Console, case_name: str, exc: HarnessError) -> HarnessError:
+    console.print(f"{case_name}: UNREADABLE: {exc}", markup=False, highlight=False)
+    return exc
 
 
 def cmd_export_inputs(args, console: Console) -> int:
@@ -221,6 +290,7 @@ def cmd_export_inputs(args, console: Console) -> int:
     if args.out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
     case = _case(args, _device(args.device), console)  # the same default scale as `run` on this machine
+    _refuse_clobbering([("--out", args.out)], _inputs_of(case))
     check_writable(args.out, "--out")
     path = export_inputs(case, args.step, args.layer, args.out)
     console.print(f"wrote {path}")
@@ -231,12 +301,20 @@ def cmd_tpot(args, console: Console) -> int:
     from harness.model.cli import cmd_tpot as run_tpot
 
     device = _device(args.device)
-    return run_tpot(args, console, device, _case(args, device))
+    case = _case(args, device)
+    table = [("the all-reduce table", Path(args.allreduce_table))] if args.allreduce_table not in (None, "none") else []
+    workdir = [("--sglang-workdir", args.sglang_workdir)] if args.engine == "sglang" else []
+    _refuse_clobbering([("--json", args.json), *workdir], [*_inputs_of(case), *table])
+    return run_tpot(args, console, device, case)
 
 
 def cmd_report(args, console: Console) -> int:
-    from harness.report import render_report
+    from harness.report import REPORT_FILES, check_out_dir, render_report
 
+    if args.out is not None:
+        _refuse_clobbering([("--out", args.out), *(("--out", args.out / name) for name in REPORT_FILES)],
+                           [("the results file", path) for path in args.results])
+        check_out_dir(args.out, args.force)
     render_report(args.results, args.out, console)
     return 0
 
@@ -294,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("report", help="render tables and plots from results JSON files")
     p.add_argument("results", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, help="folder for report.md and plots")
+    p.add_argument("--out", type=Path, help="folder for report.md and plots (new or empty, unless --force)")
+    p.add_argument("--force", action="store_true", help="--out: write into a folder that already holds files")
     p.set_defaults(func=cmd_report)
 
     p = add("compare", help="compare two results JSON files; exit 1 on regression")

@@ -59,6 +59,48 @@ def _check_writable(path: Path, flag: str) -> None:
         raise HarnessError(flag, f"file name {target.name[:40]!r}... is too long (limit {limit} bytes with the temporary prefix)")
 
 
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: the same path after symlinks and relative parts, or a hard link."""
+    if _real(a) == _real(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either one missing
+        return False
+
+
+def refuse_overwriting_inputs(outputs, inputs, protected) -> None:
+    """Before any work: fail (one HarnessError naming the option and path) when an output path is
+    one of the run's inputs, or lies inside a protected folder such as the goldens.
+
+    outputs: (option, path) pairs; inputs: (what, path) pairs; protected: (what, folder) pairs."""
+    inputs = list(inputs)
+    folders = [(what, _real(Path(f))) for what, f in protected]
+    for flag, out in outputs:
+        out = Path(out)
+        real = _real(out)
+        for what, folder in folders:
+            if real == folder or folder in real.parents:
+                raise HarnessError(flag, f"{out} lies inside {what} {folder}: outputs are never written there")
+        for what, path in inputs:
+            if _same_file(out, Path(path)):
+                raise HarnessError(flag, f"{out} is {what} {path}: outputs never overwrite inputs")
+
+
+def check_new_dir(folder: str | Path, flag: str) -> None:
+    """Fail unless `folder` is a writable folder or can be created (nothing is created)."""
+    folder = Path(folder)
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise HarnessError(flag, f"{existing} exists and is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise HarnessError(flag, f"{existing} is not writable")
+
+
 def check_writable_dir(folder: str | Path, flag: str) -> None:
     """Create `folder` if needed; fail unless files can be created in it."""
     folder = Path(folder)

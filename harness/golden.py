@@ -9,7 +9,11 @@ depends on nothing that no hash covers. Inputs are never stored: the generator r
 
 A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
 refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
-next load or refresh puts back.
+next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, which the
+next refresh or verify removes.
+
+`run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
+reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import share_folder, write_bytes, write_text
 from harness.reference import mla_decode_f64, step_inputs
+from harness.scenario import SCENARIO_DIR
 from harness.schema import GoldenManifest, validate
 
 MANIFEST = "manifest.json"
@@ -73,29 +78,44 @@ def case_dir(case_name: str, root: Path | None = None) -> Path:
     return _root(root) / case_name
 
 
+def _checked_inputs(case: Case):
+    """(step, layer, positions, inputs) of every checked (step, layer), in the golden's order."""
+    request_ids = case.checked_request_ids()
+    for batch in case.schedule().steps:
+        positions = checked_positions(batch, request_ids)
+        for layer in case.checked_layers():
+            yield batch.step, layer, positions, step_inputs(case.preset, case.scenario.seed, batch, layer, positions)
+
+
+def _hash_inputs(h, inputs) -> None:
+    for t in (inputs.q_nope, inputs.q_pe, *inputs.rows):
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def inputs_digest(case: Case) -> str:
+    """sha256 of the inputs the case's checked (step, layer)s read: the manifest's inputs_sha256."""
+    h = hashlib.sha256()
+    for *_, inputs in _checked_inputs(case):
+        _hash_inputs(h, inputs)
+    return h.hexdigest()
+
+
 def compute(case: Case, progress=None) -> GoldenData:
     """Run the float64 reference for the case's checked layers and requests."""
-    schedule = case.schedule()
-    request_ids = case.checked_request_ids()
-    layers = case.checked_layers()
     tensors: dict[str, torch.Tensor] = {}
     inputs_hash = hashlib.sha256()
     checked = []
-    for batch in schedule.steps:
-        positions = checked_positions(batch, request_ids)
-        tensors[f"s{batch.step}.positions"] = torch.from_numpy(positions.astype(np.int64))
-        for layer in layers:
-            inputs = step_inputs(case.preset, case.scenario.seed, batch, layer, positions)
-            for t in (inputs.q_nope, inputs.q_pe, *inputs.rows):
-                inputs_hash.update(t.contiguous().view(torch.uint8).numpy().tobytes())
-            out, lse = mla_decode_f64(inputs, case.preset.kv_lora_rank, case.preset.sm_scale)
-            key = f"s{batch.step}.l{layer}"
-            tensors[f"{key}.out_bf16"] = out.to(torch.bfloat16)
-            tensors[f"{key}.out_fp32"] = out.to(torch.float32)
-            tensors[f"{key}.lse"] = lse.to(torch.float32)
-            checked.append([batch.step, layer])
-            if progress is not None:
-                progress()
+    for step, layer, positions, inputs in _checked_inputs(case):
+        tensors[f"s{step}.positions"] = torch.from_numpy(positions.astype(np.int64))
+        _hash_inputs(inputs_hash, inputs)
+        out, lse = mla_decode_f64(inputs, case.preset.kv_lora_rank, case.preset.sm_scale)
+        key = f"s{step}.l{layer}"
+        tensors[f"{key}.out_bf16"] = out.to(torch.bfloat16)
+        tensors[f"{key}.out_fp32"] = out.to(torch.float32)
+        tensors[f"{key}.lse"] = lse.to(torch.float32)
+        checked.append([step, layer])
+        if progress is not None:
+            progress()
     manifest = {
         "schema": SCHEMA,
         "case": case.name,
@@ -106,7 +126,7 @@ def compute(case: Case, progress=None) -> GoldenData:
         "seed": case.scenario.seed,
         "reference_precision": "float64",
         "checked": checked,
-        "checked_request_ids": request_ids.tolist(),
+        "checked_request_ids": case.checked_request_ids().tolist(),
         "inputs_sha256": inputs_hash.hexdigest(),
         "versions": {"torch": torch.__version__, "numpy": np.__version__, "safetensors": safetensors.__version__},
     }
@@ -146,14 +166,37 @@ def _stranded(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if p.is_dir())
 
 
+def _half_written(case_name: str, root: Path) -> list[Path]:
+    """New goldens a killed refresh left half written: .<case>.new-*."""
+    return sorted(p for p in root.glob(f".{case_name}.new-*") if p.is_dir())
+
+
 def recover(case_name: str, root: Path | None = None) -> None:
     """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
-    the previous golden back; with it present, drop the leftovers."""
+    the previous golden back; with it present, drop the leftovers; drop half-written new folders."""
     folder = case_dir(case_name, root)
     for old in _stranded(case_name, _root(root)):
         if not folder.exists():
             os.replace(old, folder)
         shutil.rmtree(old.parent, ignore_errors=True)
+    for new in _half_written(case_name, _root(root)):
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def _leftovers(case_name: str, root: Path) -> list[Path]:
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
+
+
+def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
+    """What a killed refresh left of this case (.<case>.new-*, .<case>.old-*), recovered and
+    removed under the lock; their names (empty: nothing was left, and the lock was not taken)."""
+    root = _root(root)
+    if not _leftovers(case_name, root):
+        return []
+    with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
+        left = _leftovers(case_name, root)
+        recover(case_name, root)
+    return [p.name for p in left]
 
 
 def load(case_name: str, root: Path | None = None) -> GoldenData:
@@ -217,13 +260,37 @@ def differences(old: GoldenData, new: GoldenData) -> list[str]:
     return changes
 
 
+def _builtin(scenario) -> bool:
+    return Path(scenario.source).resolve().parent == SCENARIO_DIR.resolve()
+
+
 def spec_mismatch(gold: GoldenData, case: Case) -> str:
-    """'' when the golden was made for exactly this case, else what differs (scale or scenario)."""
+    """'' when the golden was made for this case, else why it is another case: its scale, or the
+    definition of a scenario read from the user's own file (a built-in's is case_mismatch's)."""
     m = gold.manifest
     if m.get("scale") != {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}:
         return f"scale ({m.get('scale')})"
-    if m.get("scenario") != case.scenario.to_dict():
+    if m.get("scenario") != case.scenario.to_dict() and not _builtin(case.scenario):
         return "scenario definition"
+    return ""
+
+
+def case_mismatch(gold: GoldenData, case: Case) -> str:
+    """'' when the manifest's case spec is the case's (preset with sm_scale, generator, seed, a
+    built-in scenario's definition, the inputs' sha256), else the first field that differs: a
+    stale or re-signed golden never checks a run."""
+    m = gold.manifest
+    want = {"preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale}, "generator": synth.GENERATOR_VERSION,
+            "seed": case.scenario.seed, "scenario": case.scenario.to_dict()}
+    for field, value in json.loads(json.dumps(want)).items():
+        got = m.get(field)
+        if got != value:
+            if isinstance(got, dict) and isinstance(value, dict):
+                key = next(k for k in sorted({*got, *value}) if got.get(k) != value.get(k))
+                field, got, value = f"{field}.{key}", got.get(key), value.get(key)
+            return f"{field} is {got!r}, the case's is {value!r}"
+    if m.get("inputs_sha256") != inputs_digest(case):
+        return "inputs_sha256 is not the sha256 of the inputs this case generates"
     return ""
 
 

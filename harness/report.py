@@ -19,7 +19,7 @@ from rich.text import Text
 from harness.compare import index_rows, is_number
 from harness.datafiles import read_json
 from harness.errors import HarnessError
-from harness.fsio import write_bytes
+from harness.fsio import check_new_dir, write_bytes
 from harness.schema import ResultsFile, validate
 from harness.table import STATUS_STYLE
 
@@ -361,6 +361,16 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
             finish(ax, "step_ms (ms, median; whiskers ±IQR/2)")
         plots["trend_step_ms.png"] = png(fig)
     return plots
+
+
+REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png")  # every file --out may write
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    """Before rendering: --out is a folder, new or empty unless `force`; never a file."""
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
+    check_new_dir(out_dir, "--out")
 
 
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:

@@ -63,6 +63,9 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
         gold = golden.load(case.name)
         mismatch = golden.spec_mismatch(gold, case)
         if not mismatch:
+            if stale := golden.case_mismatch(gold, case):
+                raise HarnessError(f"golden/{case.name}/{golden.MANIFEST}", f"{stale}: a stale or edited golden "
+                                   "(python -m harness golden verify)")
             if gap := golden.coverage_gap(gold, case):
                 raise HarnessError(f"golden/{case.name}", f"does not cover the case: {gap}")
             return gold, f"golden/{case.name}"

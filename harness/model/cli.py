@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.errors import HarnessError
+from harness.fsio import check_writable
 
 DEFAULT_STRATEGIES = ("stock", "gather_cast", "shadow", "native_fp8")
 
@@ -47,7 +49,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if repeats < 1:
         raise HarnessError("--repeats", f"must be >= 1, got {repeats}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(args.json, "--json")  # before the timing run: a folder or unwritable path is bad input
+    if args.engine == "sglang":
+        _require_sglang(args.sglang_python)
     from harness.model.allreduce import DEFAULT_TABLE
 
     allreduce = AllReduce()
@@ -93,6 +97,16 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         write_results(args.json, rows, env, repro_command())
         console.print(f"results written to {args.json}")
     return 0
+
+
+def _require_sglang(python: str) -> None:
+    """--engine sglang: fail before anything is written when `python` cannot import sglang."""
+    try:
+        proc = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=600)
+    except OSError as exc:
+        raise HarnessError("--sglang-python", f"{python}: {exc.strerror or exc}") from None
+    if proc.returncode != 0:
+        raise HarnessError("--engine sglang", f"{python} cannot import sglang (--sglang-python names the Python that has it)")
 
 
 def _sglang(args, console: Console, case, shape, names) -> int:

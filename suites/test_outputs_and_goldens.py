@@ -1,0 +1,263 @@
+"""Issue 25, nothing on disk is destroyed: outputs never overwrite inputs nor go into the golden
+folder; report --out and tpot --json are checked before any work; a killed refresh's leftovers go;
+golden verify reports every bad case; run checks the manifest's case spec, against out_fp32, ends
+with a summary line, and its --help does not import torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import golden
+from harness.cases import GOLDEN_DIR, golden_case_names, load_case
+from harness.errors import HarnessError
+from harness.fsio import refuse_overwriting_inputs
+from suites.test_cli import ROOT, _one_error_line, harness
+from suites.test_report import _write
+
+CASE = "glm5-tp8.ci.b1-l500"
+QUICK = ("--device", "cpu", "--repeats", "0", "--strategy", "gather_cast")
+TPOT = ("--device", "cpu", "--shrink", "--slots", "2048", "--repeats", "1", "--strategy", "gather_cast", "--layers", "1")
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    """A golden copy G (also $MLA_HARNESS_GOLDEN_DIR), a scenario file, a results file and an
+    all-reduce table, in tmp_path (the working folder); `snapshot()` maps each input to its bytes."""
+    root = _golden_copy(tmp_path, [CASE])
+    monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", str(root))
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "harness" / "scenarios" / "b1-l500.toml", tmp_path / "S.toml")
+    shutil.copy(ROOT / "harness" / "model" / "allreduce_h200_tp2.toml", tmp_path / "T.toml")
+    (tmp_path / "D").mkdir()
+    _write(tmp_path / "D" / "report.md")  # a results file that happens to carry report --out's file name
+    _write(tmp_path / "r.json")
+    (tmp_path / "sub").mkdir()
+    os.symlink(tmp_path / "S.toml", tmp_path / "L.json")
+    os.link(tmp_path / "S.toml", tmp_path / "H.toml")
+    os.link(root / CASE / golden.OUTPUTS, tmp_path / "linked.safetensors")
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    return lambda: {p: p.read_bytes() for p in files}
+
+
+REFUSED = {  # id: (argv, the option and a fragment the error line names)
+    "run --json into the golden folder": (["run", *QUICK, "--scenario", "b1-l500", "--golden-dir", "G", "--json", f"G/{CASE}/manifest.json"],
+                                          ["--json", "manifest.json", "golden folder"]),
+    "run --json the scenario file": (["run", *QUICK, "--scenario-file", "S.toml", "--json", "S.toml"], ["--json", "S.toml", "scenario file"]),
+    "run --json a symlink to it": (["run", *QUICK, "--scenario-file", "S.toml", "--json", "L.json"], ["--json", "L.json", "scenario file"]),
+    "run --json a relative path to it": (["run", *QUICK, "--scenario-file", "S.toml", "--json", "sub/../S.toml"], ["--json", "scenario file"]),
+    "run --json a hard link to it": (["run", *QUICK, "--scenario-file", "S.toml", "--json", "H.toml"], ["--json", "H.toml", "scenario file"]),
+    "run --json a hard link to a golden": (["run", *QUICK, "--scenario", "b1-l500", "--json", "linked.safetensors"],
+                                           ["--json", "linked.safetensors", "golden file"]),
+    "run --dump-outputs into a case folder": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", f"G/{CASE}"],
+                                              ["--dump-outputs", "golden folder"]),
+    "export-inputs --out a golden's outputs": (["export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", f"G/{CASE}/outputs.safetensors"],
+                                               ["--out", "outputs.safetensors", "golden folder"]),
+    "export-inputs --out a hard link to a golden": (["export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", "linked.safetensors"],
+                                                    ["--out", "golden file"]),
+    "report --out over its own input": (["report", "D/report.md", "--out", "D", "--force"], ["--out", "report.md", "results file"]),
+    "report --out into the golden folder": (["report", "r.json", "--out", f"G/{CASE}"], ["--out", "golden folder"]),
+    "tpot --json the scenario file": (["tpot", *TPOT, "--scenario-file", "S.toml", "--json", "S.toml"], ["--json", "S.toml", "scenario file"]),
+    "tpot --json the all-reduce table": (["tpot", *TPOT, "--scenario", "b1-l500", "--allreduce-table", "T.toml", "--json", "T.toml"],
+                                         ["--json", "T.toml", "all-reduce table"]),
+    "tpot --json into the golden folder": (["tpot", *TPOT, "--scenario", "b1-l500", "--json", "G/t.json"], ["--json", "golden folder"]),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_outputs_never_overwrite_inputs(disk, name):
+    """Each output option pointed at an input (directly, by symlink, relative path or hard link) or
+    into the golden folder: one error line naming the option and path, exit 2, no work, no byte changed."""
+    argv, fragments = REFUSED[name]
+    before = disk()
+    proc = harness(*argv)
+    _one_error_line(proc, *fragments)
+    assert proc.stdout == "", proc.stdout  # refused before any work: nothing rendered, built or timed
+    assert disk() == before
+
+
+def test_the_guard_itself(tmp_path):
+    """fsio.refuse_overwriting_inputs: outputs beside the inputs pass; the same file under any name fails."""
+    src, folder = tmp_path / "in.toml", tmp_path / "golden"
+    src.write_text("x")
+    folder.mkdir()
+    os.link(src, tmp_path / "hard")
+    os.symlink(folder, tmp_path / "to-golden")
+    inputs, protected = [("the input", src)], [("the golden folder", folder)]
+    refuse_overwriting_inputs([("--a", tmp_path / "out.json"), ("--b", tmp_path / "new" / "in.toml")], inputs, protected)
+    for out in (src, tmp_path / "hard", tmp_path / "x" / ".." / "in.toml", folder, folder / "c" / "m.json", tmp_path / "to-golden" / "f"):
+        with pytest.raises(HarnessError, match=r"^--o: "):
+            refuse_overwriting_inputs([("--o", out)], inputs, protected)
+
+
+def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
+    before = disk()
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    proc = harness("report", "r.json", "--out", "busy")
+    _one_error_line(proc, "--out", "busy", "--force")
+    assert proc.stdout == "" and sorted(os.listdir("busy")) == ["notes.txt"]
+    proc = harness("report", "r.json", "--out", "S.toml")  # a file, not a folder: refused before rendering
+    _one_error_line(proc, "--out", "S.toml", "not a folder")
+    assert proc.stdout == "" and disk() == before
+    proc = harness("report", "r.json", "--out", "busy", "--force")
+    assert proc.returncode == 0, proc.stderr
+    from harness.report import REPORT_FILES
+
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and "report.md" in os.listdir("busy")
+    assert set(os.listdir("busy")) - {"notes.txt"} <= set(REPORT_FILES)  # the guard knows every file --out writes
+    assert harness("report", "r.json", "--out", "fresh").returncode == 0 and (tmp_path / "fresh" / "report.md").is_file()
+
+
+def test_tpot_json_folder_is_refused_before_the_timing_run(tmp_path):
+    proc = harness("tpot", *TPOT, "--scenario", "b1-l500", "--json", tmp_path)
+    _one_error_line(proc, "--json", "folder")
+    assert proc.stdout == "", proc.stdout  # the timing run never started
+
+
+def test_tpot_engine_sglang_without_sglang_leaves_nothing(tmp_path, monkeypatch):
+    shadow = tmp_path / "no-sglang"
+    shadow.mkdir()
+    (shadow / "sglang.py").write_text("raise ImportError('No module named sglang')\n")  # hides an installed one
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(shadow), str(ROOT))))
+    work = tmp_path / "sglang-tpot"
+    proc = harness("tpot", "--device", "cpu", "--scenario", "b1-l500", "--engine", "sglang", "--strategy", "gather_cast",
+                   "--sglang-python", sys.executable, "--sglang-workdir", work)
+    _one_error_line(proc, "--engine sglang", "cannot import sglang")
+    assert not work.exists()
+
+
+def _list_cases(root: Path, names) -> None:
+    (root / "cases.toml").write_text("".join('[[case]]\npreset = "{}"\nscale = "{}"\nscenario = "{}"\n'.format(*n.split(".", 2))
+                                             for n in names))
+
+
+def _golden_copy(tmp_path, names) -> Path:
+    """A golden folder holding only these cases."""
+    root = tmp_path / "G"
+    root.mkdir()
+    for name in names:
+        shutil.copytree(GOLDEN_DIR / name, root / name)
+    _list_cases(root, names)
+    return root
+
+
+def test_golden_verify_reports_every_bad_case(tmp_path):
+    names = ["glm5-tp8.ci.b1-l500", "glm5-tp8.ci.edge-kv1", "glm5-tp8.ci.contiguous-b4", "glm5-tp8.ci.explicit-slots"]
+    root = _golden_copy(tmp_path, names)
+    for name in names[0], names[3]:
+        (root / name / golden.OUTPUTS).write_bytes(b"garbage")
+    stored = golden.load(names[1], root)
+    stored.tensors["s0.l0.out_fp32"] += 0.5  # re-signed: only a recompute sees it
+    golden.write(stored, names[1], root)
+    proc = harness("golden", "verify", golden_dir=root)
+    _one_error_line(proc, names[0], "outputs_sha256", "also 1 more unreadable and 1 differ")
+    lines = {line.split(":")[0]: line for line in proc.stdout.splitlines() if line.startswith("glm5")}
+    assert "UNREADABLE" in lines[names[0]] and "MISMATCH" in lines[names[1]] and " ok " in lines[names[2]], proc.stdout
+    assert "UNREADABLE" in lines[names[3]], proc.stdout  # the case after the bad ones was checked too
+    shutil.rmtree(root / names[0])
+    shutil.rmtree(root / names[3])
+    names = names[1:3]
+    _list_cases(root, names)
+    proc = harness("golden", "verify", golden_dir=root)
+    assert proc.returncode == 1 and names[1] in proc.stdout and "1 case(s) differ" in proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("action", ["verify", "refresh"])
+def test_killed_refresh_leftovers_are_removed(tmp_path, action):
+    root = _golden_copy(tmp_path, [CASE])
+    half = root / f".{CASE}.new-k1ll3d"
+    half.mkdir()
+    (half / golden.OUTPUTS).write_bytes(b"half written")
+    proc = harness("golden", action, "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"removed .{CASE}.new-k1ll3d, left by a killed refresh" in proc.stdout and not half.exists()
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == ["cases.toml", CASE]
+
+
+def _resign(root: Path, edit) -> None:
+    path = root / CASE / golden.MANIFEST
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    manifest["manifest_sha256"] = golden.manifest_digest(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+STALE = {
+    "preset.sm_scale": lambda m: m["preset"].update(sm_scale=m["preset"]["sm_scale"] * 1.01),
+    "preset.page_size": lambda m: m["preset"].update(page_size=1),
+    "generator": lambda m: m.update(generator="synth-v0"),
+    "seed": lambda m: m.update(seed=m["seed"] + 1),
+    "scenario.kv_lens": lambda m: m["scenario"].update(kv_lens=[499]),
+    "inputs_sha256": lambda m: m.update(inputs_sha256="0" * 64),
+}
+
+
+@pytest.mark.parametrize("name", [n for n in golden_case_names() if ".ci." in n] + ["glm5-tp8.prod.b1-l500"])
+def test_committed_goldens_match_their_case_spec(name):
+    """The negative control of the check below: no committed golden is called stale."""
+    gold, case = golden.load(name), load_case(name)
+    assert golden.spec_mismatch(gold, case) == "" and golden.case_mismatch(gold, case) == ""
+
+
+@pytest.mark.parametrize("field", STALE)
+def test_run_refuses_a_resigned_manifest_of_another_case(tmp_path, field):
+    root = _golden_copy(tmp_path, [CASE])  # as committed it passes: test_committed_goldens_match_their_case_spec
+    _resign(root, STALE[field])
+    _one_error_line(harness("run", *QUICK, "--scenario", "b1-l500", golden_dir=root), f"{CASE}/manifest.json", f"{field} is")
+
+
+def test_a_users_scenario_of_the_same_name_is_checked_live(tmp_path):
+    """Another definition of b1-l500 in the user's own file is another case, not a stale golden."""
+    mine = tmp_path / "b1-l500.toml"
+    mine.write_text('name = "b1-l500"\nkv_lens = [400]\n')
+    proc = harness("run", *QUICK, "--scenario-file", mine)
+    assert proc.returncode == 0 and "is for another scenario definition" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_run_checks_out_fp32_and_verify_checks_out_bf16(tmp_path):
+    """The golden's out_fp32 is what run checks against (README: the float64 reference stored as
+    fp32); its out_bf16 is compared bit for bit by verify."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors["s0.l0.out_fp32"] *= 1.05  # out_bf16 untouched
+    golden.write(stored, CASE, root)
+    proc = harness("run", *QUICK, "--scenario", "b1-l500", golden_dir=root)
+    assert proc.returncode == 1 and "gather_cast" in proc.stderr, proc.stdout + proc.stderr
+    shutil.rmtree(root / CASE)
+    shutil.copytree(GOLDEN_DIR / CASE, root / CASE)
+    stored = golden.load(CASE, root)
+    stored.tensors["s0.l1.out_bf16"][0, 0, 0] *= 2
+    golden.write(stored, CASE, root)
+    assert harness("run", *QUICK, "--scenario", "b1-l500", golden_dir=root).returncode == 0
+    proc = harness("golden", "verify", golden_dir=root)
+    assert proc.returncode == 1 and "s0.l1.out_bf16: 1 elements differ" in proc.stdout, proc.stdout
+
+
+def test_run_ends_with_a_summary_line(tmp_path):
+    out = tmp_path / "r.json"
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"summary: 4 pass, 0 fail, 2 unsupported, 0 error; exit 0; results: --json {out}"
+    proc = harness("run", *QUICK, "--scenario", "b1-l500", "--plant-fault", "remap-off-by-one")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[-1] == "summary: 1 pass, 1 fail, 0 unsupported, 0 error; exit 1; results: not written (no --json)"
+
+
+def test_run_help_does_not_import_torch_and_lists_every_strategy():
+    code = ("import sys, contextlib, io\nfrom harness.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as buf:\n"
+            "    try: main(['run', '--help'])\n    except SystemExit: pass\n"
+            "print('torch' in sys.modules, ' '.join(buf.getvalue().split()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("False "), proc.stdout[:200] + proc.stderr
+    from harness.cli import strategy_names
+    from harness.strategies import ORDER
+
+    assert strategy_names() == list(ORDER) and f"(repeatable): {', '.join(ORDER)}" in proc.stdout
