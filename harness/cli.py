@@ -111,7 +111,8 @@ def _case(args, device, console: Console | None = None):
 
 
 def cmd_run(args, console: Console) -> int:
-    from harness.faults import cannot_fire, did_not_fire, parse_faults
+    from harness.faults import parse_faults
+    from harness.negative_controls import cannot_fire, did_not_fire
     from harness.results import environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
     from harness.strategies import ORDER

@@ -5,7 +5,7 @@ On CUDA: production pool, the full 78-layer GLM-5 TP8 rank (4 rotated weight set
 time (MLA_ASV_ALLREDUCE_TABLE=path adds the measured latency stand-in). On CPU only with
 MLA_ASV_TPOT=1 (the shrunk model on a 2,048-slot pool), so the CPU asv test of benchmarks.py does
 not pay for them. MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES /
-MLA_ASV_REPEATS narrow the matrix as for benchmarks.py.
+MLA_ASV_REPEATS narrow the matrix as for benchmarks.py (default strategies: the registry's BENCHMARKED).
 """
 
 import os
@@ -13,9 +13,12 @@ import sys
 
 import torch
 
+from harness.strategies import BENCHMARKED
+
 CUDA = torch.cuda.is_available()
 SCENARIOS = os.environ.get("MLA_ASV_SCENARIOS", "b1-l4096,b32-l4096" if CUDA else "b1-l500").split(",")
-STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", "stock,gather_cast,shadow,native_fp8").split(",")
+# default strategies: the registry's BENCHMARKED (every registered strategy but register(benchmark=False) ones)
+STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", ",".join(BENCHMARKED)).split(",")
 REPEATS = int(os.environ.get("MLA_ASV_REPEATS", "20" if CUDA else "2"))
 
 
