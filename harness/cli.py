@@ -39,6 +39,12 @@ def _strategy_help() -> str:
     return f"run only this strategy (repeatable): {', '.join(ORDER)}"
 
 
+def _preset_help() -> str:
+    from harness.presets import PRESETS
+
+    return f"model preset (default glm5-tp8): {', '.join(PRESETS)}"
+
+
 def _scenario_help() -> str:
     from harness.scenario import builtin_names
 
@@ -73,7 +79,7 @@ def _device(text: str):
 
 
 def _add_case_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="glm5-tp8", help="model preset (glm5-tp8, deepseek-v3-tp8)")
+    p.add_argument("--preset", default="glm5-tp8", help=LazyHelp(_preset_help))
     p.add_argument("--scale", default=None, help="pool scale: prod (495,552 slots) or ci; default prod on CUDA, ci on CPU")
     p.add_argument("--slots", type=int, default=None, help="override the scale's slot count")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers materialized")
