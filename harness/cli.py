@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.backends import BACKENDS, KERNEL_CHOICES
 from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable, check_writable_dir
 
@@ -264,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", help="run every strategy on one case, check against golden, time")
     _add_case_args(p)
-    p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
-    p.add_argument("--kernel", choices=("auto", "fa3", "fa2"), default="auto",
+    p.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (auto: flashinfer on CUDA, torch on CPU)")
+    p.add_argument("--kernel", choices=KERNEL_CHOICES, default="auto",
                    help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
                         "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
     p.add_argument("--strategy", action="append", help=LazyHelp(_strategy_help))

@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.backends import BACKENDS
 from harness.errors import HarnessError
 
 
 def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", action="append",
                    help="strategy to time (repeatable; default: every registered strategy but those with register(benchmark=False))")
-    p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
+    p.add_argument("--backend", default="auto", help=f"attention backend: {', '.join(BACKENDS)}")
     p.add_argument("--shrink", action="store_true", help="CPU/CI size: the [shrink] fields of harness/model/models.toml")
     p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
     p.add_argument("--allreduce-table", help="TOML of measured all-reduce latency per message size, or 'none' (default on CUDA: "
