@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 
 import torch
 
+from harness.backends import backend_keys
+from harness.contract import OUT_WIDTH, ContractViolation, check_boundary  # noqa: F401  (the contract's home; re-exported)
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.strategies import ORDER, REGISTRY
 
 POLICY_FILE = Path(__file__).with_name("tolerances.toml")
 
@@ -56,14 +60,12 @@ class Verdict:
         return {"status": self.status.value, "reason": self.reason, "stats": asdict(self.stats) if self.stats else None}
 
 
-BACKEND_KEYS = ("torch", "flashinfer", "flashinfer-fa2", "flashinfer-fa3")
+BACKEND_KEYS = backend_keys()  # tolerance rows may name a backend or its family
 
 
 def load_policy(path: Path) -> dict[str, Tolerance]:
     """{key: Tolerance} of a tolerances TOML, every key checked against the strategy registry:
     "default", "<strategy>" or "<strategy>.<backend or family>"; a typo is an error naming the key."""
-    from harness.strategies import REGISTRY
-
     table = read_toml(path).get("tolerance")
     if not isinstance(table, dict) or "default" not in table:
         raise HarnessError(f"{path}: tolerance", "needs [tolerance.*] tables including [tolerance.default]")
@@ -86,38 +88,30 @@ def load_policy(path: Path) -> dict[str, Tolerance]:
 def default_policy() -> dict[str, Tolerance]:
     """tolerances.toml, loaded and validated once per process."""
     return load_policy(POLICY_FILE)
-# What each strategy hands the attention backend: SGLang casts the pool to the query dtype (bf16);
-# native_fp8 passes the e4m3 pool through. Kept apart from the strategies' own declarations.
-KV_CONTRACT = {
-    "stock": torch.bfloat16,
-    "stock_vectorized": torch.bfloat16,
-    "gather_cast": torch.bfloat16,
-    "shadow": torch.bfloat16,
-    "native_fp8": torch.float8_e4m3fn,
-}
-OUT_WIDTH = 512  # kv_lora_rank: the absorbed-MLA output per head
 
 
-class ContractViolation(AssertionError):
-    """A strategy or backend handed over or returned tensors of the wrong dtype or shape."""
+class _KVContract(Mapping):
+    """strategy -> the KV dtype it hands the attention backend: its register(kv_dtype=...), read from the
+    registry at each use (SGLang casts the pool to the query dtype, bf16; the FP8 paths pass e4m3)."""
+
+    def __getitem__(self, strategy: str) -> torch.dtype:
+        return REGISTRY[strategy].kv_dtype
+
+    def __iter__(self):
+        return iter(ORDER)
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+
+KV_CONTRACT = _KVContract()
 
 
 def check_contract(strategy: str, q_nope, ckv, kpe, out, lse) -> None:
-    """The attention boundary: queries bf16, KV of the strategy's contract dtype (ckv and kpe
-    alike), output bf16 [B, H, 512], LSE fp32 [B, H]. Raises ContractViolation."""
-    want = KV_CONTRACT.get(strategy)
-    problems = []
-    if q_nope.dtype != torch.bfloat16:
-        problems.append(f"queries are {q_nope.dtype}, not bfloat16")
-    if want is not None and (ckv.dtype != want or kpe.dtype != want):
-        problems.append(f"KV handed to the backend is {ckv.dtype}/{kpe.dtype}, not {want}")
-    batch, heads = q_nope.shape[0], q_nope.shape[1]
-    if out.dtype != torch.bfloat16 or tuple(out.shape) != (batch, heads, OUT_WIDTH):
-        problems.append(f"output is {out.dtype} {tuple(out.shape)}, not bfloat16 {(batch, heads, OUT_WIDTH)}")
-    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads):
-        problems.append(f"LSE is {lse.dtype} {tuple(lse.shape)}, not float32 {(batch, heads)}")
-    if problems:
-        raise ContractViolation(f"{strategy} dtype contract: {'; '.join(problems)}")
+    """The attention boundary for a registered strategy (harness.contract.check_boundary with its
+    declared kv_dtype): queries bf16, KV of the strategy's contract dtype (ckv and kpe alike), output
+    bf16 [B, H, 512], LSE fp32 [B, H]. Raises ContractViolation."""
+    check_boundary(strategy, KV_CONTRACT.get(strategy), q_nope, ckv, kpe, out, lse)
 
 
 def policy(strategy: str, backend: str) -> Tolerance:

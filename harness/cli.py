@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.backends import BACKENDS, KERNEL_CHOICES
 from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable, check_writable_dir
 
@@ -52,6 +53,12 @@ def _strategy_help() -> str:
     return f"run only this strategy (repeatable): {', '.join(strategy_names())}"
 
 
+def _preset_help() -> str:
+    from harness.presets import PRESETS
+
+    return f"model preset (default glm5-tp8): {', '.join(PRESETS)}"
+
+
 def _scenario_help() -> str:
     from harness.scenario import builtin_names
 
@@ -86,7 +93,7 @@ def _device(text: str):
 
 
 def _add_case_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="glm5-tp8", help="model preset (glm5-tp8, deepseek-v3-tp8)")
+    p.add_argument("--preset", default="glm5-tp8", help=LazyHelp(_preset_help))
     p.add_argument("--scale", default=None, help="pool scale: prod (495,552 slots) or ci; default prod on CUDA, ci on CPU")
     p.add_argument("--slots", type=int, default=None, help="override the scale's slot count")
     p.add_argument("--layers", type=int, default=None, help="override the number of layers materialized")
@@ -151,7 +158,8 @@ def _refuse_clobbering(outputs, inputs) -> None:
 
 
 def cmd_run(args, console: Console) -> int:
-    from harness.faults import cannot_fire, did_not_fire, parse_faults
+    from harness.faults import parse_faults
+    from harness.negative_controls import cannot_fire, did_not_fire
     from harness.results import environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
     from harness.strategies import BASELINE, ORDER
@@ -335,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", help="run every strategy on one case, check against golden, time")
     _add_case_args(p)
-    p.add_argument("--backend", default="auto", help="auto (flashinfer on CUDA, torch on CPU), torch, flashinfer")
-    p.add_argument("--kernel", choices=("auto", "fa3", "fa2"), default="auto",
+    p.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (auto: flashinfer on CUDA, torch on CPU)")
+    p.add_argument("--kernel", choices=KERNEL_CHOICES, default="auto",
                    help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
                         "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
     p.add_argument("--strategy", action="append", help=LazyHelp(_strategy_help))

@@ -1,4 +1,7 @@
-"""The decode loop: per step plan once, then per layer write the new token, prepare KV, attend."""
+"""The decode loop: per step plan once, then per layer write the new token, prepare KV, attend.
+
+Every attend of every strategy goes through `attend` here, which asserts the attention boundary's
+dtype contract (harness.contract) after the strategy's own `attend`, whatever that does."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.contract import check_boundary
 from harness.faults import NAN_CODE, Fault
 from harness.graphs import bucket_capacities, bucket_for, pad_batch
 from harness.pool import KVPool, kv_rows
@@ -59,6 +63,14 @@ def make_step_data(preset: ModelPreset, schedule: Schedule, pool: KVPool, faults
     return StepData(steps)
 
 
+def attend(strategy: Strategy, plan, q_nope: torch.Tensor, q_pe: torch.Tensor, kv) -> tuple[torch.Tensor, torch.Tensor]:
+    """`strategy.attend`, then the dtype contract on what it was handed and returned: queries bf16,
+    KV of its declared kv_dtype, output bf16 [B, H, 512], LSE fp32 [B, H] (ContractViolation)."""
+    out, lse = strategy.attend(plan, q_nope, q_pe, kv)
+    check_boundary(strategy.name, strategy.kv_dtype, q_nope, *kv, out, lse)
+    return out, lse
+
+
 class DecodeSession:
     """A strategy set up over the pool for one schedule; leaving it undoes the pool writes and hands
     the memory the strategy cached back to the driver, so that what the next session allocates (its
@@ -89,7 +101,7 @@ class DecodeSession:
         outputs: Outputs = {}
         for layer in range(s.pool.geometry.num_layers):
             s.write(batch, layer, d.slots, d.rows[layer])
-            out, lse = s.attend(plan, d.q_nope[layer], d.q_pe[layer], s.prepare_kv(layer))
+            out, lse = attend(s, plan, d.q_nope[layer], d.q_pe[layer], s.prepare_kv(layer))
             if layer in record_layers:
                 outputs[(batch.step, layer)] = (out.cpu(), lse.float().cpu()) if to_cpu else (out, lse)
         return outputs

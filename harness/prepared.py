@@ -20,7 +20,7 @@ from harness.decode import DecodeSession, StepData, make_step_data
 from harness.errors import HarnessError
 from harness.memory import MemoryPlan
 from harness.pool import KVPool
-from harness.strategies import FAULT_TARGET, REGISTRY
+from harness.strategies import FAULT_TARGETS, REGISTRY
 
 
 class PreparedCase:
@@ -63,13 +63,14 @@ class PreparedCase:
     @contextmanager
     def session(self, strategy: str, faults=None) -> Iterator[DecodeSession]:
         """A decode session of `strategy` over the built pool; its pool writes are undone on exit.
-        faults: planted faults (default: the case's), each kept only for the strategy it targets."""
+        faults: planted faults (default: the case's), each kept only for the strategies it targets
+        (register(faults=...); a fault no strategy claims reaches every strategy)."""
         if self.pool is None:
             raise HarnessError("prepared case", "build() the pool before opening a session")
         if strategy not in REGISTRY:
             raise HarnessError("--strategy", f"unknown strategy {strategy!r}; choose from {', '.join(REGISTRY)}")
         wanted = self.faults if faults is None else frozenset(faults)
-        mine = frozenset(f for f in wanted if FAULT_TARGET[f] in (None, strategy))
+        mine = frozenset(f for f in wanted if not FAULT_TARGETS[f] or strategy in FAULT_TARGETS[f])
         cls = REGISTRY[strategy]
         with DecodeSession(cls(self.pool, self.backend, self.case.preset, mine), self.schedule, self.data) as s:
             yield s

@@ -21,11 +21,12 @@ from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import check_new_dir, write_bytes
 from harness.schema import ResultsFile, validate
+from harness.strategies import BASELINE
 from harness.table import STATUS_STYLE
 
 INDEPENDENT = "independent.json"
 COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms",
-           "eager step ms", "speedup vs stock", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
+           "eager step ms", f"speedup vs {BASELINE}", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
 REPEAT_COLUMNS = ("cast IQR/median", "step IQR/median")
 # (what, strategy, metric, independent.json key): harness figure at prod scale, b1-l4096
 CROSS_CHECKS = (
@@ -129,7 +130,7 @@ def _iqr_pct(cell: Cell | None) -> str:
 
 
 def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> list[list[str]]:
-    stock_step = _value(strategies.get("stock", {}).get("step_ms"))
+    stock_step = _value(strategies.get(BASELINE, {}).get("step_ms"))  # the registry's baseline
     rows = []
     for name, m in strategies.items():
         cast_gbps = m.get("cast_gbps")

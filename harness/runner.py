@@ -29,7 +29,7 @@ class RunConfig:
     device: torch.device
     backend: str = "auto"
     kernel: str = "auto"  # FlashInfer kernel: auto (arch policy), fa3, fa2
-    strategies: tuple[str, ...] = ORDER
+    strategies: tuple[str, ...] = field(default_factory=lambda: tuple(ORDER))  # every registered strategy
     faults: frozenset = frozenset()
     repeats: int = 5
     reference: str = "auto"  # "golden", "live", or "auto" (golden when the case has one)

@@ -213,7 +213,8 @@ def test_fault_that_did_not_turn_anything_red_is_an_error():
     from types import SimpleNamespace
 
     from harness.errors import HarnessError
-    from harness.faults import Fault, did_not_fire
+    from harness.faults import Fault
+    from harness.negative_controls import did_not_fire
 
     green = SimpleNamespace(strategy="gather_cast", verdict=SimpleNamespace(status=SimpleNamespace(value="pass")))
     with pytest.raises(HarnessError, match="did not fire"):

@@ -225,6 +225,52 @@ def test_runner_goldens(case_name, forced, monkeypatch):
     assert not faulty["fused_fp8"][1].passed
 
 
+@interpreted
+def test_scale_error_fault_fires_in_fused_fp8():
+    """fused_fp8 claims scale-error-1pct (register(faults=...)), so the session hands it the fault: its
+    1% KV-scale branch runs and the verdict turns red (it was dead while only native_fp8 claimed it)."""
+    case_name = "glm5-tp8.ci.multistep-reuse"
+    faulty = run_strategies(case_name, ("fused_fp8",), faults=frozenset([Fault.SCALE_ERROR]))["fused_fp8"][1]
+    assert not faulty.passed and "norm-relative error" in faulty.reason, faulty.reason
+
+
+@interpreted
+def test_session_asserts_fused_fp8_dtype_contract(monkeypatch):
+    """fused_fp8 overrides attend, yet the decode session asserts its dtype contract after every attend:
+    the clean run hands e4m3 KV (else it would be an error), and an output of the wrong dtype is an
+    error verdict naming the contract."""
+    from rich.console import Console
+
+    from harness.cases import load_case
+    from harness.kernels import fused_mla_decode as fmd
+    from harness.runner import RunConfig, run
+
+    real = fmd.fused_mla_decode
+
+    def float16_out(*args, **kwargs):
+        out, lse = real(*args, **kwargs)
+        return out.to(torch.float16), lse
+
+    monkeypatch.setattr(fmd, "fused_mla_decode", float16_out)
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), backend="torch",
+                    strategies=("fused_fp8",), repeats=0)
+    verdict = next(r for r in run(cfg, Console(quiet=True)).results if r.strategy == "fused_fp8").verdict
+    assert verdict.status.value == "error" and "fused_fp8 dtype contract: output is torch.float16" in verdict.reason
+
+
+def test_fused_fp8_hands_attention_its_declared_kv_dtype():
+    """What the session checks fused_fp8 against: e4m3 KV (the pool's bytes, viewed), as declared."""
+    from harness.cases import load_case
+    from harness.check import KV_CONTRACT
+    from harness.prepared import PreparedCase
+
+    assert KV_CONTRACT["fused_fp8"] == torch.float8_e4m3fn
+    prep = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), torch.device("cpu")).build()
+    with prep.session("fused_fp8") as session:
+        ckv, kpe = session.strategy.prepare_kv(0)
+    assert ckv.dtype == kpe.dtype == torch.float8_e4m3fn and ckv.shape[-1] == 512 and kpe.shape[-1] == 64
+
+
 def test_unsupported_on_cpu_without_interpreter():
     from harness.backends import make_backend
     from harness.strategies import REGISTRY

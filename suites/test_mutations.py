@@ -39,9 +39,15 @@ MUTATIONS = [
     ("element-tolerance-ignored", "harness/check.py",
      "bad = ~(diff <= atol + rtol * e.abs())", "bad = diff != diff",
      ["suites/test_check.py"]),
-    ("unfirable-fault-accepted", "harness/faults.py",
-     "if target is not None and target not in strategies:", "if False:",
+    ("unfirable-fault-accepted", "harness/negative_controls.py",
+     "if targets and not any(t in strategies for t in targets):", "if False:",
      ["suites/test_cli.py::test_unfirable_faults_exit_2"]),
+    ("session-skips-dtype-contract", "harness/decode.py",
+     "check_boundary(strategy.name, strategy.kv_dtype, q_nope, *kv, out, lse)", "pass",
+     ["suites/test_extending.py::test_toy_strategy_gets_the_session_dtype_contract"]),
+    ("fused-fp8-scale-fault-unclaimed", "harness/strategies/fused_fp8.py",
+     "faults=(Fault.SCALE_ERROR,))", ")",
+     ["suites/test_negative_controls.py::test_a_fault_claimed_by_two_strategies_reaches_each_and_no_other"]),
 ]
 
 

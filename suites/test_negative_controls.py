@@ -50,3 +50,42 @@ def test_e4m3_nan_codes_decode_to_nan(code):
     out, _ = mla_decode_f64(inputs, 512, 0.0625)
     assert torch.isnan(out).any()
     assert torch.isnan(rows.view(torch.float8_e4m3fn).to(torch.bfloat16)).any()
+
+
+def test_a_fault_claimed_by_two_strategies_reaches_each_and_no_other():
+    """scale-error-1pct lives in native_fp8 and fused_fp8 (each claims it with register(faults=...)): the
+    session hands it to both (fused_fp8's branch is reachable) and to no other strategy."""
+    from harness.cases import load_case
+    from harness.prepared import PreparedCase
+    from harness.strategies import FAULT_TARGETS
+
+    assert FAULT_TARGETS[Fault.SCALE_ERROR] == ("native_fp8", "fused_fp8")
+    prep = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), torch.device("cpu"), faults={Fault.SCALE_ERROR}).build()
+    for name, planted in (("native_fp8", True), ("fused_fp8", True), ("stock", False), ("gather_cast", False)):
+        with prep.session(name) as session:
+            assert (Fault.SCALE_ERROR in session.strategy.faults) == planted, name
+            if name.endswith("fp8"):
+                assert session.strategy.kv_scale == 1.01, name
+
+
+def test_fault_targets_decide_what_can_fire_and_what_did():
+    """cannot_fire: one of a fault's strategies must be selected; did_not_fire: each that ran must be red."""
+    from types import SimpleNamespace
+
+    from harness.cases import load_case
+    from harness.errors import HarnessError
+    from harness.negative_controls import cannot_fire, did_not_fire
+
+    case = load_case("glm5-tp8.ci.b1-l4096")
+    cannot_fire({Fault.SCALE_ERROR}, ("fused_fp8",), case)  # fused_fp8 alone can fire it
+    with pytest.raises(HarnessError, match="lives in native_fp8 or fused_fp8, neither of which is selected"):
+        cannot_fire({Fault.SCALE_ERROR}, ("stock", "shadow"), case)
+
+    def result(strategy, status):
+        return SimpleNamespace(strategy=strategy, verdict=SimpleNamespace(status=SimpleNamespace(value=status)))
+
+    did_not_fire({Fault.SCALE_ERROR}, [result("stock", "pass"), result("native_fp8", "fail"), result("fused_fp8", "fail")])
+    did_not_fire({Fault.SCALE_ERROR}, [result("native_fp8", "fail"), result("fused_fp8", "unsupported")])
+    with pytest.raises(HarnessError, match="did not fire .*fused_fp8 pass"):  # one target that ran stayed green
+        did_not_fire({Fault.SCALE_ERROR}, [result("native_fp8", "fail"), result("fused_fp8", "pass")])
+    did_not_fire({Fault.NAN_IN_POOL}, [result("stock", "fail"), result("shadow", "pass")])  # shared inputs: any red

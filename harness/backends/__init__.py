@@ -1,20 +1,32 @@
-"""Attention backends: `torch` (CPU and CUDA) and `flashinfer` (CUDA), picked per device."""
+"""Attention backends: `torch` (CPU and CUDA) and `flashinfer` (CUDA), picked per device.
+
+FAMILIES is the one list of backends: each family's kernels (a backend's name is its family, or
+"<family>-<kernel>"), from which the --backend / --kernel choices and the keys tolerance rows may
+name (`backend_keys`) derive. torch is imported only by `make_backend` (the CLI lists names without it).
+"""
 
 from __future__ import annotations
 
-import torch
-
 from harness.errors import HarnessError
 
-BACKENDS = ("auto", "torch", "flashinfer")
-KERNEL_CHOICES = ("auto", "fa3", "fa2")
+# family -> the kernels it can be forced to run (the first choice per device comes from the arch policy)
+FAMILIES: dict[str, tuple[str, ...]] = {"torch": (), "flashinfer": ("fa3", "fa2")}
+BACKENDS = ("auto", *FAMILIES)
+KERNEL_CHOICES = ("auto", *dict.fromkeys(k for kernels in FAMILIES.values() for k in kernels))
 
 
-def make_backend(name: str, device: torch.device, kernel: str = "auto"):
-    """The backend called `name` for `device`; "auto" is flashinfer on CUDA, torch on CPU.
+def backend_keys() -> tuple[str, ...]:
+    """Every backend name a results row or tolerance row may carry: each family and family-kernel."""
+    return tuple(key for family, kernels in FAMILIES.items() for key in (family, *(f"{family}-{k}" for k in kernels)))
+
+
+def make_backend(name: str, device, kernel: str = "auto"):
+    """The backend called `name` for `device` (a torch.device); "auto" is flashinfer on CUDA, torch on CPU.
 
     kernel: the FlashInfer kernel, "auto" = the arch policy's first choice for BF16 KV (fa3 on
     SM90, fa2 on SM120); "fa2"/"fa3" force one (fa2 on an H200 runs SM120's code path)."""
+    import torch
+
     if name not in BACKENDS:
         raise HarnessError("--backend", f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
     if kernel not in KERNEL_CHOICES:

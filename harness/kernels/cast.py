@@ -42,3 +42,11 @@ def cast_pool_to_bf16(src_u8: torch.Tensor, out_bf16: torch.Tensor) -> torch.Ten
     if n:
         cast_kernel[(triton.cdiv(n, BLOCK),)](src_u8, out_bf16, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
     return out_bf16
+
+
+AOT_STAGE = "prepare_kv"  # harness.kernels.sm120_compile
+
+
+def aot_specs(width: int):
+    """(label, kernel, signature, constexprs, num_warps) of every launched variant, for AOT builds."""
+    return [("cast", cast_kernel, dict(src="*u8", dst="*bf16", n="i32"), dict(BLOCK=BLOCK), NUM_WARPS)]

@@ -585,3 +585,39 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
             D_CKV=d_ckv, BLOCK_D=block_d, BLOCK_H=BLOCK_H, INTERPRETER=INTERPRETED, num_warps=STAGE2_WARPS)
     return out, lse
 
+
+AOT_STAGE = "attend"  # harness.kernels.sm120_compile
+
+
+def aot_specs(width: int):
+    """The fused FP8 MLA decode: stage 1 (split, direct, the reload-V / fp16-P.V and
+    prefetch variants, the split kernel's column parts / QK chunks / contiguous runs, the
+    tokens-as-M kernel), stage 2."""
+    ptr = dict(q_nope="*bf16", q_pe="*bf16", ckv="*u8", kpe="*u8", indptr="*i32", indices="*i32",
+               part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32")
+    ints = {k: "i32" for k in ("sq_b", "sq_h", "sqp_b", "sqp_h", "s_ckv", "s_kpe", "so_b", "so_h", "sl_b",
+                               "num_heads", "num_splits")}
+    stage1 = dict(ptr, **ints, qk_scale_log2="fp32", v_scale="fp32")
+    tile = dict(D_CKV=512, D_KPE=64, BLOCK_H=BLOCK_H, BLOCK_N=32, P_SPLIT=P_SPLIT, RELOAD_V=False,
+                PV_FP16=False, PREFETCH=False, INTERPRETER=False)
+    split = dict(D_CKV=512, D_KPE=64, BLOCK_H=BLOCK_H, BLOCK_N=32, DIRECT=False, P_SPLIT=P_SPLIT,
+                 PV_FP16=True, DV_SPLIT=1, QK_CHUNK=0, CONTIG=False, INTERPRETER=False)
+    stage2 = dict(part_out="*fp32", part_lse="*fp32", out="*bf16", lse="*fp32", so_b="i32", so_h="i32",
+                  sl_b="i32", num_heads="i32", num_splits="i32")
+    return [
+        ("fused_mla_stage1", _stage1, stage1, dict(tile, DIRECT=False), 4),
+        ("fused_mla_stage1_direct", _stage1, stage1, dict(tile, DIRECT=True), 4),
+        ("fused_mla_stage1_reload_fp16", _stage1, stage1,
+         dict(tile, DIRECT=False, BLOCK_N=64, RELOAD_V=True, PV_FP16=True), 8),
+        ("fused_mla_stage1_prefetch", _stage1, stage1, dict(tile, DIRECT=False, PREFETCH=True), 4),
+        ("fused_mla_stage1_split_dv2", _stage1_split, stage1, dict(split, DV_SPLIT=2), 4),
+        ("fused_mla_stage1_split_dv4_contig_direct", _stage1_split, stage1,
+         dict(split, DIRECT=True, DV_SPLIT=4, CONTIG=True), 4),
+        ("fused_mla_stage1_split_chunk_hilo", _stage1_split, stage1,
+         dict(split, PV_FP16=False, QK_CHUNK=128, BLOCK_N=64), 8),
+        ("fused_mla_stage1_tokens_m", _stage1_tokm, stage1,
+         dict(D_CKV=512, D_KPE=64, BLOCK_H=BLOCK_H, BLOCK_N=64, DIRECT=False, P_SPLIT=P_SPLIT, PV_FP16=True,
+              INTERPRETER=False), 4),
+        ("fused_mla_stage2", _stage2, stage2,
+         dict(D_CKV=512, BLOCK_D=STAGE2_BLOCK_D, BLOCK_H=BLOCK_H, INTERPRETER=False), STAGE2_WARPS),
+    ]

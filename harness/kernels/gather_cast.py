@@ -56,3 +56,15 @@ def gather_cast_(src_u8: torch.Tensor, indices: torch.Tensor, out_bf16: torch.Te
             HAS_COUNT=count is not None, BLOCK_R=BLOCK_R, HEAD=head, TAIL=tail, TAIL_P2=tail_p2,
             num_warps=NUM_WARPS)
     return out_bf16
+
+
+AOT_STAGE = "prepare_kv"  # harness.kernels.sm120_compile
+
+
+def aot_specs(width: int):
+    """(label, kernel, signature, constexprs, num_warps) of every launched variant, for AOT builds."""
+    head, tail, tail_p2 = split_width(width)
+    rows = dict(HEAD=head, TAIL=tail, TAIL_P2=tail_p2, BLOCK_R=BLOCK_R)
+    sig = dict(src="*u8", src_stride="i32", indices="*i32", out="*bf16", out_stride="i32", n="i32", count="*i32")
+    return [("gather_cast", gather_cast_kernel, sig, dict(rows, HAS_COUNT=False), NUM_WARPS),
+            ("gather_cast_count", gather_cast_kernel, sig, dict(rows, HAS_COUNT=True), NUM_WARPS)]

@@ -56,3 +56,15 @@ def write_fp8_and_bf16_(pool_u8: torch.Tensor, shadow_bf16: torch.Tensor, slots:
             pool, pool.stride(0), shadow, shadow.stride(0), slots, codes, codes.stride(0), n,
             BLOCK_R=BLOCK_R, HEAD=head, TAIL=tail, TAIL_P2=tail_p2, num_warps=NUM_WARPS)
     return pool_u8
+
+
+AOT_STAGE = "write"  # harness.kernels.sm120_compile
+
+
+def aot_specs(width: int):
+    """(label, kernel, signature, constexprs, num_warps) of every launched variant, for AOT builds."""
+    head, tail, tail_p2 = split_width(width)
+    sig = dict(pool="*u8", pool_stride="i32", shadow="*bf16", shadow_stride="i32", slots="*i64",
+               codes="*u8", codes_stride="i32", n="i32")
+    return [("write_fp8_and_bf16", write_fp8_and_bf16_kernel, sig,
+             dict(HEAD=head, TAIL=tail, TAIL_P2=tail_p2, BLOCK_R=BLOCK_R), NUM_WARPS)]

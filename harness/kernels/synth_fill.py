@@ -110,3 +110,16 @@ def kv_codes_cuda(seed: int, layer: int, slots, gens, width: int, device="cuda")
     if n:
         _launch(out, slots_t, gens_t, n, 0, seed, layer, False)
     return out
+
+
+AOT_STAGE = "inputs"  # harness.kernels.sm120_compile: compiled first, with the pool's kernels
+
+
+def aot_specs(width: int):
+    """(label, kernel, signature, constexprs, num_warps) of every launched variant, for AOT builds."""
+    fill = dict(out="*u8", out_stride="i32", n_rows="i32", first_slot="i32", key="i32", table="*u8")
+    consts = dict(WIDTH=width, BLOCK_R=BLOCK_R, BLOCK_C=block_c(width))
+    return [
+        ("fill_layer", kv_codes_kernel, dict(fill, slots="*u8", gens="*u8"), dict(consts, SLOTS_FROM_ROW=True), NUM_WARPS),
+        ("kv_codes", kv_codes_kernel, dict(fill, slots="*i64", gens="*i64"), dict(consts, SLOTS_FROM_ROW=False), NUM_WARPS),
+    ]

@@ -72,9 +72,8 @@ def step_bytes(s: ModelShape, expert_ids: dict[int, torch.Tensor], strategy_cls,
         active = int(expert_ids[layer].unique().numel()) if s.is_moe(layer) else 0
         weights += layer_weight_bytes(s, layer, active)
     kv_width = 1 if strategy_cls.kv_dtype == torch.float8_e4m3fn else 2
-    per_layer_kv = len(batch.kv_indices) * geometry.row_width * kv_width + batch.batch_size * geometry.row_width
-    if strategy_cls.name == "shadow":
-        per_layer_kv += batch.batch_size * geometry.row_width * 2  # the BF16 copy of the new token
+    # the active rows read in the KV dtype, plus what the strategy's KV write stores (shadow: the BF16 copy too)
+    per_layer_kv = len(batch.kv_indices) * geometry.row_width * kv_width + strategy_cls.write_bytes(geometry, batch)
     cast = strategy_cls.cast_bytes(geometry, batch) * s.num_layers
     return StepBytes(weights, per_layer_kv * s.num_layers, cast)
 

@@ -10,15 +10,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.backends import BACKENDS
 from harness.errors import HarnessError
 from harness.fsio import check_writable
 
-DEFAULT_STRATEGIES = ("stock", "gather_cast", "shadow", "native_fp8")
-
 
 def add_tpot_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--strategy", action="append", help=f"strategy to time (repeatable; default {', '.join(DEFAULT_STRATEGIES)})")
-    p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
+    p.add_argument("--strategy", action="append",
+                   help="strategy to time (repeatable; default: every registered strategy but those with register(benchmark=False))")
+    p.add_argument("--backend", default="auto", help=f"attention backend: {', '.join(BACKENDS)}")
     p.add_argument("--shrink", action="store_true", help="CPU/CI size: the [shrink] fields of harness/model/models.toml")
     p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
     p.add_argument("--allreduce-table", help="TOML of measured all-reduce latency per message size, or 'none' (default on CUDA: "
@@ -42,9 +42,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.model.config import load_shape
     from harness.model.tpot import build_context, rotation_check, time_strategy, to_rows
     from harness.results import environment, repro_command, write_results
-    from harness.strategies import REGISTRY, select
+    from harness.strategies import BENCHMARKED, REGISTRY, select
 
-    names = select(args.strategy, DEFAULT_STRATEGIES)
+    names = select(args.strategy, BENCHMARKED)
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
     if repeats < 1:
         raise HarnessError("--repeats", f"must be >= 1, got {repeats}")

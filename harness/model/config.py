@@ -38,6 +38,8 @@ class ModelShape:
     topk_group: int
     routed_scaling_factor: float
     tp: int
+    architecture: str  # the architecture and model_type SGLang serves the checkpoint with (sglang 0.5.23 srt/models)
+    model_type: str
 
     # per-rank sizes (SGLang's TP layout: attention heads, FFN intermediates and vocab split by tp)
     @property

@@ -18,8 +18,6 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.model.config import ModelShape
 
-# architecture / model_type SGLang serves each preset's checkpoint with (sglang 0.5.23 srt/models)
-ARCH = {"glm5-tp8": ("GlmMoeDsaForCausalLM", "glm_moe_dsa"), "deepseek-v3-tp8": ("DeepseekV3ForCausalLM", "deepseek_v3")}
 # GLM-5's DSA indexer fields: assumed (DeepSeek-V3.2's values), not read from GLM-5's own config
 DSA_INDEXER = {"index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
 DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
@@ -27,7 +25,7 @@ DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
 
 def model_config(shape: ModelShape) -> dict:
     """config.json of the full model (as the public checkpoint describes it)."""
-    arch, model_type = ARCH.get(shape.name, ARCH["deepseek-v3-tp8"])
+    arch, model_type = shape.architecture, shape.model_type  # models.toml: what SGLang serves it as
     cfg = {
         "architectures": [arch], "model_type": model_type, "torch_dtype": "bfloat16",
         "hidden_size": shape.hidden_size, "num_hidden_layers": shape.num_layers, "first_k_dense_replace": shape.first_k_dense,

@@ -10,14 +10,20 @@ line keeps `--attention-backend flashinfer`:
   never runs. Under CUDA-graph replay SGLang plans on its capture-stable index buffer, so the gather
   covers that buffer's capacity (`--cuda-graph-max-bs` bounds it; `--disable-cuda-graph` avoids it).
 shadow (a BF16 pool copy the KV pool must keep in sync) and native_fp8 (FlashInfer FP8 MLA plans) are
-not offered here.
+not offered here. Which strategies are is declared by each strategy: register(sglang="module:function")
+names the function returning its backend class (gather_cast: `gather_cast_backend_class` below).
 """
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
-SUPPORTED = ("stock", "gather_cast")
+from harness.errors import HarnessError
+from harness.strategies import REGISTRY
+from harness.strategies import SGLANG as SUPPORTED  # the baseline and every register(sglang=...) strategy
+from harness.strategies.gather_cast import _gather_cast
 
 
 class _CompactPool:
@@ -34,8 +40,6 @@ class _CompactPool:
         rows = self._backend.gather_rows
         if not self._backend.in_decode or rows is None:
             return buf
-        from harness.strategies.gather_cast import _gather_cast
-
         compact = torch.empty((rows.numel(), *buf.shape[1:]), dtype=torch.bfloat16, device=buf.device)
         return _gather_cast(buf.view(torch.uint8), rows, compact)
 
@@ -92,15 +96,14 @@ def gather_cast_backend_class():
 def install(strategy: str) -> None:
     """Make SGLang's "flashinfer" attention backend run `strategy` for MLA models in this process."""
     if strategy not in SUPPORTED:
-        from harness.errors import HarnessError
-
         raise HarnessError("--strategy", f"the SGLang driver runs {', '.join(SUPPORTED)}, not {strategy!r}")
-    if strategy == "stock":
-        return
+    if REGISTRY[strategy].baseline:
+        return  # SGLang's own path
     from sglang.srt.layers.attention import attention_registry as registry
 
+    module, _, function = REGISTRY[strategy].sglang.partition(":")
     original = registry.ATTENTION_BACKENDS["flashinfer"]
-    cls = gather_cast_backend_class()
+    cls = getattr(importlib.import_module(module), function)()
 
     def create(runner):
         return cls(runner) if runner.use_mla_backend else original(runner)

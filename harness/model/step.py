@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from harness.decode import attend
 from harness.model.allreduce import AllReduce
 from harness.model.config import ModelShape
 from harness.model.fp8 import FP8_MAX, bind_kernels
@@ -95,7 +96,7 @@ class ModelStep:
             ckv = rms_norm(qkv[:, s.q_lora_rank : s.q_lora_rank + s.kv_lora_rank], a.kv_a_norm)
             kpe = qkv[:, s.q_lora_rank + s.kv_lora_rank :]
             st.write(batch, layer, slots, kv_codes(ckv, kpe))
-            out, lse = st.attend(plan, q_abs, q_pe, st.prepare_kv(layer))
+            out, lse = attend(st, plan, q_abs, q_pe, st.prepare_kv(layer))  # the session's attend: the dtype contract too
             if layer in self.record_layers:
                 self.attn_outputs[layer] = (out.cpu(), lse.float().cpu())
         else:

@@ -224,9 +224,10 @@ def rotated_weight_bytes(s: ModelShape, weight_sets: int) -> int:
 def memory_plan(name: str, pool_bytes: int, slots: int, extra: int, full_rank: int, total: int, weight_sets: int) -> dict:
     """Does `name`'s pool (+ its extra memory) fit beside the rank's FULL weights on a `total`-byte
     device (5% kept for the context, activations and graphs), and what is the largest pool that does?
-    gather_cast's extra is a per-step compact buffer, not per slot; the others' extra scales with slots."""
+    A strategy's extra scales with slots unless it declares extra_per_slot = False (gather_cast's
+    compact buffer holds a step's rows)."""
     usable = total * 0.95
-    per_slot_extra = 0 if name == "gather_cast" else extra
+    per_slot_extra = extra if REGISTRY[name].extra_per_slot else 0
     fixed_extra = extra - per_slot_extra
     per_slot = (pool_bytes + per_slot_extra) / slots
     need = full_rank + pool_bytes + extra

@@ -1,4 +1,8 @@
-"""Strategy registry: how each decode path turns the FP8 pool into what attention reads."""
+"""Strategy registry: how each decode path turns the FP8 pool into what attention reads.
+
+Every per-strategy fact lives here, declared once by `register(...)` or a class attribute, and every
+list elsewhere (runs, tables, asv and `tpot` defaults, the dtype contract, fault targets, the SGLang
+driver's strategies, memory plans, byte counts) is derived from REGISTRY (see docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from typing import Callable, ClassVar, Optional
 import torch
 
 from harness.backends.base import AttnProblem
-from harness.check import check_contract
 from harness.faults import Fault
 from harness.pool import KVPool, PoolGeometry
 from harness.presets import ModelPreset
@@ -19,13 +22,18 @@ TIERS = ("bitwise", "tolerance")
 
 def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
              order: int | None = None, baseline: bool = False, backends: tuple[str, ...] | None = None,
-             faults: tuple[Fault, ...] = ()):
+             faults: tuple[Fault, ...] = (), benchmark: bool = True, sglang: str | None = None):
     """Class decorator: add a strategy and what it declares to the registry.
 
-    order: position in runs, tables and test lists (default: after every strategy registered so
-    far); baseline: the one strategy every bitwise-tier strategy must equal (stock: SGLang today);
-    backends: backend families it runs on (None: all); faults: the planted faults whose code path
-    lives in this strategy (a fault no strategy claims targets every strategy)."""
+    kv_dtype: the dtype of the KV buffers the strategy hands attention (the dtype contract the
+    decode session asserts after every attend); order: position in runs, tables and test lists
+    (default: after every strategy registered so far); baseline: the one strategy every
+    bitwise-tier strategy must equal (stock: SGLang today); backends: backend families it runs on
+    (None: all); faults: the planted faults whose code path lives in this strategy (a fault no
+    strategy claims targets every strategy; several may claim one); benchmark: in the default
+    strategy list of the asv benchmarks and `harness tpot` (False: `harness run` only);
+    sglang: "module:function" returning the SGLang attention-backend class that runs this
+    strategy inside SGLang (the baseline is SGLang's own path; None: not offered there)."""
 
     def wrap(cls):
         nonlocal order
@@ -38,10 +46,16 @@ def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier
             raise ValueError(f"strategy {name!r}: a second baseline")
         cls.name, cls.order, cls.devices, cls.kv_dtype, cls.tier = name, order, devices, kv_dtype, tier
         cls.baseline, cls.backends, cls.faults_owned = baseline, backends, tuple(faults)
+        cls.benchmark, cls.sglang = benchmark, sglang
         REGISTRY[name] = cls
         return cls
 
     return wrap
+
+
+def unregister(name: str) -> None:
+    """Remove a strategy (a test's toy strategy; the shipped ones stay registered)."""
+    REGISTRY.pop(name)
 
 
 class Strategy:
@@ -55,6 +69,9 @@ class Strategy:
     baseline: ClassVar[bool]
     backends: ClassVar[Optional[tuple[str, ...]]]
     faults_owned: ClassVar[tuple[Fault, ...]]
+    benchmark: ClassVar[bool]
+    sglang: ClassVar[Optional[str]]
+    extra_per_slot: ClassVar[bool] = True  # extra_bytes grows with the pool's slots (False: with the batch)
 
     def __init__(self, pool: KVPool, backend, preset: ModelPreset, faults: frozenset[Fault] = frozenset()):
         self.pool = pool
@@ -146,11 +163,10 @@ class Strategy:
         return self.split(fn(*tensors))
 
     def attend(self, plan, q_nope, q_pe, kv) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) of one layer. The decode session asserts the dtype contract after it
+        (harness.decode.attend), whatever a strategy's own attend does."""
         ckv, kpe = kv
-        out, lse = self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
-        check_contract(self.name, q_nope, ckv, kpe, out, lse)
-        return out, lse
-
+        return self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
 
     def split(self, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(ckv, kpe) views of a [rows, 1, 576] buffer."""

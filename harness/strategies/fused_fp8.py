@@ -57,7 +57,8 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-@register("fused_fp8", order=60, devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance")
+@register("fused_fp8", order=60, devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance",
+          faults=(Fault.SCALE_ERROR,))
 class FusedFP8(Strategy):
     @classmethod
     def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:
@@ -112,10 +113,15 @@ class FusedFP8(Strategy):
     def cast_call(self, layer):
         return _pool_rows, (self.pool.buffers[layer],)
 
+    def prepare_kv(self, layer):
+        """The pool's rows as e4m3 views (the KV dtype attention is handed); the kernel reads their bytes."""
+        ckv, kpe = super().prepare_kv(layer)
+        return ckv.view(torch.float8_e4m3fn), kpe.view(torch.float8_e4m3fn)
+
     def attend(self, plan: FusedPlan, q_nope, q_pe, kv):
         from harness.kernels.fused_mla_decode import fused_mla_decode
 
-        ckv, kpe = kv
+        ckv, kpe = (t.view(torch.uint8) for t in kv)  # e4m3 views or the raw bytes: the kernel reads uint8
         p = plan.problem
         # the plan's index buffers are filled by copies before the step's kernels (begin_step, replan_step)
         return fused_mla_decode(q_nope, q_pe, ckv, kpe, plan.kv_indptr, plan.kv_indices, p.sm_scale, plan.config,

@@ -15,8 +15,10 @@ from harness.strategies.base import Strategy, register
 
 
 @register("gather_cast", order=30, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
-          faults=(Fault.REMAP_OFF_BY_ONE,))
+          faults=(Fault.REMAP_OFF_BY_ONE,), sglang="harness.model.sglang_plugin:gather_cast_backend_class")
 class GatherCast(Strategy):
+    extra_per_slot = False  # the compact buffer holds a step's active rows, not the pool
+
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
         return (schedule.max_active_rows + 1) * geometry.row_width * 2

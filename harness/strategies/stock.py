@@ -22,7 +22,9 @@ class Stock(Strategy):
         return _torch_cast, (self.pool.buffers[layer],)
 
 
-@register("stock_vectorized", order=20, devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise")
+# benchmark=False: a variant of stock's cast that `harness run` times (the report's cross-check row);
+# the asv benchmarks and `tpot` time stock itself
+@register("stock_vectorized", order=20, devices=("cuda",), kv_dtype=torch.bfloat16, tier="bitwise", benchmark=False)
 class StockVectorized(Stock):
     """stock with the cast done by one vectorized Triton pass into a preallocated buffer."""
 

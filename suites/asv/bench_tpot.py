@@ -5,7 +5,7 @@ On CUDA: production pool, the full 78-layer GLM-5 TP8 rank (4 rotated weight set
 time (MLA_ASV_ALLREDUCE_TABLE=path adds the measured latency stand-in). On CPU only with
 MLA_ASV_TPOT=1 (the shrunk model on a 2,048-slot pool), so the CPU asv test of benchmarks.py does
 not pay for them. MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES /
-MLA_ASV_REPEATS narrow the matrix as for benchmarks.py.
+MLA_ASV_REPEATS narrow the matrix as for benchmarks.py (default strategies: the registry's BENCHMARKED).
 """
 
 import os
@@ -15,7 +15,21 @@ import torch
 
 CUDA = torch.cuda.is_available()
 SCENARIOS = os.environ.get("MLA_ASV_SCENARIOS", "b1-l4096,b32-l4096" if CUDA else "b1-l500").split(",")
-STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", "stock,gather_cast,shadow,native_fp8").split(",")
+
+
+def benchmarked() -> str:
+    """The default strategies: the registry's (every registered strategy but register(benchmark=False)
+    ones), so a new strategy is timed here and by the perf gate without another edit. asv runs these
+    files against older commits too (the perf gate's base): a harness from before the registry
+    declared `benchmark` has every strategy timed."""
+    from harness import strategies
+
+    if hasattr(strategies, "BENCHMARKED"):
+        return ",".join(strategies.BENCHMARKED)
+    return ",".join(n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True))
+
+
+STRATEGIES = (os.environ["MLA_ASV_STRATEGIES"] if "MLA_ASV_STRATEGIES" in os.environ else benchmarked()).split(",")
 REPEATS = int(os.environ.get("MLA_ASV_REPEATS", "20" if CUDA else "2"))
 
 

@@ -9,7 +9,8 @@ stores the real distribution (median, IQR, CI) and `asv continuous` / `asv compa
 own statistical test instead of judging one number per commit. `PoolBuilds.track_pool_builds`
 records how many pools setup_cache built per scenario (1 when the pool is shared).
 On CUDA: glm5-tp8 at production scale; on CPU: ci scale (so CI can exercise them).
-MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists) narrow the matrix; MLA_ASV_REPEATS sets samples.
+MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists; default strategies: the registry's
+`BENCHMARKED`) narrow the matrix; MLA_ASV_REPEATS sets samples.
 """
 
 import functools
@@ -32,8 +33,20 @@ def _env(name: str, default):
     return os.environ[name] if name in os.environ else default()
 
 
+def benchmarked() -> str:
+    """The default strategies: the registry's (every registered strategy but register(benchmark=False)
+    ones), so a new strategy is timed here and by the perf gate without another edit. asv runs these
+    files against older commits too (the perf gate's base): a harness from before the registry
+    declared `benchmark` has every strategy timed."""
+    from harness import strategies
+
+    if hasattr(strategies, "BENCHMARKED"):
+        return ",".join(strategies.BENCHMARKED)
+    return ",".join(n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True))
+
+
 SCENARIOS = _env("MLA_ASV_SCENARIOS", lambda: "b1-l4096,b32-l4096" if cuda() else "b1-l500").split(",")
-STRATEGIES = os.environ.get("MLA_ASV_STRATEGIES", "stock,gather_cast,shadow,native_fp8").split(",")
+STRATEGIES = _env("MLA_ASV_STRATEGIES", benchmarked).split(",")
 REPEATS = int(_env("MLA_ASV_REPEATS", lambda: "30" if cuda() else "3"))
 TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 

@@ -1,0 +1,190 @@
+"""The registry is the one list: a toy strategy registered from this file alone is run, checked, timed
+by `run` and `tpot` by default, listed by the asv benchmarks, shown by `report` and gated by `compare`;
+and docs/extending.md names exactly the files a new strategy, backend, metric and model touch."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cli import main
+from harness.strategies import BASELINE, BENCHMARKED, ORDER, REGISTRY
+from harness.strategies.base import Strategy, register, unregister
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = "toy_cast"
+SMALL = ("--device", "cpu", "--scenario", "b1-l500", "--repeats", "1")
+
+
+def _toy_cast(pool_u8: torch.Tensor) -> torch.Tensor:
+    return pool_u8.view(torch.float8_e4m3fn).float().to(torch.bfloat16)  # exact: every e4m3 value is a bf16
+
+
+@pytest.fixture
+def toy():
+    """A strategy declared here and nowhere else: the whole-pool cast by way of fp32 (bitwise tier)."""
+
+    @register(TOY, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+    class ToyCast(Strategy):
+        @classmethod
+        def extra_bytes(cls, geometry, schedule) -> int:
+            return geometry.layer_bytes * 2
+
+        @classmethod
+        def cast_bytes(cls, geometry, batch) -> int:
+            return geometry.layer_bytes * 3
+
+        def cast_call(self, layer):
+            return _toy_cast, (self.pool.buffers[layer],)
+
+    try:
+        yield ToyCast
+    finally:
+        unregister(TOY)
+    assert TOY not in ORDER
+
+
+def _rows(path: Path) -> dict[tuple[str, str], dict]:
+    return {(r["strategy"], r["metric"]): r for r in json.loads(path.read_text())["rows"]}
+
+
+def _asv_module(name: str, monkeypatch):
+    """A fresh copy of suites/asv/<name>.py as asv imports it, with no MLA_ASV_STRATEGIES set."""
+    monkeypatch.delenv("MLA_ASV_STRATEGIES", raising=False)
+    spec = importlib.util.spec_from_file_location(f"_toy_asv_{name}", ROOT / "suites" / "asv" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, capsys, monkeypatch):
+    assert ORDER[-1] == TOY and TOY in BENCHMARKED  # registered after every shipped one, timed by default
+
+    # run: every registered strategy by default, the toy checked against the golden and bit for bit against stock
+    run_json = tmp_path / "run.json"
+    assert main(["run", *SMALL, "--json", str(run_json)]) == 0, capsys.readouterr().err
+    rows = _rows(run_json)
+    assert rows[(TOY, "verdict")]["value"] == "pass" and rows[(TOY, "step_ms")]["value"] > 0
+    assert rows[(TOY, "cast_us")]["value"] > 0 and rows[(TOY, "extra_bytes")]["value"] > 0
+    assert rows[(TOY, "bytes_moved")]["value"] > 0  # the roofline reads the registry too
+
+    # tpot: the default strategy list is the registry's
+    tpot_json = tmp_path / "tpot.json"
+    assert main(["tpot", *SMALL, "--shrink", "--slots", "2048", "--layers", "2", "--no-breakdown", "--json", str(tpot_json)]) == 0
+    tpot = _rows(tpot_json)
+    assert tpot[(TOY, "tpot_ms")]["value"] > 0
+    assert {s for s, m in tpot if m == "tpot_ms"} >= {"stock", "gather_cast", "shadow", "native_fp8", "fused_fp8", TOY}
+
+    # asv: both benchmark files time it by default (fused_fp8 too)
+    for name in ("benchmarks", "bench_tpot"):
+        module = _asv_module(name, monkeypatch)
+        assert TOY in module.STRATEGIES and "fused_fp8" in module.STRATEGIES, name
+    assert TOY in _asv_module("benchmarks", monkeypatch).StepDeviceMs.params[1]
+
+    # report: a row of the toy's own in the case table, its speedup over the registry's baseline
+    capsys.readouterr()
+    assert main(["report", str(run_json), "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| strategy |"))
+    toy_row = next(line for line in md.splitlines() if line.startswith(f"| {TOY} |"))
+    assert f"speedup vs {BASELINE}" in header and "| pass |" in toy_row
+
+    # compare: the toy's verdict going red is a regression that fails the gate
+    head = json.loads(run_json.read_text())
+    for row in head["rows"]:
+        if (row["strategy"], row["metric"]) == (TOY, "verdict"):
+            row["value"] = "fail"
+    head_json = tmp_path / "head.json"
+    head_json.write_text(json.dumps(head))
+    capsys.readouterr()
+    assert main(["compare", str(run_json), str(head_json)]) == 1
+    out = capsys.readouterr().out
+    assert TOY in out and "REGRESSION" in out
+
+
+def test_toy_strategy_gets_the_session_dtype_contract(toy, monkeypatch):
+    """The session, not the strategy, asserts the contract: a toy attend that returns float16 is an
+    error verdict naming the contract, however the strategy overrides attend."""
+    from rich.console import Console
+
+    from harness.cases import load_case
+    from harness.runner import RunConfig, run
+
+    def attend(self, plan, q_nope, q_pe, kv):
+        out, lse = Strategy.attend(self, plan, q_nope, q_pe, kv)
+        return out.to(torch.float16), lse
+
+    monkeypatch.setattr(toy, "attend", attend)
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), backend="torch",
+                    strategies=(TOY,), repeats=0)
+    result = next(r for r in run(cfg, Console(quiet=True)).results if r.strategy == TOY)
+    assert result.verdict.status.value == "error" and "toy_cast dtype contract" in result.verdict.reason
+    assert "output is torch.float16" in result.verdict.reason
+
+
+# --- docs/extending.md names exactly the files each extension touches --------------------------
+
+# what each section's "Files it touches" line must list (<name>: the new thing's name)
+TOUCHES = {
+    "A strategy": {"harness/strategies/<name>.py", "harness/strategies/__init__.py"},
+    "A backend": {"harness/backends/<name>.py", "harness/backends/__init__.py"},
+    "A metric": {"harness/metrics.py", "harness/measure.py", "suites/asv/benchmarks.py"},
+    "A model": {"harness/presets.py", "harness/model/models.toml"},
+}
+
+
+def _touches(section: str) -> set[str]:
+    text = (ROOT / "docs" / "extending.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    line = next(line for line in body.splitlines() if line.startswith("Files it touches:"))
+    return set(re.findall(r"`([^`]+)`", line))
+
+
+@pytest.mark.parametrize("section", sorted(TOUCHES))
+def test_extending_names_exactly_the_files_touched(section):
+    files = _touches(section)
+    assert files == TOUCHES[section], files
+    for path in files:
+        assert (ROOT / path.replace("<name>.py", "")).exists(), path  # the file, or the folder a new one goes in
+
+
+def _name_lists(path: Path, names: set[str]):
+    """(line, names) of every tuple / list / set literal in `path` holding two or more of `names`."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            found = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names}
+            if len(found) >= 2:
+                yield node.lineno, sorted(found)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "," in node.value:
+            found = set(node.value.split(",")) & names
+            if len(found) >= 2:
+                yield node.lineno, sorted(found)
+
+
+def test_no_hand_written_strategy_list_outside_the_registry():
+    """A second list of strategy names would be one more file a new strategy touches: none is left in
+    the product or the asv benchmarks (the strategies themselves, tests and experiments, which pick
+    the strategies they study, excepted)."""
+    names = set(REGISTRY)
+    files = [p for p in (ROOT / "harness").rglob("*.py") if "strategies" not in p.parts]
+    files += list((ROOT / "suites" / "asv").glob("*.py"))
+    found = {str(p.relative_to(ROOT)): list(_name_lists(p, names)) for p in files}
+    assert not {k: v for k, v in found.items() if v}, found
+
+
+def test_no_hand_written_list_is_caught(tmp_path):
+    """Negative control: the old asv default is found."""
+    planted = tmp_path / "bench.py"
+    planted.write_text('STRATEGIES = "stock,gather_cast,shadow,native_fp8".split(",")\nX = ("stock", "gather_cast")\n')
+    assert sorted(line for line, _ in _name_lists(planted, set(REGISTRY))) == [1, 2]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
