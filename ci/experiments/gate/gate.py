@@ -51,7 +51,7 @@ from harness.measure import measure  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
 from harness.prepared import PreparedCase  # noqa: E402
 from harness.presets import get_preset, get_scale  # noqa: E402
-from harness.results import SCHEMA, Row, environment  # noqa: E402
+from harness.results import Row, case_record, document, environment  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 
 HEADLINE = ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048")
@@ -95,7 +95,7 @@ def block(case: Case, session: DecodeSession, backend: str, env: dict, repeats: 
     rows = [Row(strategy=session.strategy.name, metric=m, value=s.median, unit=s.unit, iqr=s.iqr,
                 samples=list(s.values), **ident) for m, s in metrics.items()]
     rows.append(control_row(ident, session.strategy.device))
-    return {"schema": SCHEMA, "environment": env, "rows": [vars(r) for r in rows], "skipped": skipped}
+    return {**document(rows, env, "", case_record(case, backend, "auto")), "skipped": skipped}
 
 
 def step_metric(doc: dict) -> str:
