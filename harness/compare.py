@@ -255,7 +255,7 @@ def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> 
 def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> None:
     for key in sorted(b.keys() & h.keys()):
         if b[key].unit != h[key].unit and None not in (b[key].value, h[key].value):
-            raise HarnessError(f"{head_name}: {'/'.join(key[3:])}.unit",
+            raise HarnessError(f"{head_name}: {key[3]}/{key[5]}.unit",
                                f"{h[key].unit!r} is not the base's {b[key].unit!r}: values in other units do not compare")
 
 

@@ -95,7 +95,7 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     """Judge head's samples against base's for a metric where `better` is "lower" or "higher".
     `resolution`: an absolute change of the medians below it is never regressed or inconclusive."""
     if len(base) and len(head) and np.median(base) == np.median(head):
-        return Decision(UNCHANGED, 1.0, None, None, None, "equal medians")
+        return Decision(UNCHANGED, 1.0, None, None, None)
     if min(len(base), len(head)) < MIN_SAMPLES:
         ratio = float(np.median(head) / np.median(base)) if len(base) and len(head) else math.nan
         return Decision(INCONCLUSIVE, ratio, None, None, None,
