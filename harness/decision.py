@@ -80,15 +80,18 @@ def _bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: 
     return medians
 
 
-def ratio_interval(base, head, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
-                   seed: int = SEED) -> tuple[float, float, float]:
-    """(point, low, high) of median(head) / median(base) by a percentile bootstrap."""
+def bootstrap_ratios(base, head, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """`resamples` bootstrap draws of median(head) / median(base) (fixed seed: always the same draws)."""
     a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
     rng = np.random.default_rng(seed)
-    ratios = _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+    return _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+
+
+def ratio_interval(base, head, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(point, low, high) of median(head) / median(base): the two-sided percentile bootstrap interval."""
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(np.median(b) / np.median(a)), float(low), float(high)
+    low, high = np.percentile(bootstrap_ratios(base, head), [tail, 100 - tail])
+    return float(np.median(head) / np.median(base)), float(low), float(high)
 
 
 def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE, resolution: float = 0.0) -> Decision:

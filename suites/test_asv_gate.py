@@ -398,3 +398,12 @@ def test_metric_of_names_every_benchmark_classes_metric():
                     checked += 1
     assert checked >= 6
     assert asv_gate.metric_of("benchmarks.CastMicros.time_cast('b1-l4096', 'stock')") != "cast_us"  # twin: a renamed class
+
+
+@pytest.mark.parametrize("head", ["same", "slow"])
+def test_asv_exit_2_is_a_failure_whatever_its_output_says(runs, head):
+    """asv returns 2 when a benchmark failed; output that reads clean (or as a mere regression) does not
+    change that. The twin: the same output with its own exit status is not a failure."""
+    status, output = _asv_part(runs[head][1])
+    assert asv_gate.classify(2, output).code == asv_gate.FAILURE
+    assert asv_gate.classify(status, output).code != asv_gate.FAILURE

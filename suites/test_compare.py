@@ -329,3 +329,58 @@ def test_bad_factor_exits_2(write, capsys):
     good = write("good.json", _rows())
     assert main_compare(good, good, "ten") == 2
     assert "--max-regression" in capsys.readouterr().err
+
+
+# pinned behaviours of the environment guard, the clock guard and the gating table
+# (suites/test_mutations_gate.py plants a fault under each)
+
+
+def test_a_rise_of_the_control_is_another_environment_as_a_drop_is(write, capsys):
+    base = write("base.json", _rows(cast_us=10.0, control=3000.0))
+    for control in (4000.0, 2000.0):  # a rise and its twin, a drop
+        head = write("head.json", _rows(cast_us=13.0, control=control, seed=11))
+        assert main_compare(base, head, "5%") == 2
+        out = capsys.readouterr().out
+        assert "ENVIRONMENTS DIFFER" in out and f"control control_copy_gbps 3000 -> {control:.0f} GB/s" in out
+
+
+def test_the_control_counts_bytes_read_and_written(monkeypatch):
+    """64 MiB copied in 1 ms is 64 MiB read + 64 MiB written: 134.2 GB/s; copy_bytes_per_ms halves it back."""
+    import torch
+
+    from harness import control
+
+    seen = []
+    monkeypatch.setattr(control, "_copy_ms", lambda device, nbytes, repeats: seen.append(nbytes) or [1.0] * repeats)
+    samples = control.measure_control(torch.device("cpu"))
+    assert seen == [control.CPU_BYTES] == [64 << 20]
+    assert samples.unit == "GB/s" and samples.median == pytest.approx(2 * (64 << 20) / 1e6)
+    assert control.copy_bytes_per_ms(torch.device("cpu")) == pytest.approx((64 << 20) / 1.0)
+
+
+def test_each_clock_is_compared_with_its_own_before_value():
+    """The memory clock (2619 MHz) dropping 8% is a disturbance although it stays above the SM clock (1980)."""
+    from harness.clocks import GpuState, disturbance
+
+    steady = GpuState(sm_mhz=1980, mem_mhz=2619, temperature_c=40, slowdown=(), processes=1)
+    assert "memory clock 2619 -> 2400" in disturbance(steady, GpuState(1980, 2400, 40, (), 1))
+    assert "SM clock 1980 -> 1800" in disturbance(steady, GpuState(1800, 2619, 40, (), 1))
+    assert disturbance(steady, GpuState(1900, 2500, 40, (), 1)) is None  # twin: both within 5% of their own
+
+
+def test_the_base_rows_guard_is_read_as_well_as_the_heads():
+    base_rows = _rows()
+    base_rows[0].detail = {"guard": {"disturbed": "memory clock 2619 -> 2400 MHz", "reruns": 1}}
+    change = _change(compare_results(_doc(base_rows), _doc(_rows(cast_us=20.0, seed=3)), 0.05), "gather_cast", "cast_us")
+    assert change.status == "disturbed" and "memory clock" in change.note
+
+
+def test_peak_bytes_gates_on_cuda_only():
+    def peak(value):
+        return Row(**CASE, strategy="gather_cast", metric="peak_bytes", value=value)
+
+    for env, gating, code in ((ENV, True, 1), ({**ENV, "gpu": None, "device": "cpu"}, False, 0)):
+        comparison = compare_results(_doc(_rows() + [peak(1 << 30)], env), _doc(_rows() + [peak(2 << 30)], env), 0.05)
+        change = _change(comparison, "gather_cast", "peak_bytes")
+        assert change.gating is gating and comparison.exit_code == code
+        assert change.status == ("regressed" if gating else "worse")
