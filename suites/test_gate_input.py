@@ -260,7 +260,7 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(bp), str(hp)], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300, preexec_fn=cap)
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, preexec_fn=cap)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "MemoryError" not in proc.stderr and "30 rows" in proc.stdout
 
