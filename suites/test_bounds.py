@@ -3,6 +3,8 @@ repeat count is one line and exit 2, seeds are 32-bit. Planted twins: suites/tes
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -70,3 +72,63 @@ def test_seeds_past_32_bits_do_not_alias_seed_0():
 @pytest.mark.parametrize("repeats", ["1000000000", "-1"])
 def test_repeats_are_bounded(capsys, command, repeats):
     _one_error_line(capsys, [command, "--scenario", "b1-l500", "--device", "cpu", "--repeats", repeats], "--repeats")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("kind", ["json", "toml"])
+def test_utf16_inputs_are_named_utf16(tmp_path, kind, encoding):
+    from harness.datafiles import read_json, read_toml
+
+    path = tmp_path / f"x.{kind}"
+    path.write_bytes(('{"a": 1}' if kind == "json" else 'name = "x"').encode(encoding))
+    with pytest.raises(HarnessError, match="UTF-16 text") as err:
+        (read_json if kind == "json" else read_toml)(path)
+    assert err.value.where == str(path)
+
+
+def test_utf8_with_bom_reads_and_binary_is_not_called_utf16(tmp_path):
+    from harness.datafiles import read_json
+
+    (tmp_path / "bom.json").write_bytes('{"a": 1}'.encode("utf-8-sig"))
+    assert read_json(tmp_path / "bom.json") == {"a": 1}
+    (tmp_path / "bin.json").write_bytes(b"\x98\x01\x00\x00\xff\xfe")
+    with pytest.raises(HarnessError, match="not UTF-8 text"):
+        read_json(tmp_path / "bin.json")
+
+
+@pytest.mark.parametrize(("us", "why"), [("nan", "finite"), ("inf", "finite"), ("-1.0", ">= 0"), ('"5"', "finite"), ("true", "finite")])
+def test_allreduce_table_refuses_bad_latencies(tmp_path, capsys, us, why):
+    """Issue 25 item 14: `us = nan` / `inf` were accepted; the CLI names the file and the point's field."""
+    table = tmp_path / "ar.toml"
+    table.write_text(f"[[point]]\nbytes = 1024\nus = 9.0\n\n[[point]]\nbytes = 2048\nus = {us}\n")
+    _one_error_line(capsys, ["tpot", "--device", "cpu", "--scenario", "b1-l500", "--allreduce-table", str(table)],
+                    f"{table}: point[1].us", why)
+
+
+def test_allreduce_table_sizes_increase(tmp_path):
+    from harness.model.allreduce import load_table
+
+    table = tmp_path / "ar.toml"
+    table.write_text("[[point]]\nbytes = 2048\nus = 9.0\n\n[[point]]\nbytes = 1024\nus = 9.5\n")
+    with pytest.raises(HarnessError, match=r"point\[1\]\.bytes: must be larger"):
+        load_table(table)
+    table.write_text("[[point]]\nbytes = 1024\nus = 9.0\n\n[[point]]\nbytes = 2048\nus = 9.5\n")
+    assert load_table(table).micros == (9.0, 9.5)
+
+
+def test_long_phases_print_progress_lines(monkeypatch):
+    """Off a terminal (CI logs) a phase prints a line every LINE_EVERY_S seconds, not only when it ends:
+    steps = 10^4 ran 100 s silently."""
+    from rich.console import Console
+
+    from harness import progress
+
+    clock = iter(range(0, 10_000, 3))  # each advance 3 s later
+    monkeypatch.setattr(progress, "time", SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    console = Console(record=True, force_terminal=False, width=200)
+    with progress.progress_bar(console, "decode", 10) as advance:
+        for _ in range(10):
+            advance()
+    lines = console.export_text().splitlines()
+    assert lines[:2] == ["decode: 4/10 after 12 s", "decode: 8/10 after 24 s"] and lines[2].startswith("decode: 10/10 in ")
+    assert len(lines) == 3
