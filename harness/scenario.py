@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.datafiles import read_toml
+from harness.envvars import MAX_REPEATS
 from harness.errors import HarnessError
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -15,12 +16,11 @@ MAX_NAME = 100
 NAME_PATTERN = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{MAX_NAME - 1}}}")
 # Caps on a run's size, stated so an impossible one is one line and exit 2, not hours of work
 # or a memory kill: requests per step, decode steps, one request's length, seeds (the generator's
-# keys are 32-bit: a larger seed would alias a smaller one's bytes), timing samples.
+# keys are 32-bit: a larger seed would alias a smaller one's bytes); timing samples: MAX_REPEATS.
 MAX_BATCH = 1 << 16
 MAX_STEPS = 10_000
 MAX_KV_LEN = 1 << 20
 MAX_SEED = (1 << 32) - 1
-MAX_REPEATS = 10_000  # timing samples per metric (run, tpot, asv)
 KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
 
 
