@@ -42,12 +42,12 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.model.config import load_shape
     from harness.model.tpot import build_context, rotation_check, time_strategy, to_rows
     from harness.results import case_record, environment, repro_command, write_results
+    from harness.scenario import check_repeats
     from harness.strategies import BENCHMARKED, REGISTRY, select
 
     names = select(args.strategy, BENCHMARKED)
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
-    if repeats < 1:
-        raise HarnessError("--repeats", f"must be >= 1, got {repeats}")
+    check_repeats("--repeats", repeats, 1)
     if args.json:
         check_writable(args.json, "--json")  # before the timing run: a folder or unwritable path is bad input
     if args.engine == "sglang":
