@@ -96,6 +96,8 @@ MUTATIONS = [
      [f"{P}::test_asv_sample_clock_hands_each_sample_once"]),
     ("asv-us-as-ms", "suites/asv/benchmarks.py", 'TO_SECONDS = {"ms": 1e-3, "us": 1e-6}', 'TO_SECONDS = {"ms": 1e-3, "us": 1e-3}',
      [f"{P}::test_asv_benchmarks_report_seconds_for_every_timed_metric"]),
+    ("asv-samples-not-in-seconds", "suites/asv/benchmarks.py", "[v * TO_SECONDS[s.unit] for v in s.values]", "[v for v in s.values]",
+     [f"{P}::test_asv_setup_cache_hands_asv_seconds"]),
     ("asv-two-rounds", "suites/asv/benchmarks.py", "    rounds = 1  # the samples", "    rounds = 2  # the samples",
      [f"{P}::test_asv_benchmarks_report_seconds_for_every_timed_metric"]),
 ]

@@ -241,3 +241,25 @@ def test_asv_benchmarks_report_seconds_for_every_timed_metric(monkeypatch):
         with pytest.raises(NotImplementedError):  # asv records a skip (n/a), not a number
             cls()._values(cache, "b1-l500", strategy)
 
+
+
+def test_asv_setup_cache_hands_asv_seconds(monkeypatch):
+    """_measure_all converts each measured sample to seconds by its unit (asv's timer is in seconds),
+    keeps a skipped strategy's reason, and builds one pool per scenario."""
+    import json
+    from collections import Counter
+
+    import harness.measure
+    from harness.measure import Measured
+    from harness.timing import Samples
+
+    bench = _benchmarks(monkeypatch)
+    monkeypatch.setattr(bench, "STRATEGIES", ["gather_cast", "stock_vectorized"])  # the second needs CUDA
+    fake = Measured({"cast_us": Samples("us", (2.0, 4.0)), "step_ms": Samples("ms", (1.5,)), "extra": Samples("B", (7.0,))},
+                    skipped={"attn_us": "planted"})
+    monkeypatch.setattr(harness.measure, "measure", lambda session, repeats: fake if repeats == 3 else None)
+    monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
+    out = json.loads(bench._measure_all())["b1-l500"]
+    assert out["builds"] == 1
+    assert out["strategies"]["gather_cast"] == {"cast_us": pytest.approx([2e-6, 4e-6]), "step_ms": pytest.approx([1.5e-3])}
+    assert "cuda only" in out["strategies"]["stock_vectorized"]["skipped"]
