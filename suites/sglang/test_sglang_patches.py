@@ -189,3 +189,28 @@ def test_c_casts_twice_with_the_same_values(handoffs):
     b, c = handoffs["b"], handoffs["c"]
     assert c["casts"] == 2 * b["casts"], (c["casts"], b["casts"])
     assert same_handoff(c, handoffs["a"])
+
+
+def make_fixture(src: Path, out: Path) -> subprocess.CompletedProcess:
+    script = PATCHES.parent / "make_sglang_fixture_repo.sh"
+    return subprocess.run(["bash", str(script), str(src), str(out)], capture_output=True, text=True)
+
+
+def test_fixture_repo_is_reproducible_and_holds_the_patched_commits(tmp_path):
+    """ci/make_sglang_fixture_repo.sh from the installed package: commits a-d with the patched backend each
+    claims, the same hashes when built twice; an existing OUT is refused and left as it was (the twin)."""
+    import sglang
+
+    package_parent = Path(sglang.__file__).resolve().parents[1]
+    first, second = make_fixture(package_parent, tmp_path / "one"), make_fixture(package_parent, tmp_path / "two")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    hashes = dict(line.split() for line in first.stdout.splitlines())
+    assert sorted(hashes) == ["a", "b", "c", "d"] and first.stdout == second.stdout
+    for commit in COMMITS:
+        shown = subprocess.run(["git", "-C", str(tmp_path / "one"), "show", f"{commit}:{BACKEND}"], capture_output=True, text=True)
+        expected = released_tree(tmp_path / f"expected-{commit}")
+        assert apply(expected, COMMITS[commit]).returncode == 0
+        assert shown.stdout == (expected / BACKEND).read_text(), f"commit {commit} holds another backend"
+    refused = make_fixture(package_parent, tmp_path / "one")
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+    assert subprocess.run(["git", "-C", str(tmp_path / "one"), "rev-parse", "b"], capture_output=True, text=True).stdout.strip() == hashes["b"]
