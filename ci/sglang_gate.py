@@ -88,7 +88,7 @@ def asv_config(repo: Path, subdir: str, work: Path) -> dict:
         "install_command": [f"in-dir={{env_dir}} {INSTALL} {{build_dir}}"],
         "uninstall_command": ["return-code=any python -m pip uninstall -y sglang"],
         "launch_method": "spawn",
-        "benchmark_dir": str(ROOT / "suites" / "asv"),
+        "benchmark_dir": str(ROOT / "ci" / "asv_sglang_bench"),
         "env_dir": str(work / "env"),
         "results_dir": str(work / "results"),
         "html_dir": str(work / "html"),

@@ -115,7 +115,7 @@ def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys
     assert conf["repo"] == str(repo.resolve()) and conf["repo_subdir"] == "python"
     assert conf["environment_type"] == "sglang-runner-virtualenv" and conf["plugins"] == [".ci.asv_sglang_env"]
     assert "--no-deps" in conf["install_command"][0] and "{build_dir}" in conf["install_command"][0]
-    assert Path(conf["benchmark_dir"]) == ROOT / "suites" / "asv" and Path(conf["env_dir"]).parent == work
+    assert Path(conf["benchmark_dir"]) == ROOT / "ci" / "asv_sglang_bench" and Path(conf["env_dir"]).parent == work
     assert os.environ["MLA_ASV_STRATEGIES"] == sglang_gate.DEFAULT_STRATEGIES
 
 
@@ -176,3 +176,38 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
     assert code == 0 and seen["mark"] == commit
     assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", "--strategy", "sglang_flashinfer"]
+
+
+def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
+    """ci/asv_sglang_bench keeps every benchmark class of suites/asv under its name (the gate reads the
+    metric from it) and adds Verdict, whose metric gates everywhere."""
+    import inspect
+
+    from ci.asv_gate import metric_of
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+    from harness.metrics import METRICS
+    from suites.asv import benchmarks as harness_bench
+
+    ours = {n for n, c in inspect.getmembers(sgl_bench, inspect.isclass) if not n.startswith("_") and c.__module__ == sgl_bench.__name__}
+    theirs = {n for n, c in inspect.getmembers(harness_bench, inspect.isclass) if not n.startswith("_") and c.__module__ == harness_bench.__name__}
+    assert ours == theirs | {"Verdict"}
+    assert all(getattr(sgl_bench, n).setup_cache is sgl_bench._measure_and_check for n in ours)
+    assert metric_of("benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer')") == "verdict"
+    assert METRICS["verdict"].gates("cuda") and METRICS["verdict"].gates("cpu")
+
+
+@pytest.mark.parametrize("before, after, code", [("0", "1", 1), ("0", "0", 0)])
+def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
+    """track_verdict 0 -> 1 (pass -> fail) as asv prints it is a regression of the gate; 0 -> 0 is its twin."""
+    from ci import asv_gate
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+
+    verdicts = {"pass": 0, "fail": 1, "error": 1, "unsupported": 1}
+    for status, value in verdicts.items():
+        cache = json.dumps({"s": {"verdicts": {"x": status}}})
+        assert sgl_bench.Verdict().track_verdict(cache, "s", "x") == value
+    mark = "+" if after != before else " "
+    table = ("| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
+             f"| {mark} | {before} | {after} | n/a | benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer') |\n")
+    summary = "PERFORMANCE DECREASED." if code else "BENCHMARKS NOT SIGNIFICANTLY CHANGED."
+    assert asv_gate.classify(code, table + summary + "\n").code == code
