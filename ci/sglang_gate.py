@@ -29,9 +29,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
 BAD_INPUT = 2
-DEFAULT_STRATEGIES = "sglang_flashinfer"  # MLA_ASV_STRATEGIES / --strategy unless given
 DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
 INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-compile --ignore-installed --quiet"
+
+
+def sglang_strategies() -> list[str]:
+    """The registry's strategies that run the installed SGLang: MLA_ASV_STRATEGIES / --strategy unless given."""
+    from harness.strategies import ORDER, REGISTRY
+
+    return [name for name in ORDER if REGISTRY[name].runs_sglang]
 
 
 class BadInput(Exception):
@@ -110,7 +116,7 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     if len(subdirs) != 1:
         raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
     config = write_config(repo, subdirs.pop(), args.work)
-    os.environ.setdefault("MLA_ASV_STRATEGIES", DEFAULT_STRATEGIES)
+    os.environ.setdefault("MLA_ASV_STRATEGIES", ",".join(sglang_strategies()))
     os.environ.setdefault("MLA_ASV_SCENARIOS", DEFAULT_SCENARIOS)
     os.chdir(ROOT)  # asv imports the ".ci.asv_sglang_env" plugin from the working directory
     from ci import asv_gate
@@ -144,7 +150,7 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     commit = resolve(repo, "COMMIT", ref)
     subdir = project_subdir(repo, commit, ref)
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):
-        extra = [*extra, *(x for s in DEFAULT_STRATEGIES.split(",") for x in ("--strategy", s))]
+        extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         site = install_commit(repo, commit, subdir, Path(tmp))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p))

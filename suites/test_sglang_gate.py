@@ -116,7 +116,8 @@ def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys
     assert conf["environment_type"] == "sglang-runner-virtualenv" and conf["plugins"] == [".ci.asv_sglang_env"]
     assert "--no-deps" in conf["install_command"][0] and "{build_dir}" in conf["install_command"][0]
     assert Path(conf["benchmark_dir"]) == ROOT / "ci" / "asv_sglang_bench" and Path(conf["env_dir"]).parent == work
-    assert os.environ["MLA_ASV_STRATEGIES"] == sglang_gate.DEFAULT_STRATEGIES
+    assert os.environ["MLA_ASV_STRATEGIES"] == ",".join(sglang_gate.sglang_strategies())
+    assert "sglang_flashinfer" in sglang_gate.sglang_strategies() and "stock" not in sglang_gate.sglang_strategies()
 
 
 def test_a_root_level_project_is_found(tmp_path, capsys, no_asv):
@@ -175,7 +176,8 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     out = tmp_path / "r.json"
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
     assert code == 0 and seen["mark"] == commit
-    assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", "--strategy", "sglang_flashinfer"]
+    defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
+    assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", *defaults]
 
 
 def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
