@@ -7,9 +7,9 @@ Both gates, on the pairs and with the outcomes the fixture plants:
   b vs a  (b casts only the rows the plan reads)  improved, verdict pass: exit 0
   c vs b  (that cast done twice)                  slower beyond the tolerance: exit 1
   d vs b  (rows read one index off)               verdict pass -> fail: exit 1
-1. `harness compare`: `python -m ci.sglang_gate --json` for a, b, c, d (glm5-tp8, prod, the scenario,
+1. `harness compare`: `python -m ci.sglang_gate --json` for a, b, d, c (glm5-tp8, prod, the scenario,
    the strategy; `stock` runs too, the bitwise anchor), then `python -m harness compare` per pair.
-2. the asv gate: `python -m ci.sglang_gate --sglang-repo REPO BASE HEAD` per pair.
+2. the asv gate: `python -m ci.sglang_gate --sglang-repo REPO BASE HEAD` per pair (d/b, c/b, b/a).
 Writes OUT_DIR/summary.json and summary.md after every stage (a cut run keeps what it did), every
 command's output to OUT_DIR/run.log and the results JSON files to OUT_DIR/results/; exits 0 when every
 finished pair met its expectation and nothing was left out, 1 otherwise. Environment: CUDA, the FlashInfer
@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     gate = [sys.executable, "-m", "ci.sglang_gate", "--sglang-repo", str(args.fixture)]
     harness_args = ["--preset", "glm5-tp8", "--scale", args.scale, "--scenario", args.scenario, "--strategy", args.strategy,
                     "--repeats", str(args.repeats)]
-    stages = [("run", c) for c in "abcd"] + [("compare", p) for p in doc["pairs"]] + [("asv", p) for p in doc["pairs"]]
+    by_head = {p["head"]: p for p in doc["pairs"]}  # the planted pairs first: they are what a cut run must not lose
+    stages = [("run", "a"), ("run", "b"), ("compare", by_head["b"]), ("run", "d"), ("compare", by_head["d"]), ("run", "c"),
+              ("compare", by_head["c"]), ("asv", by_head["d"]), ("asv", by_head["c"]), ("asv", by_head["b"])]
     longest = 0.0
     for kind, item in stages:
         name = item if kind == "run" else f"{kind} {item['head']} vs {item['base']}"
