@@ -3,8 +3,9 @@
 On CUDA, SGLang imports sgl_kernel at module level (the quantization package, the FA3 backend's
 `merge_state_v2`) although its FlashInfer MLA decode path never calls into it. The real wheel
 (sglang-kernel, 373 MB, built against its own torch) cannot travel to every runner, so `install()`
-lets `import sgl_kernel` and `from sgl_kernel.x import y` succeed there: every name is a function
-that raises `StandInCalled` naming itself when called. A real sgl_kernel always wins: `install()`
+lets `import sgl_kernel` and `from sgl_kernel.x import y` succeed there: every name (and every
+attribute of one, e.g. `scalar_types.uint4b8`) is a stand-in that raises `StandInCalled` naming
+itself when called. A real sgl_kernel always wins: `install()`
 does nothing when one is importable, and the finder sits last on sys.meta_path."""
 
 from __future__ import annotations
@@ -23,13 +24,28 @@ class StandInCalled(RuntimeError):
     """A function of the sgl_kernel stand-in was called: the code path needs the real sgl-kernel."""
 
 
-def _function(qualname: str):
-    def call(*args, **kwargs):
-        raise StandInCalled(f"{qualname} was called, but sgl_kernel is the harness's import-time stand-in here "
+class _Name:
+    """A name imported from the stand-in: calling it raises; its attributes are names too."""
+
+    def __init__(self, qualname: str):
+        self.__qualname__ = qualname
+        self.__name__ = qualname.rsplit(".", 1)[-1]
+
+    def __call__(self, *args, **kwargs):
+        raise StandInCalled(f"{self.__qualname__} was called, but sgl_kernel is the harness's import-time stand-in here "
                             "(the real sgl-kernel is not installed); install sgl-kernel to run this path")
 
-    call.__name__ = call.__qualname__ = qualname.rsplit(".", 1)[-1]
-    return call
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _function(f"{self.__qualname__}.{attr}")
+
+    def __repr__(self) -> str:
+        return f"<sgl_kernel stand-in {self.__qualname__}>"
+
+
+def _function(qualname: str) -> _Name:
+    return _Name(qualname)
 
 
 class _Module(types.ModuleType):
