@@ -1,15 +1,16 @@
 """The SGLang gate on the fixture repository's commits (ci/make_sglang_fixture_repo.sh), issue 26. GPU.
 
 usage: python -m ci.experiments.sglang_gate OUT_DIR --fixture REPO [--scenario b32-l4096]
-           [--strategy sglang_flashinfer] [--scale prod] [--repeats 20] [--deadline SECONDS] [--machine h200]
+           [--strategy sglang_flashinfer] [--scale prod] [--repeats 20] [--stages LIST] [--deadline SECONDS] [--machine h200]
 
 Both gates, on the pairs and with the outcomes the fixture plants:
   b vs a  (b casts only the rows the plan reads)  improved, verdict pass: exit 0
   c vs b  (that cast done twice)                  slower beyond the tolerance: exit 1
   d vs b  (rows read one index off)               verdict pass -> fail: exit 1
-1. `harness compare`: `python -m ci.sglang_gate --json` for a, b, d, c (glm5-tp8, prod, the scenario,
-   the strategy; `stock` runs too, the bitwise anchor), then `python -m harness compare` per pair.
-2. the asv gate: `python -m ci.sglang_gate --sglang-repo REPO BASE HEAD` per pair (d/b, c/b, b/a).
+1. `harness compare`: `python -m ci.sglang_gate --json` per commit (glm5-tp8, prod, the scenario, the
+   strategy; `stock` runs too, the bitwise anchor), then `python -m harness compare` per pair.
+2. the asv gate: `python -m ci.sglang_gate --sglang-repo REPO BASE HEAD` per pair.
+--stages orders them (default: runs and compares a, b, d, c, then asv d/b, c/b, b/a).
 Writes OUT_DIR/summary.json and summary.md after every stage (a cut run keeps what it did), every
 command's output to OUT_DIR/run.log and the results JSON files to OUT_DIR/results/; exits 0 when every
 finished pair met its expectation and nothing was left out, 1 otherwise. Environment: CUDA, the FlashInfer
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 PAIRS = (("a", "b", 0), ("b", "c", 1), ("b", "d", 1))  # base, head, expected exit of both gates
+STAGES = "run:a,run:b,compare:b,run:d,compare:d,run:c,compare:c,asv:d,asv:c,asv:b"  # a cut run keeps the first
 MEANING = {"b": "gather-cast of the plan's rows", "c": "planted slowdown (cast twice)", "d": "planted bug (index off)"}
 
 
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=540.0, help="start no stage that would end after this many seconds")
     parser.add_argument("--machine", default="h200")
+    parser.add_argument("--stages", default=STAGES, help=f"what to run, in order (default {STAGES}): run:COMMIT, "
+                        "compare:HEAD, asv:HEAD (a pair is named by its head: b, c, d)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results").mkdir(exist_ok=True)
@@ -92,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     gate = [sys.executable, "-m", "ci.sglang_gate", "--sglang-repo", str(args.fixture)]
     harness_args = ["--preset", "glm5-tp8", "--scale", args.scale, "--scenario", args.scenario, "--strategy", args.strategy,
                     "--repeats", str(args.repeats)]
-    by_head = {p["head"]: p for p in doc["pairs"]}  # the planted pairs first: they are what a cut run must not lose
-    stages = [("run", "a"), ("run", "b"), ("compare", by_head["b"]), ("run", "d"), ("compare", by_head["d"]), ("run", "c"),
-              ("compare", by_head["c"]), ("asv", by_head["d"]), ("asv", by_head["c"]), ("asv", by_head["b"])]
+    by_head = {p["head"]: p for p in doc["pairs"]}  # a pair is named by its head commit
+    stages = [(kind, item if kind == "run" else by_head[item]) for kind, item in (s.split(":") for s in args.stages.split(","))]
     longest = 0.0
     for kind, item in stages:
         name = item if kind == "run" else f"{kind} {item['head']} vs {item['base']}"
