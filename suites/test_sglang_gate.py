@@ -213,3 +213,15 @@ def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
              f"| {mark} | {before} | {after} | n/a | benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer') |\n")
     summary = "PERFORMANCE DECREASED." if code else "BENCHMARKS NOT SIGNIFICANTLY CHANGED."
     assert asv_gate.classify(code, table + summary + "\n").code == code
+
+
+def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch):
+    """Every requested strategy unsupported (the commit's SGLang does not import) is a failed setup_cache (the
+    asv gate's exit 2), never an unchanged verdict; one strategy that ran is its twin and passes through."""
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+
+    monkeypatch.setattr(sgl_bench.harness_bench, "STRATEGIES", ["sglang_flashinfer", "sglang_fa3"])
+    with pytest.raises(RuntimeError, match="nothing requested could be checked"):
+        sgl_bench.checked({"stock": "pass", "sglang_flashinfer": "unsupported", "sglang_fa3": "unsupported"}, "b32-l4096")
+    ran = {"stock": "pass", "sglang_flashinfer": "fail", "sglang_fa3": "unsupported"}
+    assert sgl_bench.checked(ran, "b32-l4096") == ran

@@ -6,7 +6,9 @@ then checks the same case as `harness run` does (runner.run, no timing: golden, 
 `stock` for a bitwise-tier strategy), so a commit of SGLang that times well but computes wrong is
 caught too: `Verdict.track_verdict` is 0 when the verdict passes and 1 otherwise (fail, error,
 unsupported), and asv's comparison marks 0 -> 1 worse, which the gate fails on (the `verdict` metric
-gates everywhere). Scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
+gates everywhere). When no requested strategy can run (every verdict unsupported: say the commit's
+SGLang does not import) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
+Scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
 """
 
 import json
@@ -29,8 +31,17 @@ def _measure_and_check(_self=None) -> str:
     for scenario in harness_bench.SCENARIOS:
         case = Case(get_preset("glm5-tp8"), get_scale("prod" if device.type == "cuda" else "ci"), load_scenario(scenario))
         outcome = run(RunConfig(case, device, strategies=tuple(harness_bench.STRATEGIES), repeats=0), Console(quiet=True))
-        out[scenario]["verdicts"] = {r.strategy: r.verdict.status.value for r in outcome.results}
+        out[scenario]["verdicts"] = checked({r.strategy: r.verdict.status.value for r in outcome.results}, scenario)
     return json.dumps(out)
+
+
+def checked(verdicts: dict[str, str], scenario: str) -> dict[str, str]:
+    """`verdicts`, or RuntimeError (setup_cache fails: the gate exits 2) when no requested strategy ran: a
+    commit whose SGLang cannot be imported, or strategies that cannot run here, never pass as unchanged."""
+    wanted = {s: v for s, v in verdicts.items() if s in harness_bench.STRATEGIES}
+    if all(v == "unsupported" for v in wanted.values()):
+        raise RuntimeError(f"{scenario}: nothing requested could be checked: every one of {sorted(wanted)} is unsupported here")
+    return verdicts
 
 
 class _Shared:
