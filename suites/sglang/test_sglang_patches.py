@@ -199,8 +199,7 @@ def make_fixture(src: Path, out: Path) -> subprocess.CompletedProcess:
 def test_fixture_repo_is_reproducible_and_holds_the_patched_commits(tmp_path):
     """ci/make_sglang_fixture_repo.sh from the installed package: commits a-d with the patched backend each
     claims, the same hashes when built twice; an existing OUT is refused and left as it was (the twin)."""
-    import sglang
-
+    sglang = sgl.require()
     package_parent = Path(sglang.__file__).resolve().parents[1]
     first, second = make_fixture(package_parent, tmp_path / "one"), make_fixture(package_parent, tmp_path / "two")
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
