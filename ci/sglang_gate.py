@@ -9,7 +9,8 @@ The first form is the perf gate over asv (`ci/asv_gate.py`: 0 clean, 1 regressio
 verdict, 2 failure) with an asv configuration whose `repo` is the SGLang checkout: each commit is
 installed `pip install --no-deps` into its own environment, which sees the runner's packages
 (CUDA torch, FlashInfer, SGLang's dependencies, the harness: `ci/asv_sglang_env.py`); the
-harness's benchmarks (suites/asv) then time the SGLang-backed strategies. The second form installs
+harness's benchmarks (suites/asv, through ci/asv_sglang_bench with each strategy's verdict added)
+then time and check the SGLang-backed strategies. The second form installs
 one commit the same way (into a temporary folder put first on PYTHONPATH) and runs
 `python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
 gates two commits. --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
