@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import envvars
+from harness.errors import HarnessError
+
 pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.pool_groups", "suites.plugins.triton_interpreter"]
 
-STRICT = os.environ.get("MLA_HARNESS_STRICT_SKIPS") == "1"
+STRICT = False  # MLA_HARNESS_STRICT_SKIPS, read in pytest_configure
 PASSED_ELSEWHERE = "MLA_HARNESS_PASSED_ELSEWHERE"  # folder where child pytest runs list what passed
 ALLOWED_SKIP_MARKERS = ("gpu", "sglang")
 _skipped: dict[str, str] = {}
@@ -32,6 +35,11 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     """The top session makes the folder; xdist workers and child pytest runs inherit its path."""
+    global STRICT
+    try:
+        STRICT = bool(envvars.read("MLA_HARNESS_STRICT_SKIPS"))
+    except HarnessError as exc:  # e.g. "true": one line, not a session that silently is not strict
+        raise pytest.UsageError(str(exc)) from None
     if STRICT and not hasattr(config, "workerinput") and PASSED_ELSEWHERE not in os.environ:
         os.environ[PASSED_ELSEWHERE] = tempfile.mkdtemp(prefix="mla-harness-passed-")
         _role["top"] = True

@@ -18,6 +18,7 @@ sharded runs use --dist loadgroup (suites/plugins/pool_groups.py), whose node id
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -113,37 +114,117 @@ def parse_run(spec: str) -> tuple[int, float, dict[str, float]]:
         workers, wall = int(parts[0]), float(parts[1])
     except (ValueError, IndexError):
         raise ValueError(f"run {spec!r}: want WORKERS:WALL_S:JUNIT.xml (e.g. 2:41.3:junit-n2.xml)") from None
-    if len(parts) < 3 or workers < 0 or wall <= 0:
+    if len(parts) < 3 or workers < 0 or not 0 < wall < float("inf"):
         raise ValueError(f"run {spec!r}: want WORKERS >= 0, WALL_S > 0 and a junit XML path")
-    return workers, wall, junit_durations(Path(parts[2]))
+    try:
+        return workers, wall, junit_durations(Path(parts[2]))
+    except OSError as exc:
+        raise ValueError(f"run {spec!r}: {parts[2]}: cannot read: {exc.strerror or exc}") from None
+    except ET.ParseError as exc:
+        raise ValueError(f"run {spec!r}: {parts[2]}: not junit XML: {exc}") from None
+
+
+def _number(where: str, value, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value < float("inf"):
+        raise ValueError(f"{where}: want a finite number >= {minimum:g}, got {value!r}")
+    return value
+
+
+def load_model(path: Path) -> dict:
+    """A model `fit` wrote: durations {test: s}, work_s, tests, overhead_s {"0": s, ...}; each field checked."""
+    where = f"--model {path}"
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ValueError(f"{where}: UTF-16 text; save it as UTF-8")
+    try:
+        model = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{where}: not valid JSON: {exc}") from None
+    if not isinstance(model, dict):
+        raise ValueError(f"{where}: want a JSON object, got {type(model).__name__}")
+    for field, kind in (("durations", dict), ("overhead_s", dict), ("work_s", float), ("tests", int)):
+        if field not in model:
+            raise ValueError(f"{where}: {field}: missing (write the model with `fit`)")
+        if kind is dict and not isinstance(model[field], dict):
+            raise ValueError(f"{where}: {field}: want an object, got {model[field]!r:.40}")
+    for test, seconds in model["durations"].items():
+        _number(f"{where}: durations[{test!r}]", seconds)
+    for n, seconds in model["overhead_s"].items():
+        if not n.isdigit():
+            raise ValueError(f"{where}: overhead_s: key {n!r} is not a worker count")
+        _number(f"{where}: overhead_s[{n!r}]", seconds, float("-inf"))
+    if "0" not in model["overhead_s"]:
+        raise ValueError(f"{where}: overhead_s: no \"0\" (the run without xdist)")
+    _number(f"{where}: work_s", model["work_s"])
+    if isinstance(model["tests"], bool) or not isinstance(model["tests"], int) or model["tests"] < 1:
+        raise ValueError(f"{where}: tests: want an integer >= 1, got {model['tests']!r}")
+    _number(f"{where}: min_speedup", model.get("min_speedup", MIN_SPEEDUP), 1.0)
+    return model
+
+
+def _gpus(text: str) -> int:
+    try:
+        gpus = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number of GPUs, got {text!r}") from None
+    if gpus < 0:
+        raise argparse.ArgumentTypeError(f"want >= 0 GPUs, got {gpus}")
+    return gpus
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the usage first)
+        self.exit(2, f"error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m ci.shard_plan", description=__doc__.split("\n\n")[0],
+                     epilog=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("choose", help="print the xdist worker count for a suite (0: no xdist); the reasoning goes to stderr",
+                       usage="%(prog)s --model MODEL --gpus N [PYTEST ARGS...]", allow_abbrev=False)
+    p.add_argument("--model", type=Path, required=True, help="the model `fit` wrote (ci/shard_model.json)")
+    p.add_argument("--gpus", type=_gpus, required=True, help="GPUs this runner has")
+    p = sub.add_parser("fit", help="fit the model from timed runs; prints a markdown table of them", allow_abbrev=False)
+    p.add_argument("--out", type=Path, required=True, help="where to write the model JSON")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="WORKERS:WALL_S:JUNIT.xml (WORKERS 0 = no xdist)")
+    return parser
 
 
 def main(argv=None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["fit"] and "--out" in args[:-1]:
-        i = args.index("--out")
-        out, specs = Path(args[i + 1]), args[1:i] + args[i + 2:]
-        try:
-            runs = [parse_run(spec) for spec in specs]
+    """Bad input (arguments, model, runs, --out) is one line on stderr and exit 2."""
+    try:
+        args, pytest_args = _parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as exc:  # --help (0) or an argument error (2, its line already printed)
+        return int(exc.code or 0)
+    try:
+        if args.command == "fit":
+            if pytest_args:
+                raise ValueError(f"fit: unknown argument {pytest_args[0]!r}")
+            runs = [parse_run(spec) for spec in args.runs]
             model = fit(runs)
-        except (ValueError, OSError, ET.ParseError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        out.write_text(json.dumps(model, indent=1, sort_keys=True))
-        print(table(runs))
-        return 0
-    if args[:1] == ["choose"] and "--model" in args and "--gpus" in args:
-        rest = args[1:]
-        model = json.loads(Path(rest.pop(rest.index("--model") + 1)).read_text())
-        rest.remove("--model")
-        gpus = int(rest.pop(rest.index("--gpus") + 1))
-        rest.remove("--gpus")
-        workers, why = choose(model, suite_work(model, collected(rest)), gpus)
-        print(why, file=sys.stderr)
-        print(workers)
-        return 0
-    print(__doc__.split("\n\n")[1], file=sys.stderr)
-    return 2
+            if args.out.is_dir():
+                raise ValueError(f"--out {args.out}: is a folder; name the model file")
+            text = json.dumps(model, indent=1, sort_keys=True)
+            try:
+                args.out.write_text(text)
+            except OSError as exc:
+                raise ValueError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+            print(table(runs))
+            return 0
+        model = load_model(args.model)
+        workers, why = choose(model, suite_work(model, collected(pytest_args)), args.gpus)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(why, file=sys.stderr)
+    print(workers)
+    return 0
 
 
 if __name__ == "__main__":

@@ -112,12 +112,12 @@ def _case(args, device, console: Console | None = None):
     from harness.memory import MemoryPlan
     from harness.presets import get_preset, get_scale
     from harness.scenario import load_scenario, load_scenario_file
-    from harness.schedule import slots_needed
+    from harness.schedule import pages_needed, slots_needed
 
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
-    need = slots_needed(scenario)
+    need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)  # whole pages
     if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
         scale = get_scale(scale_name, need, args.layers)
         if console is not None:
@@ -160,8 +160,9 @@ def _refuse_clobbering(outputs, inputs) -> None:
 def cmd_run(args, console: Console) -> int:
     from harness.faults import parse_faults
     from harness.negative_controls import cannot_fire, did_not_fire
-    from harness.results import environment, repro_command, write_results
+    from harness.results import case_record, environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
+    from harness.scenario import check_repeats
     from harness.strategies import BASELINE, ORDER
     from harness.strategies import select as select_strategies
     from harness.table import results_table
@@ -169,8 +170,7 @@ def cmd_run(args, console: Console) -> int:
     device = _device(args.device)
     strategies = select_strategies(args.strategy, ORDER)
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
-    if repeats < 0:
-        raise HarnessError("--repeats", f"must be >= 0, got {repeats}")
+    check_repeats("--repeats", repeats, 0)
     faults = parse_faults(args.plant_fault)
     case = _case(args, device, console)
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
@@ -201,7 +201,7 @@ def cmd_run(args, console: Console) -> int:
         if device.type == "cuda":
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
-        write_results(args.json, rows, env, repro_command(args.argv))
+        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]

@@ -1,4 +1,5 @@
-"""Progress for long phases: a rich bar on a terminal, one line when done otherwise (CI logs)."""
+"""Progress for long phases: a rich bar on a terminal; otherwise (CI logs) a line every
+LINE_EVERY_S seconds while the phase runs, and one when it ends."""
 
 from __future__ import annotations
 
@@ -8,15 +9,25 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+LINE_EVERY_S = 10.0
+
 
 @contextmanager
 def progress_bar(console: Console, description: str, total: int):
-    """Yields `advance()`; shows a bar on a terminal, else prints one line when the phase ends."""
+    """Yields `advance()`; shows a bar on a terminal, else prints progress lines (a long run is never silent)."""
     if not console.is_terminal:
-        done = [0]
         t0 = time.perf_counter()
-        yield lambda: done.__setitem__(0, done[0] + 1)
-        console.print(f"{description}: {done[0]}/{total} in {time.perf_counter() - t0:.1f} s", markup=False, highlight=False)
+        state = {"done": 0, "said": t0}
+
+        def advance() -> None:
+            state["done"] += 1
+            now = time.perf_counter()
+            if now - state["said"] >= LINE_EVERY_S and state["done"] < total:
+                state["said"] = now
+                console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
+
+        yield advance
+        console.print(f"{description}: {state['done']}/{total} in {time.perf_counter() - t0:.1f} s", markup=False, highlight=False)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:

@@ -7,13 +7,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.datafiles import read_toml
+from harness.envvars import MAX_REPEATS
 from harness.errors import HarnessError
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 LAYOUTS = ("scattered", "contiguous", "tail", "explicit")
 MAX_NAME = 100
 NAME_PATTERN = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{MAX_NAME - 1}}}")
-MAX_BATCH = 1 << 16  # requests per step; larger batches exhaust memory before any check
+# Caps on a run's size, stated so an impossible one is one line and exit 2, not hours of work
+# or a memory kill: requests per step, decode steps, one request's length, seeds (the generator's
+# keys are 32-bit: a larger seed would alias a smaller one's bytes); timing samples: MAX_REPEATS.
+MAX_BATCH = 1 << 16
+MAX_STEPS = 10_000
+MAX_KV_LEN = 1 << 20
+MAX_SEED = (1 << 32) - 1
 KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
 
 
@@ -50,11 +57,13 @@ class Scenario:
         }
 
 
-def _int(where: str, value, minimum: int) -> int:
+def _int(where: str, value, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise HarnessError(where, f"must be an integer, got {value!r}")
     if value < minimum:
         raise HarnessError(where, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise HarnessError(where, f"must be <= {maximum:,}, got {value:,}")
     return value
 
 
@@ -92,19 +101,19 @@ def parse_scenario(data: dict, source: str) -> Scenario:
     name = data.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
         raise HarnessError(f"{source}: name", f"must be 1-{MAX_NAME} of A-Z a-z 0-9 . _ - (it names files), got {str(name)[:40]!r}")
-    seed = _int(f"{source}: seed", data.get("seed", 0), 0)
-    steps = _int(f"{source}: steps", data.get("steps", 1), 1)
+    seed = _int(f"{source}: seed", data.get("seed", 0), 0, MAX_SEED)
+    steps = _int(f"{source}: steps", data.get("steps", 1), 1, MAX_STEPS)
     if "kv_lens" in data:
         if "batch_size" in data or "kv_len" in data:
             raise HarnessError(f"{source}: kv_lens", "give either kv_lens or batch_size + kv_len, not both")
         if not isinstance(data["kv_lens"], list) or not data["kv_lens"]:
             raise HarnessError(f"{source}: kv_lens", "must be a non-empty list of integers")
-        kv_lens = tuple(_int(f"{source}: kv_lens[{i}]", v, 1) for i, v in enumerate(data["kv_lens"]))
+        if len(data["kv_lens"]) > MAX_BATCH:
+            raise HarnessError(f"{source}: kv_lens", f"at most {MAX_BATCH:,} requests, got {len(data['kv_lens']):,}")
+        kv_lens = tuple(_int(f"{source}: kv_lens[{i}]", v, 1, MAX_KV_LEN) for i, v in enumerate(data["kv_lens"]))
     elif "batch_size" in data and "kv_len" in data:
-        batch = _int(f"{source}: batch_size", data["batch_size"], 1)
-        if batch > MAX_BATCH:
-            raise HarnessError(f"{source}: batch_size", f"must be <= {MAX_BATCH}, got {batch}")
-        kv_lens = (_int(f"{source}: kv_len", data["kv_len"], 1),) * batch
+        batch = _int(f"{source}: batch_size", data["batch_size"], 1, MAX_BATCH)
+        kv_lens = (_int(f"{source}: kv_len", data["kv_len"], 1, MAX_KV_LEN),) * batch
     else:
         raise HarnessError(f"{source}: kv_lens", "missing: give kv_lens or batch_size + kv_len")
     layout = data.get("layout", "scattered")
@@ -138,6 +147,11 @@ def parse_scenario(data: dict, source: str) -> Scenario:
         slots=slots,
         source=source,
     )
+
+
+def check_repeats(where: str, repeats: int, minimum: int) -> int:
+    """A timing sample count within minimum..MAX_REPEATS."""
+    return _int(where, repeats, minimum, MAX_REPEATS)
 
 
 def load_scenario_file(path: str | Path) -> Scenario:

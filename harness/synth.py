@@ -53,10 +53,13 @@ def fmix32(x: np.ndarray) -> np.ndarray:
 
 
 def chain(*values: int) -> int:
-    """Fold integers into one 32-bit key: chain(a, b) = fmix(fmix(start ^ a) ^ b)."""
+    """Fold integers into one 32-bit key: chain(a, b) = fmix(fmix(start ^ a) ^ b). Each must be a
+    uint32: a larger one (a seed of 2**32) would alias its low 32 bits' bytes."""
     key = CHAIN_START
     for v in values:
-        key = fmix32_int(key ^ (v & M32))
+        if not 0 <= v <= M32:
+            raise ValueError(f"synth key {v} is outside 0..{M32} (seeds, layers and steps are 32-bit)")
+        key = fmix32_int(key ^ v)
     return key
 
 

@@ -186,3 +186,45 @@ def test_loadgroup_sends_a_case_pool_to_one_worker():
     assert _workers_by_group()["b1-l4096"] in ({"gw0"}, {"gw1"})
     # negative control: without the plugin the same tests are spread over both workers
     assert _workers_by_group("-p", "no:suites.plugins.pool_groups")["b1-l4096"] == {"gw0", "gw1"}
+
+
+def _bad_input(capsys, argv, *needles):
+    assert shard_plan.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and all(n in err for n in needles), err
+
+
+def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):
+    """Issue 25 item 11: each used to be a traceback (or, for --gpus -3, a silent 0)."""
+    model = str(REPO / "ci" / "shard_model.json")
+    _bad_input(capsys, ["choose", "--model", model, "--gpus", "abc"], "--gpus", "'abc'")
+    _bad_input(capsys, ["choose", "--model", model, "--gpus", "-3"], "--gpus", "-3")
+    _bad_input(capsys, ["choose", "--gpus", "2"], "--model")
+    _bad_input(capsys, ["choose", "--model", str(tmp_path / "none.json"), "--gpus", "2"], "none.json", "cannot read")
+    _bad_input(capsys, ["choose", "--model", str(tmp_path), "--gpus", "2"], str(tmp_path), "cannot read")
+    files = {"bad.json": b"{nope", "utf16.json": '{"durations": {}}'.encode("utf-16"), "empty.json": b'{"durations":{}}',
+             "list.json": b"[]", "nan.json": json.dumps({"durations": {"a": -1}, "overhead_s": {"0": 1}, "work_s": 1, "tests": 1}).encode()}
+    needles = {"bad.json": "not valid JSON", "utf16.json": "UTF-16", "empty.json": "overhead_s: missing",
+               "list.json": "JSON object", "nan.json": "durations['a']"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        _bad_input(capsys, ["choose", "--model", str(tmp_path / name), "--gpus", "2"], name, needles[name])
+    (tmp_path / "j.xml").write_text(JUNIT)
+    run = f"0:20:{tmp_path / 'j.xml'}"
+    _bad_input(capsys, ["fit", "--out", str(tmp_path), run], "--out", "is a folder")
+    if Path("/dev/full").exists():
+        _bad_input(capsys, ["fit", "--out", "/dev/full", run], "/dev/full", "cannot write")
+    (tmp_path / "bad.xml").write_text("<testsuites>")
+    _bad_input(capsys, ["fit", "--out", str(tmp_path / "m.json"), f"0:20:{tmp_path / 'bad.xml'}"], "bad.xml", "not junit XML")
+    _bad_input(capsys, [], "command")
+
+
+def test_help_exits_0_and_a_good_model_is_chosen_from(capsys, monkeypatch):
+    for argv in (["--help"], ["choose", "--help"], ["fit", "--help"]):
+        assert shard_plan.main(argv) == 0
+        assert "usage:" in capsys.readouterr().out
+    seen = []
+    monkeypatch.setattr(shard_plan, "collected", lambda args: seen.append(args) or ["t"] * 10)
+    assert shard_plan.main(["choose", "--model", str(REPO / "ci" / "shard_model.json"), "--gpus", "2", "suites/gpu", "-m", "gpu"]) == 0
+    assert seen == [["suites/gpu", "-m", "gpu"]]  # the pytest arguments, in order
+    assert capsys.readouterr().out.strip().isdigit()

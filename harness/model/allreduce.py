@@ -4,6 +4,7 @@ GPU, or nothing (CPU, or when no table is given — then TPOT excludes communica
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,14 +38,21 @@ def load_table(path: Path) -> LatencyTable:
     points = data.get("point")
     if not isinstance(points, list) or not points:
         raise HarnessError(f"{path}: point", "needs [[point]] rows with bytes and us")
-    try:
-        sizes = tuple(int(p["bytes"]) for p in points)
-        micros = tuple(float(p["us"]) for p in points)
-    except (KeyError, TypeError, ValueError):
-        raise HarnessError(f"{path}: point", "every [[point]] needs numeric bytes and us") from None
-    if list(sizes) != sorted(set(sizes)) or min(micros) < 0:
-        raise HarnessError(f"{path}: point", "bytes must increase strictly and us be >= 0")
-    return LatencyTable(str(data.get("source", path)), sizes, micros)
+    sizes, micros = [], []
+    for i, p in enumerate(points):
+        where = f"{path}: point[{i}]"
+        if not isinstance(p, dict) or not {"bytes", "us"} <= set(p):
+            raise HarnessError(where, "every [[point]] needs bytes and us")
+        size, us = p["bytes"], p["us"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise HarnessError(f"{where}.bytes", f"must be an integer >= 1, got {size!r}")
+        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < math.inf:  # nan fails too
+            raise HarnessError(f"{where}.us", f"must be a finite latency >= 0, got {us!r}")
+        if sizes and size <= sizes[-1]:
+            raise HarnessError(f"{where}.bytes", f"must be larger than the point before ({sizes[-1]}): sizes increase strictly")
+        sizes.append(size)
+        micros.append(float(us))
+    return LatencyTable(str(data.get("source", path)), tuple(sizes), tuple(micros))
 
 
 DEFAULT_TABLE = Path(__file__).with_name("allreduce_h200_tp2.toml")  # copy of docs/h200/2026-11-30/phase2/tp2/

@@ -47,7 +47,7 @@ class SGLangFlashInfer(Strategy):
 
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
-        return geometry.layer_bytes * 2  # forward_decode's BF16 temporary of one layer, as stock
+        return geometry.layer_bytes * 2  # forward_decode's BF16 layer, as stock (SGLang's workspace shows in peak_bytes)
 
     @classmethod
     def cast_bytes(cls, geometry, batch) -> int:

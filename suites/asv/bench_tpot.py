@@ -5,7 +5,8 @@ On CUDA: production pool, the full 78-layer GLM-5 TP8 rank (4 rotated weight set
 time (MLA_ASV_ALLREDUCE_TABLE=path adds the measured latency stand-in). On CPU only with
 MLA_ASV_TPOT=1 (the shrunk model on a 2,048-slot pool), so the CPU asv test of benchmarks.py does
 not pay for them. MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES /
-MLA_ASV_REPEATS narrow the matrix as for benchmarks.py (default strategies: the registry's BENCHMARKED).
+MLA_ASV_REPEATS narrow the matrix as for benchmarks.py (default strategies: the registry's BENCHMARKED);
+harness/envvars.py checks them (a bad value fails setup with one line naming the variable).
 """
 
 import os
@@ -13,11 +14,31 @@ import sys
 
 import torch
 
+try:
+    from harness import envvars
+    from harness.errors import HarnessError
+except ImportError:  # a base commit from before harness/envvars.py (the perf gate benchmarks it too)
+    envvars = None
+
 CUDA = torch.cuda.is_available()
-SCENARIOS = os.environ.get("MLA_ASV_SCENARIOS", "b1-l4096,b32-l4096" if CUDA else "b1-l500").split(",")
+BAD_ENV: list[str] = []  # a bad MLA_ASV_* value: setup raises it (at import it would be a discovery traceback)
 
 
-def benchmarked() -> str:
+def _env(name: str, default, check_names: bool = True):
+    """The variable parsed and checked by harness.envvars; unset (or bad, kept in BAD_ENV): default()."""
+    if name not in os.environ:
+        return default()
+    if envvars is None:  # as the base commit's benchmarks read it
+        raw = os.environ[name]
+        return {"MLA_ASV_REPEATS": int, "MLA_ASV_TPOT": lambda v: v == "1", "MLA_ASV_ALLREDUCE_TABLE": str}.get(name, lambda v: v.split(","))(raw)
+    try:
+        return envvars.read(name, check_names=check_names)
+    except HarnessError as exc:
+        BAD_ENV.append(str(exc))
+        return default()
+
+
+def benchmarked() -> list[str]:
     """The default strategies: the registry's (every registered strategy but register(benchmark=False)
     ones), so a new strategy is timed here and by the perf gate without another edit. asv runs these
     files against older commits too (the perf gate's base): a harness from before the registry
@@ -25,12 +46,15 @@ def benchmarked() -> str:
     from harness import strategies
 
     if hasattr(strategies, "BENCHMARKED"):
-        return ",".join(strategies.BENCHMARKED)
-    return ",".join(n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True))
+        return list(strategies.BENCHMARKED)
+    return [n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True)]
 
 
-STRATEGIES = (os.environ["MLA_ASV_STRATEGIES"] if "MLA_ASV_STRATEGIES" in os.environ else benchmarked()).split(",")
-REPEATS = int(os.environ.get("MLA_ASV_REPEATS", "20" if CUDA else "2"))
+SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if CUDA else ["b1-l500"]))
+STRATEGIES = list(_env("MLA_ASV_STRATEGIES", benchmarked))
+REPEATS = _env("MLA_ASV_REPEATS", lambda: 20 if CUDA else 2)
+ALLREDUCE_TABLE = _env("MLA_ASV_ALLREDUCE_TABLE", lambda: None)
+ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad value: enabled, so setup says so
 
 
 def _measure(scenario: str, strategy: str) -> dict:
@@ -43,20 +67,18 @@ def _measure(scenario: str, strategy: str) -> dict:
     from harness.scenario import load_scenario
     from harness.strategies import REGISTRY
 
+    if BAD_ENV:
+        raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
     device = torch.device("cuda" if CUDA else "cpu")
     if reason := REGISTRY[strategy].unsupported_reason(device, make_backend("auto", device)):
         print(f"skipped {strategy}: {reason}", file=sys.stderr)
         raise NotImplementedError(reason)
     scale = get_scale("prod") if CUDA else get_scale("ci", slots=2048)
     case = Case(get_preset("glm5-tp8"), scale, load_scenario(scenario))
-    table = os.environ.get("MLA_ASV_ALLREDUCE_TABLE")
-    allreduce = LatencyAllReduce(load_table(table), device) if (table and CUDA) else AllReduce()
+    allreduce = LatencyAllReduce(load_table(ALLREDUCE_TABLE), device) if (ALLREDUCE_TABLE and CUDA) else AllReduce()
     ctx = build_context(case, load_shape("glm5-tp8", shrink=not CUDA), device, "auto", 4, allreduce)
     r = time_strategy(strategy, ctx, REPEATS)
     return {"tpot_ms": r.tpot, "attn_share": r.attn_share}
-
-
-ENABLED = CUDA or os.environ.get("MLA_ASV_TPOT") == "1"
 
 
 class _Tpot:

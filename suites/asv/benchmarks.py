@@ -10,7 +10,8 @@ own statistical test instead of judging one number per commit. `PoolBuilds.track
 records how many pools setup_cache built per scenario (1 when the pool is shared).
 On CUDA: glm5-tp8 at production scale; on CPU: ci scale (so CI can exercise them).
 MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES (comma lists; default strategies: the registry's
-`BENCHMARKED`) narrow the matrix; MLA_ASV_REPEATS sets samples.
+`BENCHMARKED`) narrow the matrix; MLA_ASV_REPEATS sets samples (harness/envvars.py checks them:
+a bad value fails setup_cache with one line naming the variable).
 """
 
 import functools
@@ -29,11 +30,38 @@ def cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _env(name: str, default):
-    return os.environ[name] if name in os.environ else default()
+try:
+    from harness import envvars
+    from harness.errors import HarnessError
+except ImportError:  # a base commit from before harness/envvars.py (the perf gate benchmarks it too)
+    envvars = None
+
+BAD_ENV: list[str] = []  # a bad MLA_ASV_* value: setup_cache raises it (at import it would be a discovery traceback)
 
 
-def benchmarked() -> str:
+def _env(name: str, default, check_names: bool = True):
+    """The variable parsed and checked by harness.envvars; unset (or bad, kept in BAD_ENV): default()."""
+    if name not in os.environ:
+        return default()
+    if envvars is None:  # as the base commit's benchmarks read it
+        return int(os.environ[name]) if name == "MLA_ASV_REPEATS" else os.environ[name].split(",")
+    try:
+        return envvars.read(name, check_names=check_names)
+    except HarnessError as exc:
+        BAD_ENV.append(str(exc))
+        return default()
+
+
+def check_env() -> None:
+    """Raise the first bad MLA_ASV_* value as one clear error; strategy names are checked here, against
+    the registry (importing it at discovery would import torch in every asv process)."""
+    if envvars is not None and not BAD_ENV:
+        _env("MLA_ASV_STRATEGIES", tuple)
+    if BAD_ENV:
+        raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
+
+
+def benchmarked() -> list[str]:
     """The default strategies: the registry's (every registered strategy but register(benchmark=False)
     ones), so a new strategy is timed here and by the perf gate without another edit. asv runs these
     files against older commits too (the perf gate's base): a harness from before the registry
@@ -41,18 +69,19 @@ def benchmarked() -> str:
     from harness import strategies
 
     if hasattr(strategies, "BENCHMARKED"):
-        return ",".join(strategies.BENCHMARKED)
-    return ",".join(n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True))
+        return list(strategies.BENCHMARKED)
+    return [n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True)]
 
 
-SCENARIOS = _env("MLA_ASV_SCENARIOS", lambda: "b1-l4096,b32-l4096" if cuda() else "b1-l500").split(",")
-STRATEGIES = _env("MLA_ASV_STRATEGIES", benchmarked).split(",")
-REPEATS = int(_env("MLA_ASV_REPEATS", lambda: "30" if cuda() else "3"))
+SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if cuda() else ["b1-l500"]))
+STRATEGIES = list(_env("MLA_ASV_STRATEGIES", benchmarked, check_names=False))
+REPEATS = _env("MLA_ASV_REPEATS", lambda: 30 if cuda() else 3)
 TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 
 
 def _measure_all() -> str:
     """JSON {scenario: {"builds": n, "strategies": {strategy: {metric: [seconds...]} | {"skipped": why}}}}."""
+    check_env()
     import torch
 
     from harness.cases import Case

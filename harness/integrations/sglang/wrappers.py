@@ -3,7 +3,6 @@ wrapper interface over a harness backend (SGLang's path on the torch backend: CP
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -97,9 +96,9 @@ class BackendWrapper:
 
     def run(self, q_nope, q_pe, ckv, kpe, out: Optional[torch.Tensor] = None, return_lse: bool = False,
             return_lse_base_on_e: bool = False):
+        if return_lse and not return_lse_base_on_e:
+            raise HarnessError("sglang run", "the harness's backends return natural-log LSE only")
         o, lse = self.backend.run(self._plan, q_nope, q_pe, ckv, kpe)
         if out is not None:
             o = out.copy_(o)
-        if not return_lse_base_on_e:
-            lse = lse / math.log(2)  # FlashInfer's default LSE is base 2
         return (o, lse) if return_lse else o

@@ -1,0 +1,134 @@
+"""Sizes are bounded and validated: the CPU pool grows in whole pages, an impossible scenario or
+repeat count is one line and exit 2, seeds are 32-bit. Planted twins: suites/test_mutations_pins.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness import cli, synth
+from harness.errors import HarnessError
+from harness.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SEED, MAX_STEPS, parse_scenario
+from harness.schedule import compile_schedule
+
+
+def _scenario_file(tmp_path, body: str):
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "s"\n{body}\n')
+    return path
+
+
+def _one_error_line(capsys, argv: list[str], *needles: str) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(n in err for n in needles), err
+    return err
+
+
+def test_cpu_pool_grows_in_whole_pages(tmp_path):
+    """kv_lens = [100000] on glm5-tp8's 64-token pages needs 1,563 pages: the grown pool holds them
+    (it used to grow to 100,000 slots = 1,562 pages and exit 2)."""
+    path = _scenario_file(tmp_path, "kv_lens = [100000]")
+    args = cli.build_parser().parse_args(["run", "--scenario-file", str(path), "--device", "cpu"])
+    case = cli._case(args, torch.device("cpu"))
+    assert case.scale.slots == 1563 * 64
+    schedule = compile_schedule(case.scenario, case.scale.slots, case.preset.page_size)
+    assert schedule.steps[0].kv_indices.size == 100_000
+
+
+@pytest.mark.parametrize(("body", "field", "bound"), [
+    ("kv_lens = [10]\nsteps = 1000000", "steps", f"{MAX_STEPS:,}"),
+    (f"batch_size = {MAX_BATCH + 1}\nkv_len = 1", "batch_size", f"{MAX_BATCH:,}"),
+    (f"kv_lens = [{MAX_KV_LEN + 1}]", "kv_lens[0]", f"{MAX_KV_LEN:,}"),
+    (f"batch_size = 2\nkv_len = {MAX_KV_LEN + 1}", "kv_len", f"{MAX_KV_LEN:,}"),
+    (f"kv_lens = [{', '.join(['1'] * (MAX_BATCH + 1))}]", "kv_lens", f"{MAX_BATCH:,}"),
+    (f"kv_lens = [1]\nseed = {2**32}", "seed", f"{MAX_SEED:,}"),
+    (f"kv_lens = [1]\nseed = {2**62}", "seed", f"{MAX_SEED:,}"),
+])
+def test_impossible_scenarios_are_one_line(tmp_path, capsys, body, field, bound):
+    path = _scenario_file(tmp_path, body)
+    _one_error_line(capsys, ["run", "--scenario-file", str(path), "--device", "cpu"], f"{path}: {field}", bound)
+
+
+def test_the_caps_themselves_are_accepted():
+    data = {"name": "s", "steps": MAX_STEPS, "batch_size": MAX_BATCH, "kv_len": MAX_KV_LEN, "seed": MAX_SEED}
+    s = parse_scenario(data, "x")
+    assert (s.steps, len(s.kv_lens), s.kv_lens[0], s.seed) == (MAX_STEPS, MAX_BATCH, MAX_KV_LEN, MAX_SEED)
+
+
+def test_seeds_past_32_bits_do_not_alias_seed_0():
+    """synth keys are uint32: 2**32 (and 2**70, which TOML cannot hold) must not give seed 0's bytes."""
+    for seed in (2**32, 2**70, -1):
+        with pytest.raises(ValueError, match="outside 0"):
+            synth.kv_base_key(seed, 0)
+    assert synth.kv_base_key(MAX_SEED, 0) != synth.kv_base_key(0, 0)
+    with pytest.raises(HarnessError, match="seed: must be <= "):
+        parse_scenario({"name": "s", "kv_lens": [1], "seed": 2**70}, "x")
+
+
+@pytest.mark.parametrize("command", ["run", "tpot"])
+@pytest.mark.parametrize("repeats", ["1000000000", "-1"])
+def test_repeats_are_bounded(capsys, command, repeats):
+    _one_error_line(capsys, [command, "--scenario", "b1-l500", "--device", "cpu", "--repeats", repeats], "--repeats")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("kind", ["json", "toml"])
+def test_utf16_inputs_are_named_utf16(tmp_path, kind, encoding):
+    from harness.datafiles import read_json, read_toml
+
+    path = tmp_path / f"x.{kind}"
+    path.write_bytes(('{"a": 1}' if kind == "json" else 'name = "x"').encode(encoding))
+    with pytest.raises(HarnessError, match="UTF-16 text") as err:
+        (read_json if kind == "json" else read_toml)(path)
+    assert err.value.where == str(path)
+
+
+def test_utf8_with_bom_reads_and_binary_is_not_called_utf16(tmp_path):
+    from harness.datafiles import read_json
+
+    (tmp_path / "bom.json").write_bytes('{"a": 1}'.encode("utf-8-sig"))
+    assert read_json(tmp_path / "bom.json") == {"a": 1}
+    (tmp_path / "bin.json").write_bytes(b"\x98\x01\x00\x00\xff\xfe")
+    with pytest.raises(HarnessError, match="not UTF-8 text"):
+        read_json(tmp_path / "bin.json")
+
+
+@pytest.mark.parametrize(("us", "why"), [("nan", "finite"), ("inf", "finite"), ("-1.0", ">= 0"), ('"5"', "finite"), ("true", "finite")])
+def test_allreduce_table_refuses_bad_latencies(tmp_path, capsys, us, why):
+    """Issue 25 item 14: `us = nan` / `inf` were accepted; the CLI names the file and the point's field."""
+    table = tmp_path / "ar.toml"
+    table.write_text(f"[[point]]\nbytes = 1024\nus = 9.0\n\n[[point]]\nbytes = 2048\nus = {us}\n")
+    _one_error_line(capsys, ["tpot", "--device", "cpu", "--scenario", "b1-l500", "--allreduce-table", str(table)],
+                    f"{table}: point[1].us", why)
+
+
+def test_allreduce_table_sizes_increase(tmp_path):
+    from harness.model.allreduce import load_table
+
+    table = tmp_path / "ar.toml"
+    table.write_text("[[point]]\nbytes = 2048\nus = 9.0\n\n[[point]]\nbytes = 1024\nus = 9.5\n")
+    with pytest.raises(HarnessError, match=r"point\[1\]\.bytes: must be larger"):
+        load_table(table)
+    table.write_text("[[point]]\nbytes = 1024\nus = 9.0\n\n[[point]]\nbytes = 2048\nus = 9.5\n")
+    assert load_table(table).micros == (9.0, 9.5)
+
+
+def test_long_phases_print_progress_lines(monkeypatch):
+    """Off a terminal (CI logs) a phase prints a line every LINE_EVERY_S seconds, not only when it ends:
+    steps = 10^4 ran 100 s silently."""
+    from rich.console import Console
+
+    from harness import progress
+
+    clock = iter(range(0, 10_000, 3))  # each advance 3 s later
+    monkeypatch.setattr(progress, "time", SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    console = Console(record=True, force_terminal=False, width=200)
+    with progress.progress_bar(console, "decode", 10) as advance:
+        for _ in range(10):
+            advance()
+    lines = console.export_text().splitlines()
+    assert lines[:2] == ["decode: 4/10 after 12 s", "decode: 8/10 after 24 s"] and lines[2].startswith("decode: 10/10 in ")
+    assert len(lines) == 3

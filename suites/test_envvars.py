@@ -1,0 +1,143 @@
+"""harness/envvars.py: every MLA_HARNESS_* / MLA_ASV_* variable is declared once, docs/environment.md
+carries the generated table, a bad value is one line naming the variable (exit 2), and the asv
+benchmarks raise it from setup (not at discovery), falling back on a base commit without envvars."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import envvars
+from harness.scenario import MAX_REPEATS
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = re.compile(r"\bMLA_(?:HARNESS|ASV)_[A-Z0-9_]*[A-Z0-9]\b")
+SEARCHED = ("harness", "suites", "ci", ".ci", ".github", "docs", "conftest.py", "README.md", "pyproject.toml")
+
+
+def _mentions(root: Path = ROOT) -> dict[str, set[str]]:
+    """Variable name -> files (outside envvars.py and docs/) that name it."""
+    found: dict[str, set[str]] = {}
+    for top in SEARCHED:
+        paths = [root / top] if (root / top).is_file() else (root / top).rglob("*")
+        for path in paths:
+            rel = path.relative_to(root).as_posix()
+            if not path.is_file() or "__pycache__" in rel or rel.startswith("docs/evidence/") or path.suffix not in (
+                    ".py", ".sh", ".yml", ".md", ".toml", ""):
+                continue
+            for name in NAME.findall(path.read_text(errors="replace")):
+                found.setdefault(name, set()).add(rel)
+    return found
+
+
+def test_every_variable_named_anywhere_is_declared_and_every_declared_one_is_read():
+    mentions = _mentions()
+    undeclared = {n: sorted(f) for n, f in mentions.items() if n not in envvars.BY_NAME}
+    assert not undeclared, f"declare these in harness/envvars.py: {undeclared}"
+    unread = [v.name for v in envvars.VARIABLES
+              if not mentions.get(v.name, set()) - {"harness/envvars.py", "docs/environment.md"}]
+    assert not unread, f"declared but read nowhere: {unread}"
+
+
+def test_the_scan_sees_an_undeclared_variable(tmp_path):
+    """Negative control of the scan: a variable only a planted reader names is found."""
+    (tmp_path / "harness").mkdir()
+    planted = "MLA_HARNESS_" + "PLANTED"  # spelled apart, so this file does not name it
+    (tmp_path / "harness" / "x.py").write_text(f'os.environ.get("{planted}")\n')
+    assert _mentions(tmp_path) == {planted: {"harness/x.py"}}
+
+
+def test_docs_carry_the_generated_table():
+    doc = (ROOT / "docs" / "environment.md").read_text()
+    assert envvars.markdown() in doc, "regenerate the table: python -m harness.envvars --markdown"
+    assert len(envvars.VARIABLES) == len(envvars.BY_NAME) and all(v.kind in envvars.KINDS for v in envvars.VARIABLES)
+
+
+def test_repeats_bound_is_the_one_cap():
+    assert envvars.BY_NAME["MLA_ASV_REPEATS"].maximum == MAX_REPEATS
+
+
+@pytest.mark.parametrize(("name", "value", "needle"), [
+    ("MLA_ASV_REPEATS", "abc", "must be an integer"),
+    ("MLA_ASV_REPEATS", "-1", "must be 1..10000, got -1"),
+    ("MLA_ASV_REPEATS", "0", "must be 1..10000, got 0"),
+    ("MLA_ASV_REPEATS", "1000000000", "must be 1..10000"),
+    ("MLA_ASV_SCENARIOS", "nope", "unknown name 'nope'"),
+    ("MLA_ASV_SCENARIOS", "b1-l500,", "none empty"),
+    ("MLA_ASV_SCENARIOS", "b1-l500,b1-l500", "twice"),
+    ("MLA_ASV_STRATEGIES", "nope", "unknown name 'nope'"),
+    ("MLA_ASV_TPOT", "yes", "must be 0 or 1"),
+    ("MLA_HARNESS_STRICT_SKIPS", "true", "must be 0 or 1"),
+    ("MLA_HARNESS_NUM_GPUS", "-3", "must be 1..1024"),
+    ("MLA_HARNESS_GOLDEN_DIR", " ", "set but empty"),
+])
+def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch, capsys, name, value, needle):
+    for var in envvars.VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    monkeypatch.setenv(name, value)
+    assert envvars.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {name}: ") and needle in err, err
+
+
+def test_good_values_parse(monkeypatch, capsys):
+    env = {"MLA_ASV_REPEATS": " 12", "MLA_ASV_SCENARIOS": "b1-l500, b32-l4096", "MLA_ASV_STRATEGIES": "shadow", "MLA_ASV_TPOT": "1"}
+    assert envvars.read("MLA_ASV_REPEATS", env) == 12
+    assert envvars.read("MLA_ASV_SCENARIOS", env) == ("b1-l500", "b32-l4096")
+    assert envvars.read("MLA_ASV_STRATEGIES", env) == ("shadow",)
+    assert envvars.read("MLA_ASV_TPOT", env) is True and envvars.read("MLA_ASV_TPOT", {}) is None
+    for var in envvars.VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    assert envvars.main([]) == 0 and "no MLA_HARNESS_* / MLA_ASV_* variable set" in capsys.readouterr().out
+
+
+def test_module_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "harness.envvars"], cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "MLA_ASV_REPEATS": "abc"}, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: MLA_ASV_REPEATS: must be an integer 1..10000, got 'abc'"
+
+
+def _asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bool = False):
+    """A fresh copy of suites/asv/<name>.py as asv imports it under `env`; without_envvars: as on a
+    base commit whose harness has no harness/envvars.py."""
+    for var in envvars.VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if without_envvars:
+        import harness
+
+        monkeypatch.setitem(sys.modules, "harness.envvars", None)  # the import fails as on a base commit
+        monkeypatch.delattr(harness, "envvars", raising=False)
+    spec = importlib.util.spec_from_file_location(f"_envvars_asv_{name}", ROOT / "suites" / "asv" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("name", "value"), [("MLA_ASV_REPEATS", "abc"), ("MLA_ASV_REPEATS", "-1"),
+                                             ("MLA_ASV_SCENARIOS", "nope"), ("MLA_ASV_STRATEGIES", "nope")])
+def test_asv_benchmarks_import_and_setup_names_the_variable(monkeypatch, name, value):
+    bench = _asv_module("benchmarks", monkeypatch, {name: value})  # discovery: no traceback
+    assert bench.SCENARIOS and bench.STRATEGIES and bench.REPEATS >= 1
+    with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
+        bench._Measured().setup_cache()
+    tpot = _asv_module("bench_tpot", monkeypatch, {name: value})
+    assert tpot.ENABLED  # a bad value enables the TPOT benchmarks on CPU, so their setup says so
+    with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
+        tpot._Tpot().setup(tpot.SCENARIOS[0], tpot.STRATEGIES[0])
+
+
+def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypatch):
+    env = {"MLA_ASV_REPEATS": "7", "MLA_ASV_SCENARIOS": "b1-l500,edge-kv1", "MLA_ASV_STRATEGIES": "shadow,gather_cast"}
+    for without in (False, True):
+        for name in ("benchmarks", "bench_tpot"):
+            module = _asv_module(name, monkeypatch, env, without_envvars=without)
+            assert (module.envvars is None) == without
+            assert (module.SCENARIOS, module.STRATEGIES, module.REPEATS) == (["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], 7)
+        assert _asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
