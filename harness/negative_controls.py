@@ -21,7 +21,7 @@ def cannot_fire(faults, strategies, case) -> None:
     for fault in sorted(faults):
         targets = FAULT_TARGETS[fault]
         if targets and not any(t in strategies for t in targets):
-            which = "which is" if len(targets) == 1 else "neither of which is"
+            which = "which is not" if len(targets) == 1 else "neither of which is"
             raise HarnessError("--plant-fault", f"{fault.value} lives in {_names(targets)}, {which} selected (--strategy)")
         if fault == Fault.STALE_AFTER_REUSE:
             if not any(len(b.reused_slots) for b in case.schedule().steps):

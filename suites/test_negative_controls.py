@@ -82,6 +82,8 @@ def test_fault_targets_decide_what_can_fire_and_what_did():
     cannot_fire({Fault.SCALE_ERROR}, ("fused_fp8",), case)  # fused_fp8 alone can fire it
     with pytest.raises(HarnessError, match="lives in native_fp8 or fused_fp8, neither of which is selected"):
         cannot_fire({Fault.SCALE_ERROR}, ("stock", "shadow"), case)
+    with pytest.raises(HarnessError, match="lives in gather_cast, which is not selected"):  # one target
+        cannot_fire({Fault.REMAP_OFF_BY_ONE}, ("stock",), case)
 
     def result(strategy, status):
         return SimpleNamespace(strategy=strategy, verdict=SimpleNamespace(status=SimpleNamespace(value=status)))
