@@ -163,12 +163,12 @@ def cmd_run(args, console: Console) -> int:
     from harness.results import case_record, environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
     from harness.scenario import check_repeats
-    from harness.strategies import BASELINE, ORDER
+    from harness.strategies import BASELINE, RUN_DEFAULT
     from harness.strategies import select as select_strategies
     from harness.table import results_table
 
     device = _device(args.device)
-    strategies = select_strategies(args.strategy, ORDER)
+    strategies = select_strategies(args.strategy, RUN_DEFAULT)
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
     check_repeats("--repeats", repeats, 0)
     faults = parse_faults(args.plant_fault)

@@ -384,3 +384,20 @@ def test_peak_bytes_gates_on_cuda_only():
         change = _change(comparison, "gather_cast", "peak_bytes")
         assert change.gating is gating and comparison.exit_code == code
         assert change.status == ("regressed" if gating else "worse")
+
+
+def test_only_a_throttle_that_started_during_the_block_disturbs_it():
+    from harness.clocks import GpuState, disturbance
+
+    capped = GpuState(1980, 2619, 40, ("sw_power_cap",), 1)
+    assert disturbance(capped, capped) is None  # capped before and after: the block ran under one state
+    assert "throttling started: sw_thermal" in disturbance(capped, GpuState(1980, 2619, 40, ("sw_power_cap", "sw_thermal"), 1))
+
+
+def test_an_exact_metric_within_the_tolerance_is_changed_not_regressed():
+    def extra(value):
+        return Row(**CASE, strategy="shadow", metric="extra_bytes", value=value)
+
+    for head, status, code in ((1_030_000, "changed", 0), (1_100_000, "regressed", 1), (900_000, "improved", 0)):
+        comparison = compare_results(_doc(_rows() + [extra(1_000_000)]), _doc(_rows() + [extra(head)]), 0.05)
+        assert _status(comparison, "shadow", "extra_bytes") == status and comparison.exit_code == code

@@ -141,3 +141,14 @@ def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypat
             assert (module.envvars is None) == without
             assert (module.SCENARIOS, module.STRATEGIES, module.REPEATS) == (["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], 7)
         assert _asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "abc", ""])
+def test_gpu_binding_refuses_a_bad_gpu_count(monkeypatch, value):
+    """MLA_HARNESS_NUM_GPUS=-3 used to bind no GPU without a word; now a usage error naming it."""
+    from suites.plugins.gpu_binding import detect_devices
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("MLA_HARNESS_NUM_GPUS", value)
+    with pytest.raises(pytest.UsageError, match="^MLA_HARNESS_NUM_GPUS: "):
+        detect_devices()

@@ -241,3 +241,59 @@ def test_asv_benchmarks_report_seconds_for_every_timed_metric(monkeypatch):
         with pytest.raises(NotImplementedError):  # asv records a skip (n/a), not a number
             cls()._values(cache, "b1-l500", strategy)
 
+
+
+def test_asv_setup_cache_hands_asv_seconds(monkeypatch):
+    """_measure_all converts each measured sample to seconds by its unit (asv's timer is in seconds),
+    keeps a skipped strategy's reason, and builds one pool per scenario."""
+    import json
+    from collections import Counter
+
+    import harness.measure
+    from harness.measure import Measured
+    from harness.timing import Samples
+
+    bench = _benchmarks(monkeypatch)
+    monkeypatch.setattr(bench, "STRATEGIES", ["gather_cast", "stock_vectorized"])  # the second needs CUDA
+    fake = Measured({"cast_us": Samples("us", (2.0, 4.0)), "step_ms": Samples("ms", (1.5,)), "extra": Samples("B", (7.0,))},
+                    skipped={"attn_us": "planted"})
+    monkeypatch.setattr(harness.measure, "measure", lambda session, repeats: fake if repeats == 3 else None)
+    monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
+    out = json.loads(bench._measure_all())["b1-l500"]
+    assert out["builds"] == 1
+    assert out["strategies"]["gather_cast"] == {"cast_us": pytest.approx([2e-6, 4e-6]), "step_ms": pytest.approx([1.5e-3])}
+    assert "cuda only" in out["strategies"]["stock_vectorized"]["skipped"]
+
+
+def test_fused_launcher_checks_and_buffers():
+    """fused_mla_decode's launch helper: what it refuses before launching, the options that exclude
+    each other, and the split buffers' shapes (the CTA merge's arrival counters start at zero)."""
+    pytest.importorskip("triton", reason="triton is not installed")
+    from harness.kernels.fused_mla_decode import Config, _check, partial_buffers
+
+    def args(**kw):
+        a = dict(q_nope=torch.zeros(2, 8, 512, dtype=torch.bfloat16), q_pe=torch.zeros(2, 8, 64, dtype=torch.bfloat16),
+                 ckv=torch.zeros(10, 1, 512, dtype=torch.uint8), kpe=torch.zeros(10, 1, 64, dtype=torch.uint8),
+                 kv_indptr=torch.tensor([0, 3, 5], dtype=torch.int32), kv_indices=torch.arange(5, dtype=torch.int32))
+        return {**a, **kw}
+
+    assert _check(**args()) == (2, 8, 512, 64)
+    for bad, error, match in [
+        (dict(ckv=torch.zeros(10, 1, 512, dtype=torch.bfloat16)), TypeError, "uint8"),
+        (dict(kpe=torch.zeros(10, 1, 64, dtype=torch.float8_e4m3fn)), TypeError, "uint8"),
+        (dict(q_pe=torch.zeros(2, 8, 64, dtype=torch.float16)), TypeError, "bfloat16"),
+        (dict(kv_indices=torch.arange(5)), ValueError, "kv_indices must be contiguous int32"),
+        (dict(kv_indptr=torch.tensor([0, 5], dtype=torch.int32)), ValueError, "bad shapes"),
+        (dict(kpe=torch.zeros(9, 1, 64, dtype=torch.uint8)), ValueError, "bad KV shapes"),
+        (dict(q_nope=torch.zeros(2, 512, 8, dtype=torch.bfloat16).transpose(1, 2)), ValueError, "q_nope channels"),
+    ]:
+        with pytest.raises(error, match=match):
+            _check(**args(**bad))
+    for bad in (dict(prefetch=True, reload_v=True), dict(dv_split=3), dict(qk_chunk=32), dict(pdl_merge=True),
+                dict(tokens_m=True, prefetch=True), dict(contig=True, reload_v=True)):
+        with pytest.raises(ValueError):
+            Config(num_splits=2, **bad)
+    part_out, part_lse, arrivals = partial_buffers(4, 20, Config(num_splits=3), 512, "cpu")
+    assert (part_out.shape, part_out.dtype, part_lse.shape, part_lse.dtype) == ((4, 3, 20, 512), torch.float32, (4, 3, 20), torch.float32)
+    assert arrivals.shape == (4 * 3,) and arrivals.dtype == torch.int32 and not arrivals.any()  # ceil(20 / 8) = 3 per request
+    assert all(t.numel() == 0 for t in partial_buffers(4, 20, Config(num_splits=1), 512, "cpu"))

@@ -71,6 +71,7 @@ class _FaultTarget(Mapping):
 
 ORDER = _Order()
 BENCHMARKED = _Order(lambda cls: cls.benchmark)  # the asv benchmarks' and `harness tpot`'s default list
+RUN_DEFAULT = _Order(lambda cls: not cls.runs_sglang)  # `harness run`'s default list; the SGLang-backed run when named
 # the SGLang driver's strategies: the baseline (SGLang's own path) and those declaring register(sglang=...)
 SGLANG = _Order(lambda cls: cls.baseline or bool(cls.sglang))
 BASELINE = next(name for name in ORDER if REGISTRY[name].baseline)  # the bitwise anchor: stock
@@ -87,5 +88,5 @@ def select(names, default) -> tuple[str, ...]:
     return chosen
 
 
-__all__ = ["REGISTRY", "ORDER", "BENCHMARKED", "SGLANG", "BASELINE", "FAULT_TARGET", "FAULT_TARGETS", "Strategy", "register",
+__all__ = ["REGISTRY", "ORDER", "BENCHMARKED", "RUN_DEFAULT", "SGLANG", "BASELINE", "FAULT_TARGET", "FAULT_TARGETS", "Strategy", "register",
            "unregister", "select"]

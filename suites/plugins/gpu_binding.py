@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from harness import envvars
+from harness.errors import HarnessError
 from suites.plugins import binding_proof, cpu_affinity
 
 ENV_NUM_GPUS = "MLA_HARNESS_NUM_GPUS"
@@ -106,17 +108,18 @@ def exclusive_gpu(device: str, directory: Path | None = None, timeout: float = -
 def detect_devices() -> list[str]:
     """The run's GPU list: CUDA_VISIBLE_DEVICES, else MLA_HARNESS_NUM_GPUS, else NVML's count (torch's
     when NVML and nvidia-smi find none)."""
-    cuda_visible, count = os.environ.get(CUDA_VISIBLE), os.environ.get(ENV_NUM_GPUS)
-    if cuda_visible is None and not count:
+    try:
+        count = envvars.read(ENV_NUM_GPUS)  # an integer 1..1024, declared in harness/envvars.py
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    cuda_visible = os.environ.get(CUDA_VISIBLE)
+    if cuda_visible is None and count is None:
         count = len(binding_proof.PROBE.gpu_uuids())  # NVML / nvidia-smi: the controller never imports torch
         if not count:
             import torch
 
             count = torch.cuda.device_count()
-    try:
-        return visible_devices(cuda_visible, int(count or 0))
-    except ValueError:
-        raise pytest.UsageError(f"{ENV_NUM_GPUS} must be an integer, got {count!r}") from None
+    return visible_devices(cuda_visible, count or 0)
 
 
 def _controller_devices(config: pytest.Config) -> list[str]:

@@ -179,8 +179,9 @@ def criteria(results: list[dict]) -> list[str]:
             if p["regressed"] or p["exit"] == 1:
                 failed.append(f"{r['scenario']} A/A pair {i}: regressed {p['regressed']} (exit {p['exit']})")
         for p in r["planted"]:
-            ok = p["status"] == "regressed" if p["fraction"] >= 0.10 else (
-                p["status"] in ("regressed", "slower") or (p["status"] == "inconclusive" and (p["mde"] or 1) <= 0.05))
+            found = p["status"] in ("regressed", "worse")  # "worse": compare's word when the metric does not gate
+            ok = found if p["fraction"] >= 0.10 else (
+                found or p["status"] == "slower" or (p["status"] == "inconclusive" and (p["mde"] or 1) <= 0.05))
             if not ok:
                 failed.append(f"{r['scenario']} planted {p['fraction']:.0%}: {p['metric']} {p['status']} "
                               f"(ratio {p['ratio']:.3f}, MDE {p['mde']})")

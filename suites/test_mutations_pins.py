@@ -1,0 +1,158 @@
+"""Planted twins of issue 25's bounds, validation and pins (as suites/test_mutations.py does): each
+mutation replaces one exact source text in a fresh copy of the tree and runs the tests that must
+catch it; one child process runs them all. A mutation whose tests still pass is a check that
+cannot fail. (The DSA index-K oracle needs SGLang: its planted run is in suites/sglang.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("harness", "suites", "golden", "ci", "docs/environment.md", "conftest.py", "pyproject.toml")
+B, P, E, S = "suites/test_bounds.py", "suites/test_pins.py", "suites/test_envvars.py", "suites/test_shard_plan.py"
+OUTPUTS = "suites/test_outputs_and_goldens.py"
+
+# (id, file, exact original text, mutated text, tests that must fail)
+MUTATIONS = [
+    # bounds and validation (items 9, 11, 13, 14 and the LOW items)
+    ("pool-grows-by-slots-not-pages", "harness/cli.py",
+     "need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)",
+     "need = slots_needed(scenario)", [f"{B}::test_cpu_pool_grows_in_whole_pages"]),
+    ("steps-uncapped", "harness/scenario.py", 'data.get("steps", 1), 1, MAX_STEPS)', 'data.get("steps", 1), 1)',
+     [f"{B}::test_impossible_scenarios_are_one_line"]),
+    ("kv-len-uncapped", "harness/scenario.py", '(_int(f"{source}: kv_len", data["kv_len"], 1, MAX_KV_LEN),)',
+     '(_int(f"{source}: kv_len", data["kv_len"], 1),)', [f"{B}::test_impossible_scenarios_are_one_line"]),
+    ("seed-uncapped", "harness/scenario.py", 'data.get("seed", 0), 0, MAX_SEED)', 'data.get("seed", 0), 0)',
+     [f"{B}::test_seeds_past_32_bits_do_not_alias_seed_0"]),
+    ("synth-key-truncated", "harness/synth.py", "        if not 0 <= v <= M32:", "        if False:",
+     [f"{B}::test_seeds_past_32_bits_do_not_alias_seed_0"]),
+    ("repeats-uncapped", "harness/scenario.py", "return _int(where, repeats, minimum, MAX_REPEATS)",
+     "return _int(where, repeats, minimum)", [f"{B}::test_repeats_are_bounded"]),
+    ("allreduce-nan-accepted", "harness/model/allreduce.py", "not 0 <= us < math.inf", "us < 0",
+     [f"{B}::test_allreduce_table_refuses_bad_latencies"]),
+    ("progress-silent-until-the-end", "harness/progress.py", 'if now - state["said"] >= LINE_EVERY_S and', "if False and",
+     [f"{B}::test_long_phases_print_progress_lines"]),
+    ("utf16-not-named", "harness/datafiles.py", "    if raw[:2] in UTF16_BOMS or", "    if False and",
+     [f"{B}::test_utf16_inputs_are_named_utf16"]),
+    ("shard-plan-negative-gpus", "ci/shard_plan.py", "    if gpus < 0:", "    if False:",
+     [f"{S}::test_bad_arguments_and_models_are_one_line"]),
+    ("shard-plan-model-unchecked", "ci/shard_plan.py", "model = load_model(args.model)",
+     "model = json.loads(args.model.read_text())", [f"{S}::test_bad_arguments_and_models_are_one_line"]),
+    ("envvar-bounds-ignored", "harness/envvars.py", "        if not var.minimum <= value <= var.maximum:", "        if False:",
+     [f"{E}::test_a_bad_value_is_one_line_naming_the_variable"]),
+    ("envvar-names-unchecked", "harness/envvars.py", "        if unknown := [n for n in names if n not in allowed]:",
+     "        if unknown := []:", [f"{E}::test_a_bad_value_is_one_line_naming_the_variable"]),
+    ("asv-setup-loses-the-variable", "suites/asv/benchmarks.py", 'raise ValueError(f"bad asv environment: {BAD_ENV[0]}")',
+     'raise ValueError("bad asv environment")', [f"{E}::test_asv_benchmarks_import_and_setup_names_the_variable"]),
+    ("gpu-count-unchecked", "suites/plugins/gpu_binding.py", "count = envvars.read(ENV_NUM_GPUS)",
+     "count = int(os.environ[ENV_NUM_GPUS]) if os.environ.get(ENV_NUM_GPUS) else None",
+     [f"{E}::test_gpu_binding_refuses_a_bad_gpu_count"]),
+    ("tpot-json-checked-after-timing", "harness/model/cli.py", 'check_writable(args.json, "--json")  # before the timing run',
+     "pass  # before the timing run", [f"{OUTPUTS}::test_tpot_json_folder_is_refused_before_the_timing_run"]),
+    ("tpot-sglang-preflight-skipped", "harness/model/cli.py", "        _require_sglang(args.sglang_python)", "        pass",
+     [f"{OUTPUTS}::test_tpot_engine_sglang_without_sglang_leaves_nothing"]),
+    # behaviours no test pinned
+    ("coverage-skips-step-0", "harness/golden.py", "if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
+     "if batch.step and not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
+     [f"{P}::test_coverage_covers_every_step_and_step_0"]),
+    ("coverage-skips-last-step", "harness/golden.py", "if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
+     "if batch is not schedule.steps[-1] and not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
+     [f"{P}::test_coverage_covers_every_step_and_step_0"]),
+    ("contract-checks-ckv-only", "harness/contract.py", "(ckv.dtype != kv_dtype or kpe.dtype != kv_dtype)", "ckv.dtype != kv_dtype",
+     [f"{P}::test_contract_flags_ckv_and_kpe_each_alone"]),
+    ("contract-checks-kpe-only", "harness/contract.py", "(ckv.dtype != kv_dtype or kpe.dtype != kv_dtype)", "kpe.dtype != kv_dtype",
+     [f"{P}::test_contract_flags_ckv_and_kpe_each_alone"]),
+    ("tolerance-family-only", "harness/check.py", 'for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy):',
+     'for key in (f"{strategy}.{family}", strategy):', [f"{P}::test_tolerance_lookup_by_exact_backend_key"]),
+    ("tolerance-by-suffix", "harness/check.py", 'for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy):',
+     'for key in [k for k in table if k.startswith(strategy + ".") and k.endswith(backend)] + [f"{strategy}.{family}", strategy]:',
+     [f"{P}::test_tolerance_lookup_by_exact_backend_key"]),
+    ("extra-bytes-gather-cast-short", "harness/strategies/gather_cast.py", "return (schedule.max_active_rows + 1) * geometry.row_width * 2",
+     "return schedule.max_active_rows * geometry.row_width * 2", [f"{P}::test_extra_bytes_is_what_each_strategy_allocates"]),
+    ("extra-bytes-shadow-as-fp8", "harness/strategies/shadow.py", "return geometry.kv_bytes * 2", "return geometry.kv_bytes",
+     [f"{P}::test_extra_bytes_is_what_each_strategy_allocates"]),
+    ("extra-bytes-stock-whole-pool", "harness/strategies/stock.py", "return geometry.layer_bytes * 2  # the BF16 temporary",
+     "return geometry.kv_bytes * 2  # the BF16 temporary", [f"{P}::test_extra_bytes_is_what_each_strategy_allocates"]),
+    ("strict-skip-guard-off", "conftest.py", 'STRICT = bool(envvars.read("MLA_HARNESS_STRICT_SKIPS"))', "STRICT = False",
+     [f"{P}::test_strict_skip_guard_fails_a_session_with_an_unexplained_skip"]),
+    ("strict-skip-guard-only-reports", "conftest.py", "        session.exitstatus = pytest.ExitCode.TESTS_FAILED", "        pass",
+     [f"{P}::test_strict_skip_guard_fails_a_session_with_an_unexplained_skip"]),
+    ("triton-shim-not-installed", "suites/plugins/triton_interpreter.py", 'os.environ.get(CHILD) == "1":\n        install()',
+     'os.environ.get(CHILD) == "1":\n        pass', [f"{P}::test_triton_shim_is_installed_in_the_interpreter_child"]),
+    ("gather-cast-capacity-unchecked", "harness/kernels/gather_cast.py", "if src.shape[1] != out.shape[1] or n > out.shape[0]:",
+     "if src.shape[1] != out.shape[1]:", [f"{P}::test_kernel_launchers_validate_before_launching"]),
+    ("index-dtype-unchecked", "harness/kernels/rowtile.py",
+     "if t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or not t.is_contiguous():", "if t.dim() != 1:",
+     [f"{P}::test_kernel_launchers_validate_before_launching"]),
+    ("fused-kpe-dtype-unchecked", "harness/kernels/fused_mla_decode.py", "if ckv.dtype != torch.uint8 or kpe.dtype != torch.uint8:",
+     "if ckv.dtype != torch.uint8:", [f"{P}::test_fused_launcher_checks_and_buffers"]),
+    ("fused-arrivals-floor", "harness/kernels/fused_mla_cuda.py", "return batch * -(-num_heads // 8)", "return batch * (num_heads // 8)",
+     [f"{P}::test_fused_launcher_checks_and_buffers"]),
+    ("fused-prefetch-with-reload", "harness/kernels/fused_mla_decode.py", "if self.prefetch and self.reload_v:", "if False:",
+     [f"{P}::test_fused_launcher_checks_and_buffers"]),
+    ("asv-clock-repeats-a-sample", "suites/asv/benchmarks.py", "self.now += self.samples[self.next]", "self.now += self.samples[0]",
+     [f"{P}::test_asv_sample_clock_hands_each_sample_once"]),
+    ("asv-us-as-ms", "suites/asv/benchmarks.py", 'TO_SECONDS = {"ms": 1e-3, "us": 1e-6}', 'TO_SECONDS = {"ms": 1e-3, "us": 1e-3}',
+     [f"{P}::test_asv_benchmarks_report_seconds_for_every_timed_metric"]),
+    ("asv-samples-not-in-seconds", "suites/asv/benchmarks.py", "[v * TO_SECONDS[s.unit] for v in s.values]", "[v for v in s.values]",
+     [f"{P}::test_asv_setup_cache_hands_asv_seconds"]),
+    ("asv-two-rounds", "suites/asv/benchmarks.py", "    rounds = 1  # the samples", "    rounds = 2  # the samples",
+     [f"{P}::test_asv_benchmarks_report_seconds_for_every_timed_metric"]),
+]
+
+
+def _mutated_copy(dest: Path, file: str, original: str, mutated: str) -> None:
+    for name in COPIED:
+        src, to = ROOT / name, dest / name
+        to.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, to, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, to)
+    path = dest / file
+    text = path.read_text()
+    assert text.count(original) == 1, f"{file} no longer holds {original!r} once: update this mutation"
+    path.write_text(text.replace(original, mutated))
+
+
+def _run_all(workdir: Path) -> dict[str, int]:
+    """In this (child) process: per mutation a mutated copy, fresh modules, pytest.main on its tests."""
+    codes = {}
+    for name, file, original, mutated, tests in MUTATIONS:
+        copy = workdir / name
+        _mutated_copy(copy, file, original, mutated)
+        stale = ("harness", "suites", "ci")
+        for mod in [m for m in sys.modules if m in stale or m.startswith(tuple(f"{p}." for p in stale) + ("test_",)) or m == "conftest"]:
+            del sys.modules[mod]
+        sys.path.insert(0, str(copy))
+        os.chdir(copy)
+        codes[name] = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", *tests]))
+        sys.path.remove(str(copy))
+    return codes
+
+
+def test_mutation_ids_are_unique():
+    assert len({m[0] for m in MUTATIONS}) == len(MUTATIONS)
+
+
+@pytest.mark.slow
+def test_pins_mutations_are_caught(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLA_HARNESS_", "MLA_ASV_"))}  # no CI skip guard in the copies
+    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    missed = [name for name, code in codes.items() if code != pytest.ExitCode.TESTS_FAILED]
+    assert not missed and len(codes) == len(MUTATIONS), f"mutations not caught: {missed}\n{proc.stdout[-3000:]}"
+
+
+if __name__ == "__main__":
+    print(json.dumps(_run_all(Path(sys.argv[1]))))
