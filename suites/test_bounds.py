@@ -136,3 +136,10 @@ def test_long_phases_print_progress_lines(monkeypatch):
     lines = console.export_text().splitlines()
     assert lines[:2] == ["decode: 4/10 after 12 s", "decode: 8/10 after 24 s"] and lines[2].startswith("decode: 10/10 in ")
     assert len(lines) == 3
+
+
+def test_layers_are_at_most_the_models(capsys):
+    """--layers 10^9 used to end in a memory plan saying "the largest pool that fits has 0 slots"."""
+    _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--layers", "1000000000"], "--layers", "must be <= 78")
+    _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--preset", "deepseek-v3-tp8", "--layers", "62"],
+                    "--layers", "must be <= 61")

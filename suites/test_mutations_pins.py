@@ -26,6 +26,8 @@ MUTATIONS = [
     ("pool-grows-by-slots-not-pages", "harness/cli.py",
      "need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)",
      "need = slots_needed(scenario)", [f"{B}::test_cpu_pool_grows_in_whole_pages"]),
+    ("layers-uncapped", "harness/cli.py", "    if scale.layers_for(preset) > preset.num_layers:", "    if False:",
+     [f"{B}::test_layers_are_at_most_the_models"]),
     ("steps-uncapped", "harness/scenario.py", 'data.get("steps", 1), 1, MAX_STEPS)', 'data.get("steps", 1), 1)',
      [f"{B}::test_impossible_scenarios_are_one_line"]),
     ("kv-len-uncapped", "harness/scenario.py", '(_int(f"{source}: kv_len", data["kv_len"], 1, MAX_KV_LEN),)',
