@@ -30,6 +30,8 @@ MUTATIONS = [
      [f"{B}::test_layers_are_at_most_the_models"]),
     ("steps-uncapped", "harness/scenario.py", 'data.get("steps", 1), 1, MAX_STEPS)', 'data.get("steps", 1), 1)',
      [f"{B}::test_impossible_scenarios_are_one_line"]),
+    ("schedule-rows-uncapped", "harness/scenario.py", "    if rows > MAX_SCHEDULE_ROWS:", "    if False:",
+     [f"{B}::test_impossible_scenarios_are_one_line"]),
     ("kv-len-uncapped", "harness/scenario.py", '(_int(f"{source}: kv_len", data["kv_len"], 1, MAX_KV_LEN),)',
      '(_int(f"{source}: kv_len", data["kv_len"], 1),)', [f"{B}::test_impossible_scenarios_are_one_line"]),
     ("seed-uncapped", "harness/scenario.py", 'data.get("seed", 0), 0, MAX_SEED)', 'data.get("seed", 0), 0)',
