@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Perf gate around `asv continuous BASE HEAD`: 0 clean, 1 regression, 2 failure.
+"""Perf gate around `asv continuous BASE HEAD`: 0 clean, 1 regression, 2 failure (or bad --factor).
 
 usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machine NAME] [ASV ARGS...]
 
-The factor is asv's: 1.05 (the default, harness compare's 5% tolerance) flags a
+The factor is asv's, in (1, 2): 1.05 (the default, harness compare's 5% tolerance) flags a
 benchmark that got more than 5% slower (asv also requires the change to be
 statistically significant); "5%" is accepted as a synonym. Only benchmarks of gating metrics
 (harness/metrics.py) fail the gate, and only by more than the metric's resolution;
@@ -19,7 +19,11 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   "PERFORMANCE DECREASED." (exit status 1: continuous returns worsened=True),
   "PERFORMANCE INCREASED." or "BENCHMARKS NOT SIGNIFICANTLY CHANGED." (exit 0);
 - a user error (unknown commit, build failure, no results) or a crash also
-  exits 1, but without a summary line, so the gate reads that as a failure.
+  exits 1, but without a summary line, so the gate reads that as a failure;
+- a benchmark that vanished from the head, or was skipped there (n/a), is not even listed
+  (`continuous` shows changed rows only), so after asv's verdict the gate reads both commits'
+  stored results: a benchmark the base has and the head lacks, or one that failed or is n/a
+  in the head, is a failure (exit 2) however asv worded it; unreadable results are one too.
 
 Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
 `is_different`): when both commits have stats from more than one repeat, asv first
@@ -46,6 +50,7 @@ from pathlib import Path
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
 DECREASED = "PERFORMANCE DECREASED."
 SUMMARIES = (DECREASED, "PERFORMANCE INCREASED.", "BENCHMARKS NOT SIGNIFICANTLY CHANGED.")
+LOST_VALUES = ("failed", "n/a")  # how asv prints a value the head did not produce
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 FAILED_LINE = re.compile(r"^(?:\[\s*[\d.]+%\]\s+)?·+\s+(?P<name>.+?)\s+(?:\d+/\d+\s+)?failed$")
 
@@ -112,6 +117,7 @@ def classify(returncode: int, output: str) -> Outcome:
     rows = _table_rows(lines)
     failures = [m["name"] for m in map(FAILED_LINE.match, lines) if m]
     failures += [f"{r[4]} (newly failing)" for r in rows if r[0] == "!"]
+    failures += [f"{r[4]} ({r[2]} in the head)" for r in rows if r[0] != "!" and r[2] in LOST_VALUES]
     describe = lambda r: f"{r[4]} ({r[1]} -> {r[2]}, ratio {r[3]})"  # noqa: E731
     regressions = [describe(r) for r in rows if r[0] == "+"]
     gating = [describe(r) for r in rows if r[0] == "+" and gates(r)]
@@ -155,9 +161,10 @@ def _config_path(extra: list[str]) -> Path:
     return Path("asv.conf.json")
 
 
-def _stats_by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[str, tuple]:
-    """{benchmark (with params, as asv names it): (stats, samples)} from asv's stored results
-    of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per field)."""
+def _by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[str, tuple]:
+    """{benchmark (with params, as asv names it): (value, stats, samples)} from asv's stored results
+    of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per field). A value
+    is None when the benchmark failed, NaN when it was skipped."""
     out = {}
     for path in sorted(results_dir.glob(f"{machine or '*'}/{commit[:8]}-*.json")):
         doc = json.loads(path.read_text())
@@ -165,17 +172,20 @@ def _stats_by_benchmark(results_dir: Path, machine: str | None, commit: str) -> 
             continue
         for key, row in doc["results"].items():
             entry = dict(zip(doc["result_columns"], row))
-            combos = list(itertools.product(*(entry.get("params") or [])))
+            combos = list(itertools.product(*(entry.get("params") or []))) or [()]
+            result = entry.get("result")
+            values = result if isinstance(result, list) else [result] * len(combos)
             repeats, samples = entry.get("stats_repeat") or [], entry.get("samples") or []
             for i, combo in enumerate(combos):
                 name = f"{key}({', '.join(combo)})" if combo else key
                 repeat = repeats[i] if i < len(repeats) else None
-                out[name] = ({"repeat": repeat} if repeat is not None else None, samples[i] if i < len(samples) else None)
+                out[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
+                             samples[i] if i < len(samples) else None)
     return out
 
 
-def decided_by(base: str, head: str, machine: str | None, extra: list[str]) -> dict[str, str]:
-    """{benchmark: the test that decided it} for every benchmark both commits have results for."""
+def stored_results(base: str, head: str, machine: str | None, extra: list[str]) -> tuple[dict, dict]:
+    """Both commits' stored asv results (`_by_benchmark`), found through the asv config."""
     config = _config_path(extra)
     conf = json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
     root = config.parent
@@ -183,17 +193,31 @@ def decided_by(base: str, head: str, machine: str | None, extra: list[str]) -> d
     hashes = [subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=repo, capture_output=True,
                              text=True, check=True).stdout.strip() for ref in (base, head)]
     results_dir = root / conf.get("results_dir", "results")
-    a, b = (_stats_by_benchmark(results_dir, machine, h) for h in hashes)
-    return {name: deciding_test(a[name], b[name]) for name in sorted(a.keys() & b.keys())}
+    return _by_benchmark(results_dir, machine, hashes[0]), _by_benchmark(results_dir, machine, hashes[1])
 
 
-def print_decided_by(args: argparse.Namespace, extra: list[str], outcome: Outcome) -> None:
+def lost(base: dict, head: dict) -> list[str]:
+    """Benchmarks the head lost, however asv words them (`asv continuous` does not even list a vanished
+    or skipped one): one the base measured that the head lacks, or one that failed (None) or was
+    skipped (NaN) in the head."""
+    out = []
+    for name in sorted(base.keys() | head.keys()):
+        if name not in head:
+            out.append(f"{name} (vanished: in the base's results, not in the head's)")
+        elif head[name][0] is None:
+            out.append(f"{name} (failed in the head)")
+        elif isinstance(head[name][0], float) and math.isnan(head[name][0]):
+            out.append(f"{name} (n/a in the head: skipped)")
+    return out
+
+
+def decided_by(base: dict, head: dict) -> dict[str, str]:
+    """{benchmark: the test that decided it} for every benchmark both commits have results for."""
+    return {name: deciding_test(base[name][1:], head[name][1:]) for name in sorted(base.keys() & head.keys())}
+
+
+def print_decided_by(tests: dict[str, str], outcome: Outcome) -> None:
     """One line per test used (with its benchmark count), and the test behind each regression."""
-    try:
-        tests = decided_by(args.base, args.head, args.machine, extra)
-    except Exception as exc:  # reading asv's results is a report, never a verdict
-        print(f"asv-gate: decided by: unknown (asv results not readable: {type(exc).__name__}: {exc})")
-        return
     for test in (MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY):
         names = [n for n, t in tests.items() if t == test]
         if names:
@@ -201,6 +225,20 @@ def print_decided_by(args: argparse.Namespace, extra: list[str], outcome: Outcom
     for item in outcome.regressions:
         name = item.split(" (")[0]
         print(f"asv-gate:   {name}: {tests.get(name, 'unknown (no stored results)')}")
+
+
+def check_stored(args: argparse.Namespace, extra: list[str], outcome: Outcome) -> Outcome:
+    """asv's verdict completed from both commits' stored results: a benchmark the head lost (`lost`)
+    is a failure, and so are results the gate cannot read (it could not tell what vanished)."""
+    try:
+        base, head = stored_results(args.base, args.head, args.machine, extra)
+    except Exception as exc:
+        return Outcome(FAILURE, f"asv results not readable ({type(exc).__name__}: {exc}): cannot tell whether "
+                                "a benchmark vanished", outcome.regressions)
+    if missing := lost(base, head):
+        return Outcome(FAILURE, "benchmarks lost in the head", outcome.regressions, missing)
+    print_decided_by(decided_by(base, head), outcome)
+    return outcome
 
 
 def run_streaming(cmd: list[str]) -> tuple[int, str]:
@@ -215,9 +253,13 @@ def run_streaming(cmd: list[str]) -> tuple[int, str]:
 
 
 def _factor(text: str) -> float:
-    value = 1.0 + float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
-    if not value > 1.0:
-        raise argparse.ArgumentTypeError(f"factor must be above 1 (e.g. 1.10 or 10%), got {text!r}")
+    """'1.10' or '10%' -> 1.10, which must lie in (1, 2): a slowdown factor, not a tolerance of 100% or more."""
+    try:
+        value = 1.0 + float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"factor must be a number in (1, 2) (e.g. 1.10 or 10%), got {text!r}") from None
+    if not 1.0 < value < 2.0:
+        raise argparse.ArgumentTypeError(f"factor must lie in (1, 2) (e.g. 1.10 or 10%), got {text!r}")
     return value
 
 
@@ -252,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asv-gate: FAILURE: cannot run asv: {exc}", flush=True)
         return FAILURE
     outcome = classify(returncode, output)
+    if outcome.code != FAILURE:
+        outcome = check_stored(args, extra, outcome)
     label = {CLEAN: "OK", REGRESSION: "REGRESSION", FAILURE: "FAILURE"}[outcome.code]
     print(f"\nasv-gate: {label}: {outcome.reason} (asv exit {returncode}, factor {args.factor:g})")
     for item in outcome.regressions:
@@ -260,8 +304,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asv-gate:   failed: {item}")
     for item in outcome.informational:
         print(f"asv-gate:   slower (not gating: informational metric or below its resolution): {item}")
-    if outcome.code != FAILURE:
-        print_decided_by(args, extra, outcome)
     return outcome.code
 
 

@@ -1,9 +1,12 @@
 # Source me on an air-gapped GPU runner: unpack the offline FlashInfer bundle and a carried
-# JIT cache (and a Triton cache), and set the variables the harness and FlashInfer need.
-#   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR]
+# JIT cache (and a Triton cache), and set the variables the harness and FlashInfer need; with an
+# SGLang bundle (ci/build_sglang_bundle.sh; 4th argument or SGLANG_BUNDLE) unpack SGLang too.
+#   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR] [SGLANG_BUNDLE]
 FI_BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
 JIT_TAR=${2:-.jitcache/flashinfer-jit.tar}
 eval "$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site)"
+SGLANG_BUNDLE=${4:-${SGLANG_BUNDLE:-}}
+if [ -n "$SGLANG_BUNDLE" ]; then eval "$(bash ci/install_offline_bundle.sh "$SGLANG_BUNDLE" /tmp/site-sglang)"; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}

@@ -162,7 +162,7 @@ def _refuse_clobbering(outputs, inputs) -> None:
 def cmd_run(args, console: Console) -> int:
     from harness.faults import parse_faults
     from harness.negative_controls import cannot_fire, did_not_fire
-    from harness.results import environment, repro_command, write_results
+    from harness.results import case_record, environment, repro_command, write_results
     from harness.runner import RunConfig, run, to_rows
     from harness.scenario import check_repeats
     from harness.strategies import BASELINE, ORDER
@@ -203,7 +203,7 @@ def cmd_run(args, console: Console) -> int:
         if device.type == "cuda":
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
-        write_results(args.json, rows, env, repro_command(args.argv))
+        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
         console.print(f"results written to {args.json}")
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]

@@ -1,72 +1,77 @@
-"""Compare two results JSON files (base vs head) and gate on regressions.
+"""Compare two results files (base vs head) of the same case and gate on regressions.
+
+Only like with like: both files must carry the same case record (schema.Case: preset,
+scenario, scale, slots, layers, backend, kernel) and the same device type; a different case is
+bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
 
 Each row is judged by its metric's declaration (harness/metrics.py):
-- timed metrics (samples of a timing) by the decision rule of harness/decision.py: a 99%
-  bootstrap interval on the ratio of medians; `regressed` only when the whole interval lies
-  beyond the tolerance, `inconclusive` (with the minimum detectable change) when it
-  straddles it, never a silent "noisy";
-- exact metrics (bytes) by the tolerance alone; verdicts by pass -> fail/error.
-Only gating metrics (gating on the results' device type) can fail the gate; the rest are
-reported. Rows on one side only are added/removed; a row whose timing block was disturbed
-(clock guard, harness/clocks.py) is reported as `disturbed`, not compared.
+- timed metrics by the decision rule of harness/decision.py (a 99% bootstrap interval on the
+  ratio of medians; `inconclusive` with its minimum detectable change when it straddles the
+  tolerance); a row whose timing block the clock guard (harness/clocks.py) marked, on either
+  side, is `disturbed`, not compared;
+- exact metrics (bytes) by the tolerance alone;
+- verdicts: a head that fails or errors is `failing`; `pass` -> `unsupported` is `failing`
+  unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+Every gating row of the base must be in the head with a value, else it is `missing`.
+Only gating metrics (gating on the files' device type) fail the gate; an informational metric
+that got worse is `worse`, never `regressed`.
 
-Environment guard: when both files carry the control (control_copy_gbps) and the controls
-differ beyond the tolerance by the same rule, or the GPU or device type differs, the
-environments differ and timed gating metrics cannot be judged.
+Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
+(a drop or a rise), or the GPU differs, timed gating metrics cannot be judged.
 
-Exit codes: 1 when a gating metric regressed (a verdict or exact metric always counts);
-otherwise 2 "cannot judge" when the environments differ and timed gating metrics are
-present; otherwise 1 when a gating metric is inconclusive or disturbed and
-inconclusive="fail", else 0 (inconclusive rows are printed loudly with their MDE).
-Bad input: 2 with one `error:` line.
+Exit codes: 2 when the devices differ; 1 when a verdict or exact metric fails or a gating row is
+missing; 2 "cannot judge" when the environments differ and timed gating metrics are present;
+1 when a timed gating metric regressed, or is inconclusive or disturbed under --inconclusive
+fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from harness import decision
-from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.metrics import METRICS
-from harness.results import SCHEMA
+from harness.schema import CASE_FIELDS, ResultsFile, Row, parse_results, read_results
 
-KEY_FIELDS = ("preset", "scale", "scenario", "strategy", "backend", "metric")
-BETTER = ("lower", "higher", None)
-BAD_VERDICTS = ("fail", "error")
-REGRESSED = decision.REGRESSED
+REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
+FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
 UNJUDGED = (decision.INCONCLUSIVE, "disturbed")
+BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
+ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
 INCONCLUSIVE_POLICIES = ("pass", "fail")
 STATUS_STYLE = {
     REGRESSED: "bold red",
+    FAILING: "bold red",
+    MISSING: "bold red",
     decision.INCONCLUSIVE: "bold yellow",
     "disturbed": "bold yellow",
     decision.SLOWER: "yellow",
+    WORSE: "yellow",
     decision.IMPROVED: "green",
     "fixed": "green",
     "changed": "yellow",
-    "incomparable": "yellow",
+    "unsupported": "yellow",
     "undeclared": "yellow",
     "added": "cyan",
-    "removed": "cyan",
 }
 
 
 @dataclass(frozen=True)
 class Change:
-    """One row key as seen on both sides; base/head are the row dicts or None."""
+    """One row key as seen on both sides; base/head are the rows or None."""
 
     key: tuple
-    base: dict | None
-    head: dict | None
-    status: str  # regressed, inconclusive, slower, improved, unchanged, fixed, changed, disturbed, ...
+    base: Row | None
+    head: Row | None
+    status: str  # regressed, failing, missing, inconclusive, disturbed, slower, worse, improved, unchanged, ...
     ratio: float | None = None
     decision: decision.Decision | None = None  # timed metrics: the interval behind the status
     gating: bool = False
@@ -83,6 +88,11 @@ class Comparison:
     max_regression: float
     environment_differs: str | None = None  # why the two runs cannot be compared on timings
     inconclusive: str = "pass"
+    device_differs: str | None = None  # set: nothing can be judged
+
+    @property
+    def failures(self) -> list[Change]:
+        return [c for c in self.changes if c.gating and c.status in FAILED]
 
     @property
     def regressions(self) -> list[Change]:
@@ -95,21 +105,24 @@ class Comparison:
 
     @property
     def cannot_judge(self) -> bool:
-        return self.environment_differs is not None and any(c.gating and c.timed for c in self.changes)
+        return self.device_differs is not None or (
+            self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
 
     @property
     def exit_code(self) -> int:
-        if any(not c.timed for c in self.regressions):
-            return 1  # a verdict or exact metric regressed: true whatever the environment
+        if self.device_differs:
+            return 2
+        if any(not c.timed or c.status != REGRESSED for c in self.failures):
+            return 1  # a verdict, an exact metric or a missing row: true whatever the environment
         if self.cannot_judge:
             return 2
-        if self.regressions or (self.unjudged and self.inconclusive == "fail"):
+        if self.failures or (self.unjudged and self.inconclusive == "fail"):
             return 1
         return 0
 
 
 def parse_factor(text: str | float) -> float:
-    """'10%' or 0.10 -> 0.10. A bare number must be a fraction below 1 (1.10 is ambiguous)."""
+    """'10%' or 0.10 -> 0.10, which must lie in (0, 1). A bare number must be a fraction (1.10 is ambiguous)."""
     where = "--max-regression"
     raw = str(text).strip()
     percent = raw.endswith("%")
@@ -121,8 +134,8 @@ def parse_factor(text: str | float) -> float:
         value /= 100.0
     elif value >= 1.0:
         raise HarnessError(where, f"{raw!r} is ambiguous: write a percentage ({value * 100:g}%) or a fraction below 1")
-    if not math.isfinite(value) or value < 0:
-        raise HarnessError(where, f"must be a finite non-negative factor, got {raw!r}")
+    if not 0 < value < 1:
+        raise HarnessError(where, f"must lie in (0%, 100%), got {raw!r}")
     return value
 
 
@@ -136,89 +149,55 @@ def is_number(value) -> bool:
         return False
 
 
-def _check_row(row, where: str) -> tuple:
-    if not isinstance(row, dict):
-        raise HarnessError(where, f"must be an object, got {type(row).__name__}")
-    for name in KEY_FIELDS:
-        if not isinstance(row.get(name), str):
-            raise HarnessError(f"{where}.{name}", "missing or not a string")
-    if "value" not in row:
-        raise HarnessError(f"{where}.value", "missing")
-    if row.get("better") not in BETTER:
-        raise HarnessError(f"{where}.better", f"must be 'lower', 'higher' or null, got {row.get('better')!r}")
-    if row.get("better") is not None and row["value"] is not None and not is_number(row["value"]):
-        raise HarnessError(f"{where}.value", f"numeric metric needs a finite number or null, got {row['value']!r}")
-    if row.get("iqr") is not None and not is_number(row["iqr"]):
-        raise HarnessError(f"{where}.iqr", f"must be a finite number or null, got {row['iqr']!r}")
-    samples = row.get("samples", [])
-    if not isinstance(samples, list) or not all(is_number(v) for v in samples):
-        raise HarnessError(f"{where}.samples", "must be a list of finite numbers")
-    if row.get("detail") is not None and not isinstance(row["detail"], dict):
-        raise HarnessError(f"{where}.detail", f"must be an object or null, got {type(row['detail']).__name__}")
-    return tuple(row[name] for name in KEY_FIELDS)
-
-
-def index_rows(doc, where: str) -> dict[tuple, dict]:
-    """Validate a results document and map each row key to its row."""
-    if not isinstance(doc, dict):
-        raise HarnessError(where, f"top level must be an object, got {type(doc).__name__}")
-    if doc.get("schema") != SCHEMA:
-        raise HarnessError(f"{where}: schema", f"expected {SCHEMA!r}, got {doc.get('schema')!r}")
-    rows = doc.get("rows")
-    if not isinstance(rows, list):
-        raise HarnessError(f"{where}: rows", "missing or not a list")
-    if not isinstance(doc.get("environment", {}), dict):
-        raise HarnessError(f"{where}: environment", "must be an object")
+def index_rows(results: ResultsFile, where: str) -> dict[tuple, Row]:
+    """Map each row key to its row; a duplicate key is bad input."""
     index = {}
-    for i, row in enumerate(rows):
-        key = _check_row(row, f"{where}: rows[{i}]")
-        if key in index:
-            raise HarnessError(f"{where}: rows[{i}]", f"duplicate row {'/'.join(key)}")
-        index[key] = row
+    for i, row in enumerate(results.rows):
+        if row.key in index:
+            raise HarnessError(f"{where}: rows[{i}]", f"duplicate row {'/'.join(row.key)}")
+        index[row.key] = row
     return index
 
 
-def load_results(path: str | Path) -> dict:
-    """Read and validate one results file; errors name the file and field."""
-    from harness.schema import ResultsFile, validate
-
-    path = Path(path)
-    doc = read_json(path)
-    index_rows(doc, str(path))
-    validate(doc, ResultsFile, path)
-    return doc
+def load_results(path: str | Path) -> ResultsFile:
+    """Read, upgrade and validate one results file; errors name the file and field."""
+    results = read_results(path)
+    index_rows(results, str(path))
+    return results
 
 
-def device_type(doc: dict) -> str:
-    """'cuda' or 'cpu': where the file's timings were taken (its environment's device)."""
-    env = doc.get("environment") or {}
-    device = env.get("device")
-    if isinstance(device, str) and device:
-        return device.split(":")[0]
-    return "cuda" if env.get("gpu") else "cpu"
+def device_type(results: ResultsFile) -> str:
+    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device)."""
+    env = results.environment
+    if env is not None and env.device:
+        return env.device.split(":")[0].strip().lower()
+    return "cuda" if env is not None and env.gpu else "cpu"
 
 
-def _disturbed(row: dict) -> str | None:
-    guard = (row.get("detail") or {}).get("guard")
+def _disturbed(row: Row) -> str | None:
+    guard = (row.detail or {}).get("guard")
     return guard.get("disturbed") if isinstance(guard, dict) else None
 
 
-def _samples(row: dict) -> list[float]:
-    return row.get("samples") or ([row["value"]] if row["value"] is not None else [])
+def _samples(row: Row) -> list[float]:
+    return row.samples or ([row.value] if row.value is not None else [])
 
 
-def _exact(key: tuple, base: dict, head: dict, f: float, better: str) -> Change:
-    b, h = base["value"], head["value"]
+def _exact(key: tuple, base: Row, head: Row, f: float, better: str) -> Change:
+    b, h = base.value, head.value
     ratio = h / b if b else (None if h == b else math.inf)
     worse, improved = (h > b * (1 + f), h * (1 + f) < b) if better == "lower" else (h * (1 + f) < b, h > b * (1 + f))
     status = REGRESSED if worse else decision.IMPROVED if improved else "unchanged" if h == b else "changed"
     return Change(key, base, head, status, ratio)
 
 
-def _numeric(key: tuple, base: dict, head: dict, f: float) -> Change:
+def _numeric(key: tuple, base: Row, head: Row, f: float) -> Change:
     metric = METRICS[key[5]]
-    if base["value"] is None or head["value"] is None:
-        return Change(key, base, head, "unchanged" if base["value"] == head["value"] else "changed")
+    if base.value is None:
+        return Change(key, base, head, "unchanged" if head.value is None else "added")
+    if head.value is None:
+        why = (head.detail or {}).get("unsupported")
+        return Change(key, base, head, MISSING, note=f"no value in the head{f': {why}' if why else ''}")
     if not metric.timed:
         return _exact(key, base, head, f, metric.better)
     why = _disturbed(base) or _disturbed(head)
@@ -228,76 +207,111 @@ def _numeric(key: tuple, base: dict, head: dict, f: float) -> Change:
     return Change(key, base, head, d.status, d.ratio, d, note=d.note)
 
 
-def _verdict(key: tuple, base: dict, head: dict) -> Change:
-    b, h = base["value"], head["value"]
+def _explains(base: ResultsFile, head: ResultsFile) -> str:
+    """The environment fields that differ and may make a strategy unsupported ('' when none)."""
+    b, h = base.environment, head.environment
+    if b is None or h is None:
+        return ""
+    return ", ".join(f"{k} {getattr(b, k)} -> {getattr(h, k)}" for k in ENV_EXPLAINS if getattr(b, k) != getattr(h, k))
+
+
+def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
+    b, h = base.value, head.value
+    if h in BAD_VERDICTS:
+        return Change(key, base, head, FAILING, note="" if b == "pass" else f"{b} in the base too")
     if b == h:
-        status = "unchanged"
-    elif b == "pass" and h in BAD_VERDICTS:
-        status = REGRESSED
-    elif h == "pass" and b in BAD_VERDICTS:
-        status = "fixed"
-    else:
-        status = "changed"
-    return Change(key, base, head, status)
+        return Change(key, base, head, "unchanged")
+    if h == "pass":
+        return Change(key, base, head, "fixed" if b in BAD_VERDICTS else "changed")
+    if b == "pass":  # pass -> unsupported
+        if explained:
+            return Change(key, base, head, "unsupported", note=f"the head's environment differs: {explained}")
+        why = (head.detail or {}).get("reason") or (head.detail or {}).get("unsupported") or ""
+        return Change(key, base, head, FAILING, note=f"unsupported in the same environment{f': {why}' if why else ''}")
+    return Change(key, base, head, "changed")
 
 
-def _change(key: tuple, base: dict | None, head: dict | None, f: float) -> Change:
+def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained: str) -> Change:
     if base is None:
         return Change(key, None, head, "added")
     if head is None:
-        return Change(key, base, None, "removed")
+        return Change(key, base, None, MISSING, note="not in the head")
     metric = METRICS.get(key[5])
     if metric is None:
         return Change(key, base, head, "undeclared", note="metric not in harness/metrics.py: not judged")
-    if base.get("unit") != head.get("unit") and None not in (base["value"], head["value"]):
-        return Change(key, base, head, "incomparable", note=f"unit {base.get('unit')} -> {head.get('unit')}")
     if metric.better is None:
-        return _verdict(key, base, head)
+        return _verdict(key, base, head, explained) if key[5] == "verdict" else Change(key, base, head, "unchanged")
     return _numeric(key, base, head, f)
 
 
-def environment_difference(base: dict, head: dict, b: dict, h: dict, f: float) -> str | None:
-    """Why base and head were measured in environments too different to compare timings, or None."""
-    benv, henv = base.get("environment") or {}, head.get("environment") or {}
-    if device_type(base) != device_type(head):
-        return f"device {device_type(base)} vs {device_type(head)}"
-    if benv.get("gpu") and henv.get("gpu") and benv["gpu"] != henv["gpu"]:
-        return f"GPU {benv['gpu']} vs {henv['gpu']}"
+def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> None:
+    for name in CASE_FIELDS:
+        b, h = getattr(base.case, name), getattr(head.case, name)
+        if b != h:
+            raise HarnessError(f"{names[1]}: case.{name}", f"{h!r} is not the base's {b!r} ({names[0]}): "
+                                                           "only results of the same case compare")
+
+
+def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> None:
     for key in sorted(b.keys() & h.keys()):
-        if key[5] == CONTROL and b[key]["value"] is not None and h[key]["value"] is not None:
+        if b[key].unit != h[key].unit and None not in (b[key].value, h[key].value):
+            raise HarnessError(f"{head_name}: {key[3]}/{key[5]}.unit",
+                               f"{h[key].unit!r} is not the base's {b[key].unit!r}: values in other units do not compare")
+
+
+def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
+    """Why base and head were measured in environments too different to compare timings, or None:
+    another GPU, or controls apart by the decision rule (the head's copy bandwidth lower or higher)."""
+    bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
+    if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
+        return f"GPU {bgpu} vs {hgpu}"
+    for key in sorted(b.keys() & h.keys()):
+        if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
             d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
             if d.status in (REGRESSED, decision.IMPROVED):
-                return (f"control {CONTROL} {b[key]['value']:.4g} -> {h[key]['value']:.4g} GB/s "
+                return (f"control {CONTROL} {b[key].value:.4g} -> {h[key].value:.4g} GB/s "
                         f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
     return None
 
 
-def has_control(doc: dict) -> bool:
-    return any(r.get("metric") == CONTROL and r.get("value") is not None for r in doc["rows"])
+def has_control(results: ResultsFile) -> bool:
+    return any(r.metric == CONTROL and r.value is not None for r in results.rows)
 
 
-def compare_results(base: dict, head: dict, max_regression: float, inconclusive: str = "pass") -> Comparison:
-    """Compare two results documents row by row (max_regression is a fraction, 0.05 = 5%)."""
-    b, h = index_rows(base, "base"), index_rows(head, "head")
-    gates_here = device_type(head)
+def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
+                    names: tuple[str, str] = ("base", "head")) -> Comparison:
+    """Compare two results (ResultsFile, or decoded documents) row by row (max_regression: 0.05 = 5%).
+    Bad input (another case, an empty file, a unit change) raises HarnessError."""
+    base, head = (r if isinstance(r, ResultsFile) else parse_results(r, n) for r, n in ((base, names[0]), (head, names[1])))
+    b, h = index_rows(base, names[0]), index_rows(head, names[1])
+    for rows, name in ((b, names[0]), (h, names[1])):
+        if not rows:
+            raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
+    _same_case(base, head, names)
+    _same_units(b, h, names[1])
+    device = device_type(head)
+    device_differs = None if device_type(base) == device else f"device {device_type(base)} vs {device}"
+    explained = _explains(base, head)
     changes = []
     for key in sorted(b.keys() | h.keys()):
-        change = _change(key, b.get(key), h.get(key), max_regression)
+        change = _change(key, b.get(key), h.get(key), max_regression, explained)
         metric = METRICS.get(key[5])
-        gating = metric is not None and metric.gates(gates_here) and change.status not in ("added", "removed")
-        changes.append(replace(change, gating=gating))
-    differs = environment_difference(base, head, b, h, max_regression)
-    return Comparison(changes, max_regression, differs, inconclusive)
+        gating = metric is not None and metric.gates(device) and change.status != "added"
+        status = WORSE if change.status == REGRESSED and not gating else change.status
+        changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
+                              change.note))
+    differs = device_differs or environment_difference(base, head, b, h, max_regression)
+    return Comparison(changes, max_regression, differs, inconclusive, device_differs)
 
 
-def _fmt(row: dict | None) -> str:
+def _fmt(row: Row | None) -> str:
     if row is None:
         return "-"
-    metric = METRICS.get(row["metric"])
+    metric = METRICS.get(row.metric)
     if metric is None:
-        return str(row["value"])
-    text, unit = metric.format(row["value"]), row.get("unit")
-    return f"{text} {unit}" if unit and row["value"] is not None and metric.fmt != "bytes" else text
+        return str(row.value)
+    text = metric.format(row.value)
+    return f"{text} {row.unit}" if row.unit and row.value is not None and metric.fmt != "bytes" else text
 
 
 def _fmt_ratio(ratio: float | None) -> str:
@@ -306,9 +320,8 @@ def _fmt_ratio(ratio: float | None) -> str:
 
 def _fmt_interval(c: Change) -> str:
     d = c.decision
-    if d is None or d.low is None:
-        return c.note
-    return f"{d.low:.3f}-{d.high:.3f} (MDE {d.mde * 100:.1f}%)"
+    interval = "" if d is None or d.low is None else f"{d.low:.3f}-{d.high:.3f} (MDE {d.mde * 100:.1f}%)"
+    return "; ".join(part for part in (interval, c.note) if part)
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -319,12 +332,13 @@ def comparison_table(comparison: Comparison) -> Table:
                  "status", "gate"):
         table.add_column(name, justify="right" if name in ("base", "head", "ratio") else "left")
     for c in comparison.changes:
-        if c.status == "unchanged":
+        if c.status == "unchanged" and not c.note:
             continue
         preset, scale, scenario, strategy, backend, metric = c.key
-        status = f"[{STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
+        style = STATUS_STYLE.get(c.status)
+        status = f"[{style}]{c.status}[/]" if style else c.status
         table.add_row(f"{preset}/{scale}/{scenario}", strategy, backend, metric, _fmt(c.base), _fmt(c.head),
-                      _fmt_ratio(c.ratio), _fmt_interval(c) or c.note, status, "gates" if c.gating else "info")
+                      _fmt_ratio(c.ratio), _fmt_interval(c), status, "gates" if c.gating else "info")
     return table
 
 
@@ -334,40 +348,41 @@ def _summary(comparison: Comparison) -> str:
         counts[c.status] = counts.get(c.status, 0) + 1
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     gating = sum(c.gating for c in comparison.changes)
-    return f"{len(comparison.changes)} rows ({gating} gating): {parts}" if comparison.changes else "no rows on either side"
+    return f"{len(comparison.changes)} rows ({gating} gating): {parts}"
 
 
-def report(comparison: Comparison, console: Console, base: dict, head: dict) -> None:
+def report(comparison: Comparison, console: Console, base: ResultsFile, head: ResultsFile) -> None:
     """The table, the summary and one loud line per outcome that decides the exit code."""
-    if any(c.status != "unchanged" for c in comparison.changes):
+    if any(c.status != "unchanged" or c.note for c in comparison.changes):
         console.print(comparison_table(comparison))
     console.print(_summary(comparison))
-    for side, doc in (("base", base), ("head", head)):
-        if not has_control(doc):
+    for side, results in (("base", base), ("head", head)):
+        if not has_control(results):
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
     pct = f"{comparison.max_regression * 100:g}%"
     if comparison.environment_differs:
-        verdict = "CANNOT JUDGE timed gating metrics (exit 2)" if comparison.cannot_judge else "no timed metric gates here"
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "no timed metric gates here"
         console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
-    if comparison.unjudged:
+    if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
         then = "fails the gate (--inconclusive fail)" if comparison.inconclusive == "fail" else "does not fail the gate"
         console.print(f"[bold yellow]INCONCLUSIVE[/]: {len(comparison.unjudged)} gating metric(s) could not be judged "
                       f"against {pct}{mde}; {then}")
-    if comparison.regressions and not (comparison.cannot_judge and comparison.exit_code == 2):
-        console.print(f"[bold red]REGRESSION[/]: {len(comparison.regressions)} gating metric(s) beyond {pct} "
-                      "(whole CI) or pass -> fail")
+    if comparison.exit_code == 1 and comparison.failures:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in comparison.failures)
+        console.print(f"[bold red]REGRESSION[/]: {len(comparison.failures)} gating row(s) failed: {named} "
+                      f"(regressed: whole CI beyond {pct})")
 
 
 def main_compare(base_path, head_path, max_regression_text, inconclusive: str = "pass") -> int:
-    """CLI body: 0 pass, 1 regression, 2 bad input or environments differ (one line on stderr for bad input)."""
+    """CLI body: 0 pass, 1 regression, 2 bad input or cannot judge (one line on stderr for bad input)."""
     try:
         factor = parse_factor(max_regression_text)
         if inconclusive not in INCONCLUSIVE_POLICIES:
             raise HarnessError("--inconclusive", f"must be pass or fail, got {inconclusive!r}")
         base, head = load_results(base_path), load_results(head_path)
-        comparison = compare_results(base, head, factor, inconclusive)
+        comparison = compare_results(base, head, factor, inconclusive, (str(base_path), str(head_path)))
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,12 @@ lower-is-better, base/head for higher-is-better) and t the tolerance
 - slower:       the whole interval lies above 1 but below 1 + t (a real slowdown
                 within the tolerance: reported, never gating);
 - improved:     the whole interval lies below 1 / (1 + t);
-- unchanged:    anything else (the interval holds 1 and stays below 1 + t).
+- unchanged:    anything else (the interval holds 1 and stays below 1 + t), and always when
+                the two medians are equal.
+
+A change of the medians below the metric's `resolution` (absolute, in its unit) is never
+regressed or inconclusive: `slower` when the interval lies above 1, else `unchanged`, with a
+note saying so. A faster head (point ratio on the better side of 1) is never `slower`.
 
 False-alarm rate: a change exactly at the tolerance is called a regression only when
 the lower end of a 99% two-sided interval clears it, i.e. with probability <= 0.5%
@@ -21,6 +26,10 @@ the lower end of a 99% two-sided interval clears it, i.e. with probability <= 0.
 clear 1 + t, which the A/A tests in suites/test_decision_rule.py never saw.
 MDE (minimum detectable change): half the interval's width as a relative change,
 exp((ln hi - ln lo) / 2) - 1: a shift smaller than this cannot be told from noise.
+
+Bounded memory: each side's samples are capped at MAX_SAMPLES (more are thinned to that many
+evenly spaced order statistics, which keeps their distribution and gives a wider interval, never
+a narrower one), and the resamples are drawn in chunks of at most CHUNK indices.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ CONFIDENCE = 0.99
 RESAMPLES = 2000
 MIN_SAMPLES = 5  # fewer timed samples on either side: no interval, inconclusive
 SEED = 20240611
+MAX_SAMPLES = 4096  # per side; see "Bounded memory" above
+CHUNK = 1 << 22  # resample indices drawn at once (32 MiB of int64)
 
 REGRESSED, INCONCLUSIVE, SLOWER, UNCHANGED, IMPROVED = "regressed", "inconclusive", "slower", "unchanged", "improved"
 
@@ -48,28 +59,46 @@ class Decision:
     note: str = ""
 
 
+def _thinned(values: np.ndarray) -> np.ndarray:
+    """The sorted values, at most MAX_SAMPLES of them (evenly spaced order statistics)."""
+    ordered = np.sort(values)
+    if ordered.size <= MAX_SAMPLES:
+        return ordered
+    return ordered[np.round(np.linspace(0, ordered.size - 1, MAX_SAMPLES)).astype(np.int64)]
+
+
 def _bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
     """Medians of `resamples` resamples with replacement. On sorted values, the k-th smallest
     drawn index picks the k-th smallest drawn value, so sorting indices replaces sorting values."""
-    ordered, n = np.sort(values), values.size
-    picks = np.sort(rng.integers(0, n, (resamples, n)), axis=1)
-    return (ordered[picks[:, (n - 1) // 2]] + ordered[picks[:, n // 2]]) / 2
+    ordered = _thinned(values)
+    n = ordered.size
+    per_chunk = max(1, CHUNK // n)
+    medians = np.empty(resamples)
+    for start in range(0, resamples, per_chunk):
+        picks = np.sort(rng.integers(0, n, (min(per_chunk, resamples - start), n)), axis=1)
+        medians[start:start + len(picks)] = (ordered[picks[:, (n - 1) // 2]] + ordered[picks[:, n // 2]]) / 2
+    return medians
 
 
-def ratio_interval(base, head, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
-                   seed: int = SEED) -> tuple[float, float, float]:
-    """(point, low, high) of median(head) / median(base) by a percentile bootstrap."""
+def bootstrap_ratios(base, head, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """`resamples` bootstrap draws of median(head) / median(base) (fixed seed: always the same draws)."""
     a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
     rng = np.random.default_rng(seed)
-    ratios = _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+    return _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+
+
+def ratio_interval(base, head, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(point, low, high) of median(head) / median(base): the two-sided percentile bootstrap interval."""
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(np.median(b) / np.median(a)), float(low), float(high)
+    low, high = np.percentile(bootstrap_ratios(base, head), [tail, 100 - tail])
+    return float(np.median(head) / np.median(base)), float(low), float(high)
 
 
 def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE, resolution: float = 0.0) -> Decision:
     """Judge head's samples against base's for a metric where `better` is "lower" or "higher".
     `resolution`: an absolute change of the medians below it is never regressed or inconclusive."""
+    if len(base) and len(head) and np.median(base) == np.median(head):
+        return Decision(UNCHANGED, 1.0, None, None, None)
     if min(len(base), len(head)) < MIN_SAMPLES:
         ratio = float(np.median(head) / np.median(base)) if len(base) and len(head) else math.nan
         return Decision(INCONCLUSIVE, ratio, None, None, None,
@@ -77,7 +106,8 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     if min(np.min(base), np.min(head)) <= 0:
         return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-positive samples: no ratio")
     ratio, low, high = ratio_interval(base, head, confidence)
-    worse_low, worse_high = (low, high) if better == "lower" else (1 / high, 1 / low)
+    mde = math.exp((math.log(high) - math.log(low)) / 2) - 1
+    worse, (worse_low, worse_high) = (ratio, (low, high)) if better == "lower" else (1 / ratio, (1 / high, 1 / low))
     limit = 1 + tolerance
     if worse_low > limit:
         status = REGRESSED
@@ -89,8 +119,10 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
         status = IMPROVED
     else:
         status = UNCHANGED
-    mde = math.exp((math.log(high) - math.log(low)) / 2) - 1
+    note = ""
     change = abs(float(np.median(head)) - float(np.median(base)))
     if status in (REGRESSED, INCONCLUSIVE) and change < resolution:
-        return Decision(SLOWER, ratio, low, high, mde, f"change {change:.3g} is below the metric's resolution {resolution:g}")
-    return Decision(status, ratio, low, high, mde)
+        status, note = SLOWER, f"change {change:.3g} is below the metric's resolution {resolution:g}"
+    if status == SLOWER and not (worse_low > 1 and worse > 1):
+        status = UNCHANGED  # a faster head, or an interval that holds 1, is never called slower
+    return Decision(status, ratio, low, high, mde, note)

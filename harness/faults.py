@@ -18,6 +18,7 @@ class Fault(str, Enum):
     STALE_AFTER_REUSE = "stale-after-reuse"  # no BF16 shadow write into a reused slot
     DROPPED_LAST_TOKEN = "dropped-last-token"  # each request's newest token is not attended (every strategy)
     NAN_IN_POOL = "nan-in-pool"  # the first token written holds a NaN code (every strategy)
+    REQ_TO_TOKEN_OFF_BY_ONE = "req-to-token-off-by-one"  # SGLang's req_to_token names the next slot for each newest token
 
 
 # The built-in scenario that exercises each fault (slot reuse, several steps, short requests).
@@ -28,6 +29,7 @@ CONTROL_SCENARIO = {
     Fault.STALE_AFTER_REUSE: "multistep-reuse",
     Fault.DROPPED_LAST_TOKEN: "b1-l500",
     Fault.NAN_IN_POOL: "b1-l500",
+    Fault.REQ_TO_TOKEN_OFF_BY_ONE: "b1-l500",
 }
 
 NAN_CODE = 0x7F

@@ -8,19 +8,19 @@ named independent.json (written by ci/independent_timing.py) adds a cross-check 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from harness.compare import index_rows, is_number
+from harness.compare import index_rows, is_number, load_results
 from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import check_new_dir, write_bytes
-from harness.schema import ResultsFile, validate
 from harness.strategies import BASELINE
 from harness.table import STATUS_STYLE
 
@@ -61,24 +61,20 @@ class Run:
 
 
 def _load_run(path: Path) -> Run:
-    doc = read_json(path)
+    """One results file through the readers' schema (older versions upgraded), rows as plain dicts."""
     where = str(path)
-    rows = index_rows(doc, where)
-    validate(doc, ResultsFile, path)
-    if not isinstance(doc.get("environment"), dict):
+    results = load_results(path)
+    if results.environment is None:
         raise HarnessError(f"{where}: environment", "missing or not an object")
-    if not isinstance(doc.get("repro"), str):
+    if results.repro is None:
         raise HarnessError(f"{where}: repro", "missing or not a string")
     try:
-        created = datetime.fromisoformat(doc.get("created"))
+        created = datetime.fromisoformat(results.created)
     except (TypeError, ValueError):
-        raise HarnessError(f"{where}: created", f"not an ISO timestamp: {doc.get('created')!r}") from None
+        raise HarnessError(f"{where}: created", f"not an ISO timestamp: {results.created!r}") from None
     created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
-    for key, row in rows.items():
-        detail = row.get("detail")
-        if detail is not None and not (isinstance(detail, dict) and isinstance(detail.get("stats") or {}, dict)):
-            raise HarnessError(f"{where}: {'/'.join(key)}.detail", "must be an object (its 'stats' too)")
-    return Run(path, created, doc["environment"], doc["repro"], rows)
+    rows = {key: asdict(row) for key, row in index_rows(results, where).items()}
+    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows)
 
 
 def _load_independent(path: Path) -> dict:

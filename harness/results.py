@@ -1,4 +1,5 @@
-"""Results: one row per (case, strategy, metric), with an environment fingerprint and repro command."""
+"""Writing results: one row per (case, strategy, metric) of one case, with an environment fingerprint
+and repro command. The records (Row, Case) are harness/schema.py's, which the readers use too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shlex
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,35 +19,9 @@ import torch
 
 from harness.fsio import write_text
 from harness.metrics import METRICS, validate_rows
+from harness.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
 
-SCHEMA = "mla-harness-results/1"
-
-
-@dataclass
-class Row:
-    preset: str
-    scale: str
-    scenario: str
-    strategy: str
-    backend: str
-    metric: str
-    value: object
-    unit: str | None = None
-    better: str | None = None  # "lower", "higher", or None for non-numeric metrics
-    iqr: float | None = None
-    samples: list[float] = field(default_factory=list)
-    detail: dict | None = None
-
-    def __post_init__(self):
-        """Unit and direction come from the metric table (harness/metrics.py) when not given."""
-        declared = METRICS.get(self.metric)
-        if declared is not None:
-            self.better = self.better or declared.better
-            self.unit = self.unit or declared.unit
-
-    @property
-    def key(self) -> tuple:
-        return (self.preset, self.scale, self.scenario, self.strategy, self.backend, self.metric)
+__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "environment", "repro_command", "write_results"]
 
 
 def _git_commit() -> str | None:
@@ -122,16 +97,40 @@ def repro_command(argv: list[str] | None = None) -> str:
     return shlex.join(["python", "-m", "harness", *args])
 
 
-def write_results(path: str | Path, rows: list[Row], env: dict, repro: str) -> None:
-    """Write the results document; every row's metric must be declared in the metric table.
-    Each row records whether it gates on this device (the table's `gates_on`)."""
+def case_record(case, backend: str, kernel: str) -> Case:
+    """The case record of a run: `case` (harness.cases.Case), the backend its rows name, the kernel choice."""
+    return Case(preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
+                layers=case.num_layers, backend=backend, kernel=kernel)
+
+
+def _plain(value):
+    """numpy scalars as Python numbers (what json writes)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -> dict:
+    """The results document (checked against the schema it will be read with). Every row's metric must
+    be declared in the metric table; each row records whether it gates on this device (`gates_on`).
+    Without `case`, the rows' own case fields are used (slots/layers not recorded)."""
     validate_rows(rows)
+    if case is None:
+        first = rows[0] if rows else None
+        case = Case(**{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto")
     device_type = str(env.get("device") or "cpu").split(":")[0]
-    doc = {
+    doc = json.loads(json.dumps({
         "schema": SCHEMA,
+        "case": {f: getattr(case, f) for f in CASE_FIELDS},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "environment": env,
         "repro": repro,
         "rows": [{**asdict(r), "gating": METRICS[r.metric].gates(device_type)} for r in rows],
-    }
-    write_text(path, json.dumps(doc, indent=1) + "\n")
+    }, default=_plain))
+    parse_results(doc, "results being written")  # a writer never writes what the readers refuse
+    return doc
+
+
+def write_results(path: str | Path, rows: list[Row], env: dict, repro: str, case: Case | None = None) -> None:
+    """Write the results document of `rows` (see `document`)."""
+    write_text(path, json.dumps(document(rows, env, repro, case), indent=1) + "\n")

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -257,15 +258,86 @@ def test_classify_truncated_output_is_a_failure(runs):
     assert asv_gate.classify(0, cut).code == 2
 
 
-@pytest.mark.parametrize("text, factor", [("1.10", 1.10), ("10%", 1.10), ("1.5", 1.5)])
+@pytest.mark.parametrize("text, factor", [("1.10", 1.10), ("10%", 1.10), ("1.5", 1.5), ("1.999", 1.999)])
 def test_factor(text, factor):
     assert asv_gate._factor(text) == pytest.approx(factor)
 
 
-@pytest.mark.parametrize("text", ["0.9", "1", "-5%"])
-def test_factor_rejects_non_slowdowns(text):
-    with pytest.raises(argparse.ArgumentTypeError, match="factor must be above 1"):
+@pytest.mark.parametrize("text", ["0.9", "1", "-5%", "2", "100%", "150%", "abc", "nan", "inf"])
+def test_factor_outside_1_2_is_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"factor must .*\(1, 2\)"):
         asv_gate._factor(text)
+
+
+def test_bad_factor_exits_2_before_running_asv(capsys):
+    with pytest.raises(SystemExit) as info:
+        asv_gate.parse_args(["base", "head", "--factor", "3"])
+    assert info.value.code == 2 and "(1, 2)" in capsys.readouterr().err
+
+
+# what `asv continuous` does not say: benchmarks the head lost (read from both commits' stored results)
+
+
+def _project(tmp_path_factory) -> Path:
+    """The throwaway asv project the `runs` fixture ran in (its stored results stay there)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "asv-gate" / "project"
+
+
+def _check(project: Path, head: str) -> asv_gate.Outcome:
+    args = argparse.Namespace(base="base", head=head, machine=MACHINE)
+    clean = asv_gate.Outcome(asv_gate.CLEAN, "as asv said")
+    with contextlib.redirect_stdout(io.StringIO()):
+        return asv_gate.check_stored(args, ["--config", str(project / "asv.conf.json")], clean)
+
+
+def test_stored_results_of_a_clean_head_lose_nothing(runs, tmp_path_factory):
+    base, head = asv_gate.stored_results("base", "same", MACHINE, ["--config", str(_project(tmp_path_factory) / "asv.conf.json")])
+    assert set(base) == set(head) and "bench.track_param(2)" in base and asv_gate.lost(base, head) == []
+    assert _check(_project(tmp_path_factory), "same").code == asv_gate.CLEAN
+
+
+def test_a_failed_benchmark_is_lost_even_if_asv_output_said_nothing(runs, tmp_path_factory):
+    outcome = _check(_project(tmp_path_factory), "broken")
+    assert outcome.code == asv_gate.FAILURE and outcome.failures == ["bench.track_param(2) (failed in the head)"]
+
+
+def _head_results(project: Path, branch: str) -> Path:
+    commit = subprocess.run(["git", "rev-parse", branch], cwd=project, capture_output=True, text=True, check=True).stdout.strip()
+    (path,) = (project / ".asv" / "results" / MACHINE).glob(f"{commit[:8]}-*.json")
+    return path
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda doc: doc["results"].pop("bench.track_value"), "bench.track_value (vanished"),
+    (lambda doc: doc["results"]["bench.track_value"].__setitem__(0, [float("nan")]), "bench.track_value (n/a in the head"),
+    (lambda doc: doc["results"]["bench.track_value"].__setitem__(0, None), "bench.track_value (failed in the head"),
+])
+def test_a_vanished_skipped_or_failed_benchmark_fails_the_gate(runs, tmp_path_factory, tmp_path, edit, expected):
+    project = tmp_path / "project"
+    shutil.copytree(_project(tmp_path_factory), project, symlinks=True, ignore=shutil.ignore_patterns("env"))
+    path = _head_results(project, "same")
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    outcome = _check(project, "same")
+    assert outcome.code == asv_gate.FAILURE and any(f.startswith(expected) for f in outcome.failures), outcome
+
+
+def test_unreadable_stored_results_fail_the_gate(runs, tmp_path_factory, tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(_project(tmp_path_factory), project, symlinks=True, ignore=shutil.ignore_patterns("env"))
+    _head_results(project, "same").write_text("{not json")
+    outcome = _check(project, "same")
+    assert outcome.code == asv_gate.FAILURE and "not readable" in outcome.reason
+
+
+def test_classify_reads_failed_and_na_cells_as_failures(runs):
+    status, output = _asv_part(runs["slow"][1])
+    na = output.replace("|   150    |", "|   n/a    |").replace("| 150 ", "| n/a ")
+    assert "n/a" in na, output
+    outcome = asv_gate.classify(status, na)
+    assert outcome.code == asv_gate.FAILURE and "bench.track_value (n/a in the head)" in outcome.failures
 
 
 def test_command_passes_options_through():
@@ -326,3 +398,12 @@ def test_metric_of_names_every_benchmark_classes_metric():
                     checked += 1
     assert checked >= 6
     assert asv_gate.metric_of("benchmarks.CastMicros.time_cast('b1-l4096', 'stock')") != "cast_us"  # twin: a renamed class
+
+
+@pytest.mark.parametrize("head", ["same", "slow"])
+def test_asv_exit_2_is_a_failure_whatever_its_output_says(runs, head):
+    """asv returns 2 when a benchmark failed; output that reads clean (or as a mere regression) does not
+    change that. The twin: the same output with its own exit status is not a failure."""
+    status, output = _asv_part(runs[head][1])
+    assert asv_gate.classify(2, output).code == asv_gate.FAILURE
+    assert asv_gate.classify(status, output).code != asv_gate.FAILURE

@@ -18,7 +18,7 @@ import pytest
 
 from harness import cli
 from harness.compare import main_compare
-from harness.decision import INCONCLUSIVE, REGRESSED, SLOWER, decide
+from harness.decision import CONFIDENCE, INCONCLUSIVE, MAX_SAMPLES, REGRESSED, RESAMPLES, SLOWER, _thinned, bootstrap_ratios, decide
 
 TOLERANCE = 0.05
 
@@ -139,3 +139,45 @@ def test_a_change_below_the_resolution_is_never_regressed():
     d = decide(base, head, "lower", 0.05, resolution=0.5)
     assert d.status == "slower" and "resolution" in d.note
     assert decide([v * 10 for v in base], [v * 10 for v in head], "lower", 0.05, resolution=0.5).status == "regressed"
+
+
+# the rule's pinned properties (suites/test_mutations_gate.py plants a fault under each)
+
+
+def test_the_interval_is_two_sided_99_percent():
+    """compare's interval is the 0.5th-99.5th percentile of the bootstrap ratios: a 98% interval
+    (either a 0.98 confidence or a one-sided tail) is narrower and is caught here."""
+    rng = np.random.default_rng(11)
+    base, head = rng.normal(1.0, 0.02, 40), rng.normal(1.03, 0.02, 40)
+    ratios = bootstrap_ratios(base, head)
+    assert len(ratios) == RESAMPLES == 2000 and CONFIDENCE == 0.99
+    d = decide(base, head, "lower", TOLERANCE)
+    assert (d.low, d.high) == tuple(np.percentile(ratios, [0.5, 99.5]))
+    narrower = decide(base, head, "lower", TOLERANCE, confidence=0.98)
+    assert narrower.low > d.low and narrower.high < d.high  # the twin: 98% is a different interval
+
+
+def test_equal_medians_are_unchanged_whatever_the_sample_count():
+    assert decide([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], "lower", TOLERANCE).status == "unchanged"
+    assert decide([1.0, 2.0, 3.0], [0.5, 2.0, 9.0], "lower", TOLERANCE).status == "unchanged"
+    assert decide([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], "lower", TOLERANCE).status == INCONCLUSIVE  # twin: too few
+
+
+def test_a_faster_head_below_the_resolution_is_unchanged_not_slower():
+    """Wide samples, head 5% faster: the interval straddles 1 + t, the change is under the resolution."""
+    rng = np.random.default_rng(5)
+    base = list(2.0 * (1 + 0.2 * rng.standard_normal(8)))
+    head = [v * 0.95 for v in base]
+    wide = decide(base, head, "lower", TOLERANCE)
+    assert wide.status == INCONCLUSIVE and wide.ratio < 1  # the twin without a resolution
+    d = decide(base, head, "lower", TOLERANCE, resolution=0.5)
+    assert d.status == "unchanged" and "resolution" in d.note
+
+
+def test_thinning_keeps_the_distribution_and_bounds_the_draw():
+    values = np.random.default_rng(2).lognormal(0, 0.1, 1_000_000)
+    thinned = _thinned(values)
+    assert len(thinned) == MAX_SAMPLES and np.all(np.diff(thinned) >= 0)
+    assert abs(np.median(thinned) - np.median(values)) < 1e-3 * np.median(values)
+    assert thinned[0] == values.min() and thinned[-1] == values.max()
+    assert len(_thinned(values[:100])) == 100  # under the cap: every sample kept

@@ -6,7 +6,6 @@ import importlib.util
 import io
 import json
 import sys
-from dataclasses import asdict
 
 import pytest
 from rich.console import Console
@@ -14,7 +13,7 @@ from rich.console import Console
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.report import render_report
-from harness.results import SCHEMA, Row
+from harness.results import Row, document
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 NEEDS_MPL = pytest.mark.skipif(not HAVE_MPL, reason="matplotlib not installed (pip install mla-harness[report])")
@@ -49,8 +48,7 @@ def _rows(scenario: str, step_scale: float) -> list[Row]:
 def _write(path, scenario="b1-l4096", commit="aaaaaaa0", created="2026-01-01T00:00:00+00:00", step_scale=1.0):
     env = {"gpu": "NVIDIA H200", "capability": "9.0", "driver": "580.1", "torch": "2.11.0", "flashinfer": "0.7.2.post1",
            "git_commit": commit, "copy_gbps": 4000.0}
-    doc = {"schema": SCHEMA, "created": created, "environment": env, "repro": f"python -m harness run --scenario {scenario}",
-           "rows": [asdict(r) for r in _rows(scenario, step_scale)]}
+    doc = {**document(_rows(scenario, step_scale), env, f"python -m harness run --scenario {scenario}"), "created": created}
     path.write_text(json.dumps(doc))
     return path
 

@@ -41,7 +41,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.model.allreduce import AllReduce, LatencyAllReduce, load_table
     from harness.model.config import load_shape
     from harness.model.tpot import build_context, rotation_check, time_strategy, to_rows
-    from harness.results import environment, repro_command, write_results
+    from harness.results import case_record, environment, repro_command, write_results
     from harness.scenario import check_repeats
     from harness.strategies import BENCHMARKED, REGISTRY, select
 
@@ -94,7 +94,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if args.json:
         env = environment(device)
         env["copy_gbps"] = copy_gbps
-        write_results(args.json, rows, env, repro_command())
+        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto"))
         console.print(f"results written to {args.json}")
     return 0
 
@@ -113,7 +113,7 @@ def _sglang(args, console: Console, case, shape, names) -> int:
     """TPOT from SGLang's one-batch benchmark per strategy (the driver has not run on a GPU here)."""
     from harness.model import sglang_driver
     from harness.model.sglang_plugin import SUPPORTED
-    from harness.results import Row, environment, repro_command, write_results
+    from harness.results import Row, case_record, environment, repro_command, write_results
 
     kv_lens = case.scenario.kv_lens
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
@@ -128,7 +128,7 @@ def _sglang(args, console: Console, case, shape, names) -> int:
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
                         detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
     if args.json:
-        write_results(args.json, rows, environment(torch_device()), repro_command())
+        write_results(args.json, rows, environment(torch_device()), repro_command(), case_record(case, ident["backend"], "auto"))
         console.print(f"results written to {args.json}")
     return 0
 

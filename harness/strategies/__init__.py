@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.errors import HarnessError
 from harness.faults import Fault
-from harness.strategies import fused_fp8, gather_cast, native_fp8, shadow, stock  # noqa: F401  (one line per strategy)
+from harness.strategies import fused_fp8, gather_cast, native_fp8, sglang_backend, shadow, stock  # noqa: F401  (one line per strategy)
 from harness.strategies.base import REGISTRY, Strategy, register, unregister
 
 

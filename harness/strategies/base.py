@@ -72,6 +72,7 @@ class Strategy:
     benchmark: ClassVar[bool]
     sglang: ClassVar[Optional[str]]
     extra_per_slot: ClassVar[bool] = True  # extra_bytes grows with the pool's slots (False: with the batch)
+    runs_sglang: ClassVar[bool] = False  # runs the installed SGLang's code (its CPU checks live in suites/sglang)
 
     def __init__(self, pool: KVPool, backend, preset: ModelPreset, faults: frozenset[Fault] = frozenset()):
         self.pool = pool

@@ -2,7 +2,7 @@
 """A/A and planted-slowdown experiment for `harness compare` (issue: gate trust). GPU; ~5 min on an H200.
 
 usage: python -m ci.experiments.gate OUT_DIR [--scenario NAME ...] [--pairs 5] [--repeats 30]
-                                    [--strategy gather_cast] [--device cuda] [--scale prod]
+                                    [--strategy gather_cast] [--device cuda] [--scale prod] [--plant 0.1 ...] [--keep-docs]
 
 For each headline scenario (glm5-tp8, production scale) one pool, one set of step data and one
 decode session of one strategy are built; then measurement blocks run in the order
@@ -51,7 +51,7 @@ from harness.measure import measure  # noqa: E402
 from harness.metrics import METRICS  # noqa: E402
 from harness.prepared import PreparedCase  # noqa: E402
 from harness.presets import get_preset, get_scale  # noqa: E402
-from harness.results import SCHEMA, Row, environment  # noqa: E402
+from harness.results import Row, case_record, document, environment  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 
 HEADLINE = ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048")
@@ -95,7 +95,14 @@ def block(case: Case, session: DecodeSession, backend: str, env: dict, repeats: 
     rows = [Row(strategy=session.strategy.name, metric=m, value=s.median, unit=s.unit, iqr=s.iqr,
                 samples=list(s.values), **ident) for m, s in metrics.items()]
     rows.append(control_row(ident, session.strategy.device))
-    return {"schema": SCHEMA, "environment": env, "rows": [vars(r) for r in rows], "skipped": skipped}
+    return {**document(rows, env, "", case_record(case, backend, "auto")), "skipped": skipped}
+
+
+def keep(args, stem: str, a: dict, b: dict) -> None:
+    """With --keep-docs, each pair's two results documents, for `harness compare` to judge from the files."""
+    if args.keep_docs:
+        for side, doc in (("a", a), ("b", b)):
+            (args.out / "docs" / f"{stem}-{side}.json").write_text(json.dumps(doc, default=str))
 
 
 def step_metric(doc: dict) -> str:
@@ -143,10 +150,11 @@ def run_scenario(name: str, args, env: dict, bytes_per_ms: float | None) -> dict
             a = block(case, session, backend.name, env, args.repeats)
             b = block(case, session, backend.name, env, args.repeats)
             result["aa"].append(judge(a, b))
+            keep(args, f"{name}-aa{i}", a, b)
             result["spread"] += [spread(a), spread(b)]
         metric = step_metric(a)
         step_ms = statistics.median([r["value"] for r in a["rows"] if r["metric"] == metric])
-        for fraction in PLANTS if bytes_per_ms is not None else ():  # planting needs CUDA events
+        for fraction in args.plant if bytes_per_ms is not None else ():  # planting needs CUDA events
             for i in range(args.pairs):
                 a = block(case, session, backend.name, env, args.repeats)
                 plant(session, int(fraction * step_ms * bytes_per_ms))
@@ -155,6 +163,7 @@ def run_scenario(name: str, args, env: dict, bytes_per_ms: float | None) -> dict
                 finally:
                     unplant(session)
                 result["planted"].append({"fraction": fraction, **judge(a, b, metric)})
+                keep(args, f"{name}-planted{fraction:.0%}-{i}", a, b)
     result["seconds"] = time.perf_counter() - t0
     del session, prepared
     if device.type == "cuda":
@@ -170,8 +179,9 @@ def criteria(results: list[dict]) -> list[str]:
             if p["regressed"] or p["exit"] == 1:
                 failed.append(f"{r['scenario']} A/A pair {i}: regressed {p['regressed']} (exit {p['exit']})")
         for p in r["planted"]:
-            ok = p["status"] == "regressed" if p["fraction"] >= 0.10 else (
-                p["status"] in ("regressed", "slower") or (p["status"] == "inconclusive" and (p["mde"] or 1) <= 0.05))
+            found = p["status"] in ("regressed", "worse")  # "worse": compare's word when the metric does not gate
+            ok = found if p["fraction"] >= 0.10 else (
+                found or p["status"] == "slower" or (p["status"] == "inconclusive" and (p["mde"] or 1) <= 0.05))
             if not ok:
                 failed.append(f"{r['scenario']} planted {p['fraction']:.0%}: {p['metric']} {p['status']} "
                               f"(ratio {p['ratio']:.3f}, MDE {p['mde']})")
@@ -232,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="gather_cast")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", default="prod")
+    parser.add_argument("--plant", type=float, action="append", help=f"planted slowdown fractions (default: {PLANTS})")
+    parser.add_argument("--keep-docs", action="store_true", help="write each pair's results documents under OUT/docs/")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.plant = tuple(args.plant or PLANTS)
+    (args.out / "docs").mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     env = environment(device)
     bytes_per_ms = copy_bytes_per_ms(device) if device.type == "cuda" else None

@@ -1,0 +1,1 @@
+"""asv benchmarks of the SGLang gate (ci/sglang_gate.py): benchmarks.py."""

@@ -1,0 +1,90 @@
+"""asv benchmarks of the SGLang gate: the harness's (suites/asv/benchmarks.py) plus each strategy's verdict.
+
+ci/sglang_gate.py points asv here. Every class of suites/asv/benchmarks.py is kept under its name (the
+asv gate reads the metric from it) and shares one setup_cache that runs the harness's measurement and
+then checks the same case as `harness run` does (runner.run, no timing: golden, and bitwise against
+`stock` for a bitwise-tier strategy), so a commit of SGLang that times well but computes wrong is
+caught too: `Verdict.track_verdict` is 0 when the verdict passes and 1 otherwise (fail, error,
+unsupported), and asv's comparison marks 0 -> 1 worse, which the gate fails on (the `verdict` metric
+gates everywhere). When no requested strategy can run (every verdict unsupported: say the commit's
+SGLang does not import) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
+Scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
+"""
+
+import json
+
+from suites.asv import benchmarks as harness_bench
+
+
+def _measure_and_check(_self=None) -> str:
+    """(A setup_cache: asv passes the benchmark instance.) The harness's measurement JSON, each scenario with {"verdicts": {strategy: status}} added."""
+    import torch
+    from rich.console import Console
+
+    from harness.cases import Case
+    from harness.presets import get_preset, get_scale
+    from harness.runner import RunConfig, run
+    from harness.scenario import load_scenario
+
+    out = json.loads(harness_bench._measure_all())
+    device = torch.device("cuda" if harness_bench.cuda() else "cpu")
+    for scenario in harness_bench.SCENARIOS:
+        case = Case(get_preset("glm5-tp8"), get_scale("prod" if device.type == "cuda" else "ci"), load_scenario(scenario))
+        outcome = run(RunConfig(case, device, strategies=tuple(harness_bench.STRATEGIES), repeats=0), Console(quiet=True))
+        out[scenario]["verdicts"] = checked({r.strategy: r.verdict.status.value for r in outcome.results}, scenario)
+    return json.dumps(out)
+
+
+def checked(verdicts: dict[str, str], scenario: str) -> dict[str, str]:
+    """`verdicts`, or RuntimeError (setup_cache fails: the gate exits 2) when no requested strategy ran: a
+    commit whose SGLang cannot be imported, or strategies that cannot run here, never pass as unchanged."""
+    wanted = {s: v for s, v in verdicts.items() if s in harness_bench.STRATEGIES}
+    if all(v == "unsupported" for v in wanted.values()):
+        raise RuntimeError(f"{scenario}: nothing requested could be checked: every one of {sorted(wanted)} is unsupported here")
+    return verdicts
+
+
+class _Shared:
+    setup_cache = _measure_and_check  # one process per commit: a pool per scenario, then the check
+    _measure_and_check.timeout = 3600
+
+
+class CastUs(_Shared, harness_bench.CastUs):
+    pass
+
+
+class AttnUs(_Shared, harness_bench.AttnUs):
+    pass
+
+
+class StepDeviceMs(_Shared, harness_bench.StepDeviceMs):
+    pass
+
+
+class StepHostMs(_Shared, harness_bench.StepHostMs):
+    pass
+
+
+class StepMs(_Shared, harness_bench.StepMs):
+    pass
+
+
+class PeakBytes(_Shared, harness_bench.PeakBytes):
+    pass
+
+
+class PoolBuilds(_Shared, harness_bench.PoolBuilds):
+    pass
+
+
+class Verdict(_Shared):
+    """0 when the strategy's verdict on the scenario passes, 1 otherwise (lower is better, as asv assumes)."""
+
+    params = (harness_bench.SCENARIOS, harness_bench.STRATEGIES)
+    param_names = ["scenario", "strategy"]
+    timeout = 3600
+
+    def track_verdict(self, cache, scenario, strategy):
+        return 0 if json.loads(cache)[scenario]["verdicts"][strategy] == "pass" else 1
+
+    track_verdict.unit = "failed"

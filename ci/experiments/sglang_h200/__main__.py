@@ -1,0 +1,3 @@
+from ci.experiments.sglang_h200.sglang_h200 import main
+
+raise SystemExit(main())

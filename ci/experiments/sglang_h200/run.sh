@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 26's H200 evidence on ONE H200, from a checkout holding .bundle/flashinfer-0.7.2.post1-py312.tar.xz,
+# .bundle/sglang-0.5.23-py312.tar.xz (ci/build_sglang_bundle.sh) and .whl/msgspec-*.whl:
+#   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|runs]...   (default: env tests runs)
+# env    the environment: GPU, torch, the time `import flashinfer_mla_backend` takes, the sgl_kernel stand-in
+# tests  python -m pytest suites/gpu -m gpu -k sglang  (junit: OUT/gpu-sglang-junit.xml)
+# runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
+#        REPEATS= override its --runs and --repeats)
+set -uo pipefail
+OUT=${1:?usage: run.sh OUT [env|tests|runs]...}
+shift
+steps=${*:-env tests runs}
+mkdir -p "$OUT"
+. ci/gpu_env.sh .bundle/flashinfer-0.7.2.post1-py312.tar.xz "" "" .bundle/sglang-0.5.23-py312.tar.xz
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-msgspec .whl/msgspec-*.whl
+export PYTHONPATH=/tmp/site-msgspec:$PYTHONPATH
+for step in $steps; do
+  t0=$(date +%s)
+  case $step in
+    env) { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
+           python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+           python3 -c "
+import time; t = time.time()
+from harness.integrations.sglang import runtime, stand_in
+print('import_reason:', runtime.import_reason(runtime.MLA_BACKEND), f'({time.time() - t:.1f} s)')
+print('sglang', runtime.version(), 'sgl_kernel stand-in:', stand_in.is_stand_in('sgl_kernel'))
+print('fa3 backend:', runtime.import_reason(runtime.FA3_BACKEND))"; } 2>&1 | tee "$OUT/env.txt" ;;
+    tests) timeout -k 5 "${TESTS_TIMEOUT:-300}" python3 -m pytest suites/gpu -m gpu -k sglang -q -rs -p no:cacheprovider \
+             --junitxml="$OUT/gpu-sglang-junit.xml" 2>&1 | tee "$OUT/gpu-sglang-pytest.log" | tail -40 ;;
+    runs) timeout -k 5 "${RUNS_TIMEOUT:-500}" python3 -m ci.experiments.sglang_h200 /tmp/sglang-runs --repeats "${REPEATS:-20}" \
+             ${RUNS:+--runs $RUNS} 2>&1 | tee "$OUT/runs.log" | grep -v '^\s*$' | tail -60
+          tar -czf "$OUT/runs.tar.gz" -C /tmp sglang-runs ;;  # one file back (a device call returns at most 8)
+  esac
+  echo "== $step: $(( $(date +%s) - t0 )) s"
+done

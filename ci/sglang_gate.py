@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The SGLang gate: the harness's benchmarks on commits of YOUR SGLang checkout.
+
+usage:
+  python -m ci.sglang_gate --sglang-repo PATH BASE HEAD [--factor 1.05] [--bench REGEX] [-- ASV ARGS...]
+  python -m ci.sglang_gate --sglang-repo PATH --json OUT COMMIT [-- HARNESS RUN ARGS...]
+
+The first form is the perf gate over asv (`ci/asv_gate.py`: 0 clean, 1 regression or a failing
+verdict, 2 failure) with an asv configuration whose `repo` is the SGLang checkout: each commit is
+installed `pip install --no-deps` into its own environment, which sees the runner's packages
+(CUDA torch, FlashInfer, SGLang's dependencies, the harness: `ci/asv_sglang_env.py`); the
+harness's benchmarks (suites/asv, through ci/asv_sglang_bench with each strategy's verdict added)
+then time and check the SGLang-backed strategies. The second form installs
+one commit the same way (into a temporary folder put first on PYTHONPATH) and runs
+`python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
+gates two commits. --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
+its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
+commit, no SGLang project at a commit) is one line and exit 2, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
+BAD_INPUT = 2
+DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
+INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-compile --ignore-installed --quiet"
+
+
+def sglang_strategies() -> list[str]:
+    """The registry's strategies that run the installed SGLang: MLA_ASV_STRATEGIES / --strategy unless given."""
+    from harness.strategies import ORDER, REGISTRY
+
+    return [name for name in ORDER if REGISTRY[name].runs_sglang]
+
+
+class BadInput(Exception):
+    """One line naming the argument at fault; exit 2."""
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+
+def check_repo(path: str | None) -> Path:
+    """The checkout's top-level folder, or BadInput."""
+    if not path:
+        raise BadInput("--sglang-repo: not given (nor MLA_SGLANG_REPO)")
+    repo = Path(path).expanduser()
+    if not repo.is_dir():
+        raise BadInput(f"--sglang-repo {path}: no such folder")
+    top = git(repo, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise BadInput(f"--sglang-repo {path}: not a git repository")
+    return Path(top.stdout.strip()).resolve()
+
+
+def resolve(repo: Path, what: str, ref: str) -> str:
+    """The full hash of `ref` in `repo`, or BadInput naming it."""
+    out = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if out.returncode != 0:
+        raise BadInput(f"{what} {ref!r}: unknown commit in {repo}")
+    return out.stdout.strip()
+
+
+def project_subdir(repo: Path, commit: str, ref: str) -> str:
+    """Where the commit's SGLang Python project is: 'python' (SGLang's layout) or '' (the root)."""
+    for sub in ("python", ""):
+        prefix = f"{sub}/" if sub else ""
+        files = [f"{commit}:{prefix}pyproject.toml", f"{commit}:{prefix}sglang/__init__.py"]
+        if all(git(repo, "cat-file", "-e", f).returncode == 0 for f in files):
+            return sub
+    raise BadInput(f"{ref!r} in {repo}: no SGLang project (pyproject.toml beside sglang/) at python/ or the root")
+
+
+def asv_config(repo: Path, subdir: str, work: Path) -> dict:
+    """asv configuration: SGLang commits installed --no-deps, the harness's benchmarks timing them."""
+    return {
+        "version": 1,
+        "project": "sglang",
+        "repo": str(repo),
+        "repo_subdir": subdir,
+        "branches": ["HEAD"],
+        "dvcs": "git",
+        "environment_type": "sglang-runner-virtualenv",
+        "plugins": [".ci.asv_sglang_env"],
+        "build_command": [],
+        "install_command": [f"in-dir={{env_dir}} {INSTALL} {{build_dir}}"],
+        "uninstall_command": ["return-code=any python -m pip uninstall -y sglang"],
+        "launch_method": "spawn",
+        "benchmark_dir": str(ROOT / "ci" / "asv_sglang_bench"),
+        "env_dir": str(work / "env"),
+        "results_dir": str(work / "results"),
+        "html_dir": str(work / "html"),
+        "build_cache_size": 0,
+    }
+
+
+def write_config(repo: Path, subdir: str, work: Path) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "asv.conf.json"
+    path.write_text(json.dumps(asv_config(repo, subdir, work), indent=2) + "\n")
+    return path
+
+
+def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
+    """asv continuous BASE HEAD through ci/asv_gate.py, on the SGLang checkout."""
+    base, head = (resolve(repo, what, ref) for what, ref in (("BASE", args.commits[0]), ("HEAD", args.commits[1])))
+    subdirs = {project_subdir(repo, c, ref) for c, ref in ((base, args.commits[0]), (head, args.commits[1]))}
+    if len(subdirs) != 1:
+        raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
+    config = write_config(repo, subdirs.pop(), args.work)
+    os.environ.setdefault("MLA_ASV_STRATEGIES", ",".join(sglang_strategies()))
+    os.environ.setdefault("MLA_ASV_SCENARIOS", DEFAULT_SCENARIOS)
+    os.chdir(ROOT)  # asv imports the ".ci.asv_sglang_env" plugin from the working directory
+    from ci import asv_gate
+
+    machine = ["--machine", args.machine] if args.machine else []
+    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", *machine, "--config", str(config)],
+                   check=True, stdout=subprocess.DEVNULL)  # this machine's description, as asv records it
+
+    gate_args = [base, head, "--factor", f"{args.factor:g}", *(["--bench", args.bench] if args.bench else []),
+                 *machine, "--config", str(config), *extra]
+    print(f"sglang-gate: {repo} {args.commits[0]} ({base[:8]}) -> {args.commits[1]} ({head[:8]}), "
+          f"strategies {os.environ['MLA_ASV_STRATEGIES']}, scenarios {os.environ['MLA_ASV_SCENARIOS']}", flush=True)
+    return asv_gate.main(gate_args)
+
+
+def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> Path:
+    """`pip install --no-deps` of one commit's SGLang project into the folder `into`/site."""
+    src, site = into / "src", into / "site"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, *([subdir] if subdir else [])],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
+    subprocess.run(cmd, check=True)
+    return site
+
+
+def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
+    """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
+    (ref,) = args.commits
+    commit = resolve(repo, "COMMIT", ref)
+    subdir = project_subdir(repo, commit, ref)
+    if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):
+        extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
+    with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
+        site = install_commit(repo, commit, subdir, Path(tmp))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        cmd = [sys.executable, "-m", "harness", "run", "--json", str(args.json.resolve()), *extra]
+        print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site}; running {' '.join(cmd[1:])}", flush=True)
+        return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m ci.sglang_gate", description=__doc__.splitlines()[0])
+    parser.add_argument("--sglang-repo", default=os.environ.get("MLA_SGLANG_REPO"),
+                        help="your SGLang git checkout (default: $MLA_SGLANG_REPO)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="run `harness run --json OUT` for ONE commit instead of the gate")
+    parser.add_argument("--factor", type=float, default=1.05, help="the asv gate's factor (default 1.05)")
+    parser.add_argument("--bench", help="regex selecting asv benchmarks")
+    parser.add_argument("--machine", help="asv machine name")
+    parser.add_argument("--work", type=Path, default=ROOT / ".asv" / "sglang",
+                        help="asv's configuration, environments and results (default .asv/sglang)")
+    parser.add_argument("commits", nargs="+", metavar="COMMIT", help="BASE HEAD (gate), or COMMIT (--json)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    want = 1 if args.json else 2
+    if len(args.commits) != want:
+        parser.error(f"{'--json takes one COMMIT' if args.json else 'the gate takes BASE and HEAD'}, got {len(args.commits)}")
+    return args, extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    try:
+        repo = check_repo(args.sglang_repo)
+        return json_run(args, extra, repo) if args.json else gate(args, extra, repo)
+    except BadInput as exc:
+        print(f"sglang-gate: {exc}", file=sys.stderr)
+        return BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""SGLang's FlashInferMLAAttnBackend run on the harness's pool, step by step and layer by layer.
+
+Its __init__ needs a launched server's ModelRunner, so the backend and its decode indices updater are
+built without it and given exactly the fields their decode methods read (as
+suites/sglang/test_decode_handoff.py does). Then, per step, SGLang's own metadata methods plan:
+`init_forward_metadata` (eager) or `init_forward_metadata_out_graph` (CUDA-graph capture, then
+replay through `fast_mla_decode_plan`), each running `FlashInferMLAIndicesUpdaterDecode.call_begin_forward`
+and its Triton kv-indices kernel over the request table (tables.RequestTable); per layer SGLang's
+`forward_decode` casts the whole layer and runs the decode wrapper.
+
+The wrapper SGLang makes (FlashInfer's BatchMLAPagedAttentionWrapper, backend="auto") is tapped
+(`LSETap`): each call goes to it unchanged, and run also asks the kernel for the LSE that SGLang's
+single-rank decode does not request, in natural log as the harness's backends return it, and
+asserts the attention boundary's dtype contract on the KV SGLang handed the kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from harness.contract import check_boundary
+from harness.errors import HarnessError
+from harness.faults import Fault
+from harness.graphs import BUCKETS, bucket_capacities, bucket_for
+from harness.integrations.sglang import runtime, wrappers
+from harness.integrations.sglang.tables import RequestTable
+from harness.pool import KVPool
+from harness.presets import ModelPreset
+from harness.schedule import Schedule, StepBatch
+
+
+class LSETap:
+    """A decode wrapper as forward_decode sees it: everything goes to `wrapper`; run returns SGLang's
+    output and keeps the kernel's natural-log LSE in `lse` (and what SGLang handed it in `handed`)."""
+
+    def __init__(self, wrapper, name: str):
+        self.wrapper, self.name = wrapper, name
+        self.lse = self.handed = None
+
+    def __getattr__(self, attr):
+        return getattr(self.wrapper, attr)
+
+    def run(self, q_nope, q_pe, ckv, kpe, out=None, return_lse=False):
+        if return_lse:
+            raise HarnessError("sglang", "forward_decode asked for the LSE: a decode-context-parallel path, not modelled")
+        o, lse = self.wrapper.run(q_nope, q_pe, ckv, kpe, out=out, return_lse=True, return_lse_base_on_e=True)
+        check_boundary(self.name, torch.bfloat16, q_nope, ckv, kpe, o, lse)
+        self.lse, self.handed = lse, (ckv, kpe)
+        return o
+
+
+@dataclass
+class StepPlan:
+    """One step's forward metadata (SGLang's DecodeMetadata) with its wrapper tapped."""
+
+    metadata: Any
+    tap: LSETap
+    batch_size: int
+
+
+def rope_scaling(preset: ModelPreset) -> dict | None:
+    """The preset's rope_scaling as the model's HF config.json writes it (DeepSeek-V3: YaRN, factor 40)."""
+    if preset.yarn_factor <= 1:
+        return None
+    return {"type": "yarn", "factor": preset.yarn_factor, "mscale": 1.0, "mscale_all_dim": preset.yarn_mscale_all_dim,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
+
+
+class FlashInferMLA:
+    """SGLang's FlashInfer MLA decode over `pool` for one schedule. `wrapper` makes the eager decode
+    wrapper from the workspace (None: SGLang's own, FlashInfer's BatchMLAPagedAttentionWrapper with
+    backend="auto"); CUDA-graph plans always use SGLang's own. `kernel`: the FlashInfer kernel the
+    harness's backend runs (stock's), which the planned wrapper must have chosen. Use inside `runtime.single_rank()`."""
+
+    def __init__(self, name: str, pool: KVPool, preset: ModelPreset, schedule: Schedule, faults=frozenset(), wrapper=None,
+                 kernel: str | None = None):
+        fm = runtime.load(runtime.MLA_BACKEND)
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.environ import envs
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        self.name, self.preset, self.device, self.faults, self.kernel = name, preset, pool.device, frozenset(faults), kernel
+        self.decode_mode = ForwardMode.DECODE
+        self.sgl_pool = wrappers.wrap_pool(pool, preset)
+        self.table = RequestTable(schedule, pool.device, self.faults)
+        max_bs = max(bucket_for(b.batch_size) for b in schedule.steps) if pool.device.type == "cuda" else max(
+            b.batch_size for b in schedule.steps)
+        dev = pool.device
+
+        config = object.__new__(ModelConfig)
+        config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
+        config._init_mla_scaling(rope_scaling(preset))
+
+        # the fields FlashInferMLAAttnBackend.__init__ sets from a ModelRunner that its decode path reads
+        b = object.__new__(fm.FlashInferMLAAttnBackend)
+        b.max_context_len = self.table.req_to_token.shape[1]
+        b.device, b.skip_prefill, b.page_size = dev, True, preset.page_size
+        b.req_to_token_pool, b.token_to_kv_pool = self.table.pool, self.sgl_pool
+        b.kv_index_translator = KVIndexTranslator(req_to_token=self.table.req_to_token, token_to_kv_pool_allocator=None,
+                                                  token_to_kv_pool=self.sgl_pool, page_size=preset.page_size, device=str(dev))
+        b.workspace_buffer = torch.empty(envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.get(), dtype=torch.uint8, device=dev)
+        b.kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=dev)
+        b.q_indptr_decode = torch.arange(max_bs + 1, dtype=torch.int32, device=dev)
+        b.decode_wrapper = (wrapper or (lambda ws: fm.BatchMLAPagedAttentionWrapper(ws, backend="auto")))(b.workspace_buffer)
+        b.forward_metadata, b.decode_cuda_graph_metadata, b.prefill_cuda_graph_metadata = None, {}, {}
+
+        u = object.__new__(fm.FlashInferMLAIndicesUpdaterDecode)
+        u.num_local_heads, u.kv_lora_rank, u.qk_nope_head_dim = preset.heads_per_rank, preset.kv_lora_rank, preset.qk_nope_head_dim
+        u.qk_rope_head_dim, u.scaling, u.data_type = preset.qk_rope_head_dim, config.scaling, torch.bfloat16
+        u.attn_backend, u.kv_indptr, u.q_indptr = b, b.kv_indptr, b.q_indptr_decode
+        b.indices_updater_decode = u
+        self.backend, self._graph_ready = b, False
+        self._capacity = max(bucket_capacities(schedule, BUCKETS).values())
+
+    def forward_batch(self, batch: StepBatch) -> SimpleNamespace:
+        """The ForwardBatch fields SGLang's decode metadata methods read, after the table is brought to `batch`."""
+        req_pool_indices = self.table.update(batch)
+        lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
+        if Fault.DROPPED_LAST_TOKEN in self.faults:  # the shared control: each request's newest token unread
+            lens = (lens - 1).clamp(min=0)
+        seq_lens = lens.to(self.device)
+        return SimpleNamespace(forward_mode=self.decode_mode, batch_size=batch.batch_size, req_pool_indices=req_pool_indices,
+                               seq_lens=seq_lens, seq_lens_cpu=lens, seq_lens_sum=int(lens.sum()), positions=seq_lens - 1,
+                               spec_info=None, kv_loc_plan=None)
+
+    def begin(self, batch: StepBatch, graph_capacity: int | None = None) -> StepPlan:
+        """Plan the step: SGLang's eager metadata, or (CUDA, `graph_capacity`) its graph-capture metadata."""
+        b, fb = self.backend, self.forward_batch(batch)
+        if self.device.type != "cuda":
+            self._begin_on_cpu(fb)
+        elif graph_capacity is None:
+            b.init_forward_metadata(fb)
+        else:
+            if graph_capacity > self._capacity:
+                raise HarnessError("graph_capacity", f"{graph_capacity} kv_indices exceed the schedule's {self._capacity}")
+            if not self._graph_ready:  # one kv_indices buffer for every bucket, as SGLang's graph runner shares it
+                b.init_cuda_graph_state(b.kv_indptr.numel() - 1, b.kv_indptr.numel() - 1,
+                                        kv_indices_buf=torch.zeros(self._capacity, dtype=torch.int32, device=self.device))
+                self._graph_ready = True
+            b.init_forward_metadata_out_graph(fb, in_capture=True)
+        self._check_kernel(b.forward_metadata.decode_wrapper)
+        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name), batch.batch_size)
+
+    def _begin_on_cpu(self, fb: SimpleNamespace) -> None:
+        """The same updater on the CPU through call_begin_forward's replay branch (host indptr arrays, a
+        preallocated kv_indices): its eager branch allocates kv_indices on "cuda" (sglang 0.5.23)."""
+        b, lens = self.backend, fb.seq_lens_cpu.to(torch.int32)
+        indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0, dtype=torch.int32)])
+        u = b.indices_updater_decode
+        u.call_begin_forward(b.decode_wrapper, fb.seq_lens, fb.seq_lens_sum, u.q_indptr, u.kv_indptr, init_metadata_replay=True,
+                             plan=None, req_pool_indices=fb.req_pool_indices,
+                             kv_indices=torch.empty(fb.seq_lens_sum, dtype=torch.int32), kv_len_arr_cpu=lens,
+                             qo_indptr_cpu=torch.arange(fb.batch_size + 1, dtype=torch.int32), kv_indptr_cpu=indptr)
+        b.forward_metadata = SimpleNamespace(decode_wrapper=b.decode_wrapper)
+
+    def replan(self, plan: StepPlan, batch: StepBatch) -> None:
+        """A captured bucket's next step: SGLang's replay metadata (fast_mla_decode_plan into the captured buffers)."""
+        if batch.batch_size != plan.batch_size:
+            raise HarnessError("replan", f"a graph of {plan.batch_size} requests cannot replay {batch.batch_size}")
+        self.backend.init_forward_metadata_out_graph(self.forward_batch(batch))
+
+    def attend(self, plan: StepPlan, layer: int, q_nope: torch.Tensor, q_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's forward_decode of `layer` (its whole-layer cast and the wrapper run): (out, lse)."""
+        b, (batch, heads) = self.backend, q_nope.shape[:2]
+        b.forward_metadata = SimpleNamespace(decode_wrapper=plan.tap)
+        radix = SimpleNamespace(layer_id=layer, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=self.preset.kv_lora_rank,
+                                head_dim=self.preset.row_width)
+        o = b.forward_decode(q_nope.reshape(batch, -1), None, None, radix, SimpleNamespace(forward_mode=self.decode_mode),
+                             save_kv_cache=False, q_rope=q_pe.reshape(batch, -1))
+        return o.view(batch, heads, self.preset.kv_lora_rank), plan.tap.lse
+
+    def _check_kernel(self, wrapper) -> None:
+        """The kernel FlashInfer's auto policy planned must be the harness backend's (same kernel as stock)."""
+        planned = getattr(wrapper, "_backend", None)
+        if self.kernel is not None and planned != self.kernel:
+            raise HarnessError("sglang", f"SGLang's wrapper (backend='auto') planned {planned}; the harness's backend runs {self.kernel}")

@@ -1,0 +1,52 @@
+"""Import the installed SGLang for the SGLang-backed strategies, or say in one line why it cannot run."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import sys
+
+import torch
+
+from harness.errors import HarnessError
+from harness.integrations.sglang import stand_in
+
+MLA_BACKEND = "sglang.srt.layers.attention.flashinfer_mla_backend"
+FA3_BACKEND = "sglang.srt.layers.attention.flashattention_backend"
+MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+INSTALL_HINT = "pip install sglang==0.5.23, or on a runner without it the bundle of ci/build_sglang_bundle.sh"
+
+
+@functools.cache
+def import_reason(module: str) -> str | None:
+    """None when `module` of SGLang imports, else why not. On CUDA a missing sgl_kernel is replaced by
+    the import-time stand-in first (SGLang imports it there; the MLA decode path never calls it)."""
+    if importlib.util.find_spec("sglang") is None:
+        return f"sglang is not installed ({INSTALL_HINT})"
+    if torch.cuda.is_available():
+        stand_in.install()
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # a missing or broken install is a reason, not a crash
+        return f"{module} is not importable: {type(error).__name__}: {error}"
+    return None
+
+
+def load(module: str):
+    """The imported SGLang module; HarnessError naming the reason when it cannot be imported."""
+    if reason := import_reason(module):
+        raise HarnessError("sglang", reason)
+    return sys.modules[module]
+
+
+def version() -> str:
+    return load("sglang").__version__
+
+
+def single_rank() -> contextlib.AbstractContextManager:
+    """SGLang's parallel context forced to one rank without decode-context parallelism (no server runs)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0)

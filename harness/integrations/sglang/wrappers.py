@@ -1,0 +1,104 @@
+"""SGLang's MLA pool class over the harness's pool buffers (zero copy), and FlashInfer's MLA decode
+wrapper interface over a harness backend (SGLang's path on the torch backend: CPU CI)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from harness.backends.base import AttnProblem
+from harness.errors import HarnessError
+from harness.integrations.sglang import runtime
+from harness.pool import KVPool
+from harness.presets import ModelPreset
+
+INDEX_HEAD_DIM = 128  # DSA index-K: 128 FP8 channels + one fp32 scale per 128 (132 B per token)
+
+
+def wrap_pool(pool: KVPool, preset: ModelPreset):
+    """SGLang's pool for `preset` (DSATokenToKVPool for a DSA model, else MLATokenToKVPool) built by its own
+    __init__ with FP8 KV, whose layer buffers (and DSA index-K buffers) ARE the harness's: nothing is
+    allocated or copied; `check_zero_copy` proves it by data_ptr. Build it inside `runtime.single_rank()`."""
+    pools = runtime.load(runtime.MEMORY_POOL)
+    g = pool.geometry
+    common = dict(size=g.slots, page_size=g.page_size, dtype=torch.float8_e4m3fn, kv_lora_rank=preset.kv_lora_rank,
+                  qk_rope_head_dim=preset.qk_rope_head_dim, layer_num=g.num_layers, device=str(pool.device),
+                  enable_memory_saver=False)
+    if g.index_k_bytes:
+        if g.index_k_bytes != INDEX_HEAD_DIM + INDEX_HEAD_DIM // 128 * 4:
+            raise HarnessError("preset.index_k_bytes", f"{g.index_k_bytes} B per token is not SGLang's DSA index-K row")
+        sgl = _zero_copy(pools.DSATokenToKVPool, pool)(**common, index_head_dim=INDEX_HEAD_DIM, kv_cache_dim=g.row_width)
+    else:
+        sgl = _zero_copy(pools.MLATokenToKVPool, pool)(**common)
+    check_zero_copy(sgl, pool)
+    return sgl
+
+
+def _zero_copy(base: type, pool: KVPool) -> type:
+    """`base` with its buffer allocation replaced by the harness's buffers (shape and dtype checked)."""
+
+    def create_buffers(self):
+        want = (self.size + self.page_size, 1, self.kv_cache_dim)
+        _check("KV", pool.buffers, want, self.store_dtype)
+        self.kv_buffer = list(pool.buffers)
+
+    def create_index_key_cache(self):
+        from sglang.srt.mem_cache.index_key_cache import IndexKeyCache
+
+        cache = object.__new__(IndexKeyCache)  # its __init__ would allocate; the rest of it reads these two
+        cache.pool = self
+        _check("index-K", pool.index_k, cache._buffer_shape((self.index_buf_size + self.page_size + 1) // self.page_size),
+               self.index_k_with_scale_buffer_dtype)
+        cache.buffer = list(pool.index_k)
+        return cache
+
+    return type(f"Harness{base.__name__}", (base,), {"_create_buffers": create_buffers,
+                                                     "_create_index_key_cache": create_index_key_cache})
+
+
+def _check(what: str, buffers: list[torch.Tensor], shape: tuple, dtype: torch.dtype) -> None:
+    for layer, buf in enumerate(buffers):
+        if tuple(buf.shape) != tuple(shape) or buf.dtype != dtype:
+            raise HarnessError("sglang pool", f"layer {layer} {what} buffer is {buf.dtype} {tuple(buf.shape)}, "
+                                              f"SGLang's pool expects {dtype} {tuple(shape)}")
+
+
+def check_zero_copy(sgl_pool, pool: KVPool) -> None:
+    """Every layer buffer SGLang's pool reads (get_key_buffer, DSA index-K) is the harness's buffer, not a copy."""
+    for layer, buf in enumerate(pool.buffers):
+        theirs = sgl_pool.get_key_buffer(layer)
+        if theirs.data_ptr() != buf.data_ptr() or theirs.nbytes != buf.nbytes:
+            raise HarnessError("sglang pool", f"layer {layer}: SGLang's KV buffer is not the harness's buffer (a copy)")
+    for layer, buf in enumerate(pool.index_k):
+        if sgl_pool.index_key_cache.buffer[layer].data_ptr() != buf.data_ptr():
+            raise HarnessError("sglang pool", f"layer {layer}: SGLang's index-K buffer is not the harness's buffer (a copy)")
+
+
+class BackendWrapper:
+    """The BatchMLAPagedAttentionWrapper calls SGLang's MLA decode makes (positional plan, run with out=),
+    answered by a harness backend (torch): SGLang's whole path runs where FlashInfer cannot (CPU CI)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self._plan = None
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
+             causal, sm_scale, q_data_type, kv_data_type) -> None:
+        if page_size != 1 or causal or q_data_type != torch.bfloat16:
+            raise HarnessError("sglang plan", f"page_size {page_size}, causal {causal}, q {q_data_type}: not a decode plan")
+        indptr = kv_indptr.to("cpu", torch.int32)
+        if not torch.equal(indptr[1:] - indptr[:-1], kv_len_arr.to("cpu", torch.int32)):
+            raise HarnessError("sglang plan", "kv_len_arr disagrees with kv_indptr")
+        problem = AttnProblem(indptr, kv_indices[: int(indptr[-1])], num_heads, float(sm_scale), kv_data_type,
+                              head_dim_ckv, head_dim_kpe)
+        self._plan = self.backend.plan(problem)
+
+    def run(self, q_nope, q_pe, ckv, kpe, out: Optional[torch.Tensor] = None, return_lse: bool = False,
+            return_lse_base_on_e: bool = False):
+        if return_lse and not return_lse_base_on_e:
+            raise HarnessError("sglang run", "the harness's backends return natural-log LSE only")
+        o, lse = self.backend.run(self._plan, q_nope, q_pe, ckv, kpe)
+        if out is not None:
+            o = out.copy_(o)
+        return (o, lse) if return_lse else o

@@ -1,0 +1,114 @@
+"""sglang_flashinfer and sglang_fa3: the installed SGLang's own MLA decode backends as strategies.
+
+sglang_flashinfer runs SGLang's FlashInferMLAAttnBackend on the harness's pool (zero copy) and steps
+(harness.integrations.sglang.flashinfer_mla): its request table, its decode indices updater and
+Triton kv-indices kernel, its forward_decode (the whole-layer cast and the FlashInfer wrapper) and,
+for CUDA graphs, its own capture/replay metadata methods. With the same FlashInfer kernel it must
+equal `stock` bit for bit: the proof that stock is SGLang. On the torch backend (CPU CI) the
+harness's torch attention answers the wrapper's calls. attn_us is its whole forward_decode per layer
+(the cast included: SGLang's function cannot be split); cast_us the cast alone.
+
+sglang_fa3 names SGLang's FlashAttentionBackend, whose FA3 kernels live in sgl_kernel.flash_attn:
+it reports why it cannot run (no SGLang, the sgl_kernel stand-in, no adapter yet), never skips silently.
+
+Neither is benchmarked by default (register(benchmark=False)): asv and `tpot` must not need SGLang."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from harness.faults import Fault
+from harness.integrations.sglang import runtime, stand_in, wrappers
+from harness.integrations.sglang.flashinfer_mla import FlashInferMLA
+from harness.strategies.base import Strategy, register
+
+SGLANG_KERNEL_SM90 = "fa3"  # what FlashInfer's backend="auto" (SGLang's wrappers) plans on SM90 (ordered_sm90_backends)
+
+
+@register("sglang_flashinfer", order=70, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
+          backends=("flashinfer", "torch"), faults=(Fault.REQ_TO_TOKEN_OFF_BY_ONE,), benchmark=False)
+class SGLangFlashInfer(Strategy):
+    runs_sglang = True
+
+    @classmethod
+    def unsupported_reason(cls, device, backend):
+        if reason := super().unsupported_reason(device, backend):
+            return reason
+        if reason := runtime.import_reason(runtime.MLA_BACKEND):
+            return f"{cls.name}: {reason}"
+        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            return f"{cls.name}: SGLang's Triton kv-indices kernel needs TRITON_INTERPRET=1 on the CPU (set before triton is imported)"
+        if backend.name.startswith("flashinfer") and torch.cuda.get_device_capability(device) == (9, 0) \
+                and backend.kernel != SGLANG_KERNEL_SM90:
+            return f"{cls.name}: SGLang's FlashInfer wrappers (backend='auto') run {SGLANG_KERNEL_SM90} on SM90, not {backend.kernel}"
+        return None
+
+    @classmethod
+    def extra_bytes(cls, geometry, schedule) -> int:
+        return geometry.layer_bytes * 2  # forward_decode's BF16 layer, as stock (SGLang's workspace shows in peak_bytes)
+
+    @classmethod
+    def cast_bytes(cls, geometry, batch) -> int:
+        return geometry.layer_bytes * 3
+
+    def setup(self, schedule):
+        flashinfer = self.backend.name.startswith("flashinfer")
+        self._rank = runtime.single_rank()
+        self._rank.__enter__()
+        try:
+            self.sgl = FlashInferMLA(self.name, self.pool, self.preset, schedule, self.faults,
+                                     wrapper=None if flashinfer else (lambda workspace: wrappers.BackendWrapper(self.backend)),
+                                     kernel=self.backend.kernel if flashinfer else None)
+        except BaseException:
+            self._rank.__exit__(None, None, None)
+            raise
+        self._graphs_ok = flashinfer
+        self._none = torch.empty((0, 1, self.preset.row_width), dtype=torch.bfloat16, device=self.device)
+        self._layer = 0
+
+    def teardown(self):
+        del self.sgl, self._none
+        self._rank.__exit__(None, None, None)
+
+    def begin_step(self, batch, graph_capacity=None):
+        if graph_capacity is not None and self.device.type == "cuda" and not self._graphs_ok:
+            raise RuntimeError("SGLang's CUDA-graph path plans FlashInfer's own wrapper: run it on the flashinfer backend")
+        return self.sgl.begin(batch, graph_capacity)
+
+    def replan_step(self, plan, batch):
+        self.sgl.replan(plan, batch)
+
+    def cast_call(self, layer):
+        self._layer = layer  # the layer the next attend runs (forward_decode takes the layer, not its KV)
+        return _sglang_cast, (self.pool.buffers[layer],)
+
+    def prepare_kv(self, layer):
+        """No KV here: SGLang's forward_decode casts the layer itself (LSETap checks what it hands FlashInfer)."""
+        self._layer = layer
+        return self.split(self._none)
+
+    def attend(self, plan, q_nope, q_pe, kv):
+        return self.sgl.attend(plan, self._layer, q_nope, q_pe)
+
+
+def _sglang_cast(pool_u8: torch.Tensor) -> torch.Tensor:
+    # forward_decode's `get_key_buffer(layer).to(q.dtype)`: the uint8 store viewed as e4m3, cast to BF16
+    return pool_u8.view(torch.float8_e4m3fn).to(torch.bfloat16)
+
+
+@register("sglang_fa3", order=80, devices=("cuda",), kv_dtype=torch.bfloat16, tier="tolerance", benchmark=False)
+class SGLangFA3(Strategy):
+    runs_sglang = True
+
+    @classmethod
+    def unsupported_reason(cls, device, backend):
+        if reason := super().unsupported_reason(device, backend):
+            return reason
+        if reason := runtime.import_reason(runtime.FA3_BACKEND):
+            return f"{cls.name}: {reason}"
+        if stand_in.is_stand_in("sgl_kernel.flash_attn"):
+            return (f"{cls.name}: FlashAttentionBackend's FA3 kernels live in sgl_kernel.flash_attn, and sgl_kernel here is "
+                    "the harness's import-time stand-in (install the sgl-kernel wheel)")
+        return f"{cls.name}: no adapter for FlashAttentionBackend yet (sgl_kernel.flash_attn is importable here)"

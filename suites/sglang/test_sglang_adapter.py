@@ -1,0 +1,217 @@
+"""The SGLang adapter (harness/integrations/sglang) on CPU with real SGLang: the request table across
+steps (finished requests, reused rows and pages), the zero-copy pool wrapping, the whole
+sglang_flashinfer strategy on the torch backend (FlashInfer's wrapper calls answered by the harness's
+torch attention) bitwise equal to stock, the planted req_to_token fault, the unsupported reasons.
+Each check runs beside a planted twin that must make it fail."""
+
+from __future__ import annotations
+
+import pytest
+import sgl
+import torch
+
+from harness.cases import load_case
+from harness.errors import HarnessError
+from harness.faults import CONTROL_SCENARIO, Fault
+from harness.pool import KVPool
+from harness.strategies import REGISTRY
+from suites.helpers import run_strategies
+
+pytestmark = pytest.mark.sglang
+
+STRATEGY = "sglang_flashinfer"
+CASES = ["glm5-tp8.ci.multistep-reuse", "glm5-tp8.ci.ragged-mix", "glm5-tp8.ci.b1-l500", "deepseek-v3-tp8.ci.b1-l500",
+         "glm5-tp8.ci.edge-pool-tail"]
+
+
+class PlanRecorder:
+    """A decode wrapper that keeps the kv_indices SGLang's updater planned (the real Triton kernel's output)."""
+
+    def __init__(self, *args, **kwargs):
+        self.plans = []
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, *rest):
+        self.plans.append((kv_indptr.clone(), kv_indices[: int(kv_indptr[-1])].clone()))
+
+
+def adapter(case_name: str, faults=frozenset()):
+    from harness.integrations.sglang import runtime
+    from harness.integrations.sglang.flashinfer_mla import FlashInferMLA
+
+    sgl.require()
+    case = load_case(case_name)
+    pool = KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
+    recorder = PlanRecorder()
+    with runtime.single_rank():
+        mla = FlashInferMLA(STRATEGY, pool, case.preset, case.schedule(), faults, wrapper=lambda workspace: recorder)
+    return case, pool, mla, recorder
+
+
+def planned_indices(case_name: str, twin=None) -> list[tuple[list[int], list[int]]]:
+    """(SGLang's kv_indices, the schedule's) of every step, planned through the request table (`twin` edits it first)."""
+    from harness.integrations.sglang import runtime
+
+    case, _, mla, recorder = adapter(case_name)
+    if twin:
+        twin(mla.table)
+    out = []
+    with runtime.single_rank():
+        for batch in case.schedule().steps:
+            mla.begin(batch)
+            out.append((recorder.plans[-1][1].tolist(), batch.kv_indices.tolist()))
+    return out
+
+
+def assert_table_follows_schedule(steps) -> None:
+    for step, (theirs, ours) in enumerate(steps):
+        assert theirs == ours, f"step {step}: SGLang's kv_indices differ from the schedule's"
+
+
+def test_request_table_follows_the_schedule_across_steps_finishes_and_reuse():
+    schedule = load_case("glm5-tp8.ci.multistep-reuse").schedule()
+    assert len(schedule.steps) > 1 and any(len(b.reused_slots) for b in schedule.steps), "not a multistep reuse scenario"
+    assert_table_follows_schedule(planned_indices("glm5-tp8.ci.multistep-reuse"))
+
+
+def _no_rewrite_of_reused_rows(table):
+    """Twin: a scheduler that writes nothing into a row another request held (its stale prefix stays)."""
+    write, used = table.pool.write, set()
+
+    def stale_write(where, values):
+        rows, cols = where
+        keep = torch.tensor([int(r) not in used for r in rows.tolist()])
+        used.update(int(r) for r in rows.tolist())
+        if bool(keep.any()):
+            write((rows[keep], cols[keep]), values[keep])
+
+    table.pool.write = stale_write
+
+
+def _prefix_not_written(table):
+    """Twin: a new request's row gets only its newest position (decode bookkeeping without the prefill write)."""
+    write = table.pool.write
+
+    def last_only(where, values):
+        rows, cols = where
+        keep = torch.ones(len(rows), dtype=torch.bool)
+        keep[:-1] = rows[1:] != rows[:-1]  # the last position written into each row
+        write((rows[keep], cols[keep]), values[keep])
+
+    table.pool.write = last_only
+
+
+@pytest.mark.parametrize("twin", [_no_rewrite_of_reused_rows, _prefix_not_written])
+def test_request_table_check_catches_planted_twins(twin):
+    with pytest.raises(AssertionError, match="differ from the schedule"):
+        assert_table_follows_schedule(planned_indices("glm5-tp8.ci.multistep-reuse", twin))
+
+
+def _batch(step: int, requests: dict[int, list[int]]):
+    import numpy as np
+
+    from harness.schedule import StepBatch
+
+    spans = list(requests.values())
+    indptr = np.concatenate([[0], np.cumsum([len(x) for x in spans])]).astype(np.int32)
+    return StepBatch(step=step, request_ids=np.array(list(requests), np.int64), kv_indptr=indptr,
+                     kv_indices=np.concatenate(spans).astype(np.int32), index_gens=np.zeros(int(indptr[-1]), np.int64),
+                     write_slots=np.array([x[-1] for x in spans], np.int64), reused_slots=np.zeros(0, np.int64))
+
+
+def rows_and_indices(twin=None) -> list[tuple[dict, list[int], list[int]]]:
+    """Request 1 finishes after the first step; request 2 joins at the third and takes its row, whose stale
+    prefix is longer than request 2's: (rows, SGLang's kv_indices, the batch's) per step."""
+    from harness.integrations.sglang import runtime
+
+    _, _, mla, recorder = adapter("glm5-tp8.ci.multistep-reuse")
+    if twin:
+        twin(mla.table)
+    steps = [_batch(0, {0: list(range(64, 70)), 1: list(range(128, 138))}),
+             _batch(1, {0: list(range(64, 71))}),
+             _batch(2, {0: list(range(64, 72)), 2: list(range(192, 196))})]
+    out = []
+    with runtime.single_rank():
+        for batch in steps:
+            mla.begin(batch)
+            out.append((dict(mla.table.rows), recorder.plans[-1][1].tolist(), batch.kv_indices.tolist()))
+    return out
+
+
+def test_finished_request_row_is_handed_to_a_new_request():
+    steps = rows_and_indices()
+    assert 1 in steps[0][0] and 1 not in steps[1][0] and steps[2][0][2] == steps[0][0][1], "request 2 did not take request 1's row"
+    assert_table_follows_schedule([(theirs, ours) for _, theirs, ours in steps])
+
+
+@pytest.mark.parametrize("twin", [_no_rewrite_of_reused_rows, _prefix_not_written])
+def test_row_reuse_check_catches_planted_twins(twin):
+    with pytest.raises(AssertionError, match="differ from the schedule"):
+        assert_table_follows_schedule([(theirs, ours) for _, theirs, ours in rows_and_indices(twin)])
+
+
+@pytest.mark.parametrize("preset", ["glm5-tp8", "deepseek-v3-tp8"])
+def test_sglang_pool_is_the_harness_pool(preset):
+    from harness.integrations.sglang import runtime, wrappers
+
+    sgl.require()
+    case = load_case(f"{preset}.ci.b1-l500")
+    pool = KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
+    with runtime.single_rank():
+        theirs = wrappers.wrap_pool(pool, case.preset)
+    assert type(theirs).__mro__[1].__name__ == ("DSATokenToKVPool" if preset == "glm5-tp8" else "MLATokenToKVPool")
+    pool.buffers[0][5, 0, 7] = 0x42  # a harness write is what SGLang reads
+    assert theirs.get_key_buffer(0).view(torch.uint8)[5, 0, 7] == 0x42
+    theirs.kv_buffer = [b.clone() for b in theirs.kv_buffer]  # the twin: a copy, even byte-identical, is refused
+    with pytest.raises(HarnessError, match="not the harness's buffer"):
+        wrappers.check_zero_copy(theirs, pool)
+
+
+def test_pool_wrapping_refuses_a_wrong_layout():
+    from dataclasses import replace
+
+    from harness.integrations.sglang import runtime, wrappers
+
+    sgl.require()
+    case = load_case("deepseek-v3-tp8.ci.b1-l500")
+    pool = KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
+    pool.geometry = replace(pool.geometry, slots=pool.geometry.slots - 1)  # the twin: SGLang's pool expects one row fewer
+    with runtime.single_rank(), pytest.raises(HarnessError, match="SGLang's pool expects"):
+        wrappers.wrap_pool(pool, case.preset)
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_sglang_flashinfer_is_bitwise_stock(case_name):
+    sgl.require()
+    results = run_strategies(case_name, ("stock", STRATEGY))
+    assert set(results) == {"stock", STRATEGY}, "sglang_flashinfer did not run"
+    for name, (_, verdict) in results.items():
+        assert verdict.passed, f"{name}: {verdict.reason}"
+    stock, ours = results["stock"][0], results[STRATEGY][0]
+    assert stock.keys() == ours.keys() and ours
+    for key in stock:
+        assert torch.equal(ours[key][0].view(torch.int16), stock[key][0].view(torch.int16)), key
+        assert torch.equal(ours[key][1], stock[key][1]), key
+
+
+@pytest.mark.parametrize("fault", [Fault.REQ_TO_TOKEN_OFF_BY_ONE, Fault.DROPPED_LAST_TOKEN])
+def test_planted_fault_turns_the_verdict_red(fault):
+    sgl.require()
+    case_name = f"glm5-tp8.ci.{CONTROL_SCENARIO[fault]}"
+    faulty = run_strategies(case_name, (STRATEGY,), faults=frozenset([fault]))
+    verdict = faulty[STRATEGY][1]
+    assert not verdict.passed and verdict.reason, f"{fault.value} went unnoticed"
+
+
+def test_unsupported_reasons_name_what_is_missing(monkeypatch):
+    from harness.backends import make_backend
+    from harness.backends.flashinfer import FlashInferBackend
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    cpu = torch.device("cpu")
+    assert REGISTRY[STRATEGY].unsupported_reason(cpu, make_backend("torch", cpu)) is None
+    assert "needs a CUDA device" in REGISTRY[STRATEGY].unsupported_reason(cpu, FlashInferBackend(cpu, "fa3"))
+    assert REGISTRY["sglang_fa3"].unsupported_reason(cpu, make_backend("torch", cpu)) == "sglang_fa3 runs on cuda only"
+    assert "sgl_kernel" in runtime.import_reason(runtime.FA3_BACKEND)  # FlashAttentionBackend imports it at module level
+    monkeypatch.delenv("TRITON_INTERPRET")  # the twin: SGLang's Triton kernel cannot run on this CPU
+    assert "TRITON_INTERPRET" in REGISTRY[STRATEGY].unsupported_reason(cpu, make_backend("torch", cpu))

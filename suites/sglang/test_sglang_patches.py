@@ -1,0 +1,231 @@
+"""ci/sglang_patches against the installed (released) sglang 0.5.23: the commits of the SGLang gate's fixture
+repository (ci/make_sglang_fixture_repo.sh) are what they claim. a is the release; b (0001) casts only the
+rows the decode plan reads and hands FlashInfer the same rows and values as a; c (b + 0002) does that cast
+twice; d (b + 0003) hands FlashInfer other values (one index off). Each commit's real
+FlashInferMLAIndicesUpdaterDecode plans and its real forward_decode runs, FlashInfer recorded, as in
+test_decode_handoff.py; the casts are counted by a torch dispatch mode."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import sgl
+import torch
+from test_decode_handoff import SLOTS, Recorder, case_for, whole_layer
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.pool import KVPool
+from harness.reference import step_queries
+
+pytestmark = pytest.mark.sglang
+
+PATCHES = Path(__file__).resolve().parents[2] / "ci" / "sglang_patches"
+BACKEND = "python/sglang/srt/layers/attention/flashinfer_mla_backend.py"
+COMMITS = {"a": [], "b": ["0001"], "c": ["0001", "0002"], "d": ["0001", "0003"]}
+
+
+def patch_file(number: str) -> Path:
+    (path,) = PATCHES.glob(f"{number}-*.patch")
+    return path
+
+
+def apply(tree: Path, numbers: list[str]) -> subprocess.CompletedProcess:
+    """git apply the patches, in order, to `tree` (a folder holding BACKEND); the last failing result or ok."""
+    out = subprocess.CompletedProcess([], 0, "", "")
+    for number in numbers:
+        out = subprocess.run(["git", "apply", "--verbose", str(patch_file(number))], cwd=tree, capture_output=True, text=True)
+        if out.returncode:
+            return out
+    return out
+
+
+def released_tree(tmp_path: Path) -> Path:
+    """A folder holding the installed sglang's flashinfer_mla_backend.py at SGLang's repository path."""
+    sgl.require()
+    import sglang
+
+    assert sglang.__version__ == "0.5.23", f"the patches are written against sglang 0.5.23, installed: {sglang.__version__}"
+    origin = importlib.util.find_spec("sglang.srt.layers.attention.flashinfer_mla_backend").origin
+    (tmp_path / BACKEND).parent.mkdir(parents=True)
+    shutil.copy(origin, tmp_path / BACKEND)
+    return tmp_path
+
+
+def commit_module(tmp_path: Path, commit: str):
+    """The flashinfer_mla_backend module of fixture commit `commit` (released source + its patches)."""
+    tree = released_tree(tmp_path / commit)
+    out = apply(tree, COMMITS[commit])
+    assert out.returncode == 0, f"commit {commit}: {out.stderr.strip()}"
+    name = f"sglang.srt.layers.attention.flashinfer_mla_backend_{commit}"
+    spec = importlib.util.spec_from_file_location(name, tree / BACKEND)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class CastLog(TorchDispatchMode):
+    """Counts FP8 -> BF16 casts (aten._to_copy): one entry of element counts per cast."""
+
+    def __init__(self):
+        super().__init__()
+        self.casts = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args[0].dtype == torch.float8_e4m3fn and kwargs.get("dtype") == torch.bfloat16:
+            self.casts.append(args[0].numel())
+        return func(*args, **kwargs)
+
+
+def handoff(module, case) -> dict:
+    """What commit `module`'s FlashInfer MLA backend hands FlashInfer for the first step, layer 0: its decode
+    indices updater plans (real call_begin_forward, real kv-indices kernel) and its forward_decode runs,
+    on objects built without __init__ (as test_decode_handoff.py) whose updater reports to that backend."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+
+    preset, batch = case.preset, case.schedule().steps[0]
+    pool = sgl.mla_pool(SLOTS, preset.page_size, 1, dsa=preset.index_k_bytes > 0)
+    pool.kv_buffer[0].copy_(KVPool(case.geometry, case.scenario.seed, torch.device("cpu")).buffers[0])
+    lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
+    req_to_token = torch.zeros((batch.batch_size, int(lens.max())), dtype=torch.int32)
+    for i in range(batch.batch_size):
+        req_to_token[i, : lens[i]] = torch.as_tensor(batch.kv_indices[batch.rows_of(i)])
+    backend = object.__new__(module.FlashInferMLAAttnBackend)
+    backend.token_to_kv_pool = pool
+    backend.kv_index_translator = KVIndexTranslator(req_to_token=req_to_token, token_to_kv_pool_allocator=None,
+                                                    token_to_kv_pool=pool, page_size=preset.page_size, device="cpu")
+    config = object.__new__(ModelConfig)
+    config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
+    config._init_mla_scaling(sgl.rope_scaling(preset))
+    updater = object.__new__(module.FlashInferMLAIndicesUpdaterDecode)
+    updater.num_local_heads, updater.kv_lora_rank, updater.qk_rope_head_dim = preset.heads_per_rank, 512, 64
+    updater.scaling, updater.data_type, updater.attn_backend = config.scaling, torch.bfloat16, backend
+    wrapper = Recorder()
+    kv_indptr = torch.zeros(batch.batch_size + 1, dtype=torch.int32)
+    kv_indices = torch.full((int(lens.sum()),), -1, dtype=torch.int32)
+    with sgl.single_rank():
+        updater.call_begin_forward(
+            wrapper, lens, int(lens.sum()), torch.arange(batch.batch_size + 1, dtype=torch.int32), kv_indptr,
+            init_metadata_replay=True, plan=None, req_pool_indices=torch.arange(batch.batch_size),
+            kv_indices=kv_indices, qo_indptr_cpu=None, kv_indptr_cpu=None, kv_len_arr_cpu=None,
+        )
+    (_, _, plan_indices, *_), _ = wrapper.plans[0]
+    backend.forward_metadata = SimpleNamespace(decode_wrapper=wrapper)
+    forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True))
+    q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, 0)
+    log = CastLog()
+    with sgl.single_rank(), log:
+        backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, sgl.layer(0, preset.heads_per_rank),
+                               forward_batch, save_kv_cache=False, q_rope=q_pe.reshape(batch.batch_size, -1))
+    (q_n, q_p, ckv, kpe), _ = wrapper.runs[0]
+    return dict(rows=plan_indices.to(torch.int64), q_nope=q_n, q_pe=q_p, kv=whole_layer(ckv, kpe), casts=log.casts,
+                layer_rows=pool.kv_buffer[0].shape[0])
+
+
+@pytest.fixture(scope="module")
+def handoffs(tmp_path_factory) -> dict:
+    case = case_for("glm5-tp8")
+    tmp = tmp_path_factory.mktemp("patched")
+    return {commit: handoff(commit_module(tmp, commit), case) for commit in COMMITS}
+
+
+def read_rows(h: dict) -> torch.Tensor:
+    """The BF16 rows FlashInfer reads (the plan's kv_indices), as int16 bit patterns."""
+    return h["kv"][h["rows"]].view(torch.int16)
+
+
+def same_handoff(x: dict, y: dict) -> bool:
+    return (torch.equal(x["rows"], y["rows"]) and torch.equal(x["q_nope"], y["q_nope"]) and torch.equal(x["q_pe"], y["q_pe"])
+            and x["kv"].shape == y["kv"].shape and torch.equal(read_rows(x), read_rows(y)))
+
+
+def test_patches_apply_to_the_released_source(tmp_path):
+    for commit, numbers in COMMITS.items():
+        out = apply(released_tree(tmp_path / commit), numbers)
+        assert out.returncode == 0, f"commit {commit} ({numbers}): {out.stderr.strip()}"
+
+
+def test_a_patch_that_does_not_apply_is_reported(tmp_path):
+    """The planted twin of the apply check: 0003 is written on top of b, so without 0001 it fails."""
+    out = apply(released_tree(tmp_path), ["0003"])
+    assert out.returncode != 0 and "flashinfer_mla_backend.py" in out.stderr
+
+
+def test_a_is_the_release_casting_the_whole_pool(handoffs):
+    a = handoffs["a"]
+    assert a["casts"] == [a["layer_rows"] * 576], a["casts"]
+    assert torch.equal(read_rows(a), a["kv"][a["rows"]].view(torch.int16))
+
+
+def test_b_hands_flashinfer_the_same_rows_and_values_as_a(handoffs):
+    a, b = handoffs["a"], handoffs["b"]
+    assert b["kv"].shape == a["kv"].shape == (a["layer_rows"], 1, 576) and b["kv"].dtype == torch.bfloat16
+    assert same_handoff(b, a), "b hands FlashInfer other rows or values than the release"
+
+
+def test_b_casts_only_the_rows_the_plan_reads(handoffs):
+    b = handoffs["b"]
+    assert b["casts"] == [len(b["rows"]) * 576], b["casts"]
+    assert len(b["rows"]) < b["layer_rows"] // 2  # ragged-mix reads about a third of the pool
+
+
+def test_d_hands_flashinfer_other_values(handoffs):
+    """The planted twin of the b == a check: one index off must be seen."""
+    b, d = handoffs["b"], handoffs["d"]
+    assert torch.equal(d["rows"], b["rows"]) and not same_handoff(d, handoffs["a"])
+    assert not torch.equal(read_rows(d), read_rows(b))
+
+
+def test_c_casts_twice_with_the_same_values(handoffs):
+    """c, the planted slowdown: b's cast done twice, the handoff unchanged."""
+    b, c = handoffs["b"], handoffs["c"]
+    assert c["casts"] == 2 * b["casts"], (c["casts"], b["casts"])
+    assert same_handoff(c, handoffs["a"])
+
+
+def make_fixture(src: Path, out: Path) -> subprocess.CompletedProcess:
+    script = PATCHES.parent / "make_sglang_fixture_repo.sh"
+    return subprocess.run(["bash", str(script), str(src), str(out)], capture_output=True, text=True)
+
+
+def test_fixture_repo_is_reproducible_and_holds_the_patched_commits(tmp_path):
+    """ci/make_sglang_fixture_repo.sh from the installed package: commits a-d with the patched backend each
+    claims, the same hashes when built twice; an existing OUT is refused and left as it was (the twin)."""
+    sglang = sgl.require()
+    package_parent = Path(sglang.__file__).resolve().parents[1]
+    first, second = make_fixture(package_parent, tmp_path / "one"), make_fixture(package_parent, tmp_path / "two")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    hashes = dict(line.split() for line in first.stdout.splitlines())
+    assert sorted(hashes) == ["a", "b", "c", "d"] and first.stdout == second.stdout
+    for commit in COMMITS:
+        shown = subprocess.run(["git", "-C", str(tmp_path / "one"), "show", f"{commit}:{BACKEND}"], capture_output=True, text=True)
+        expected = released_tree(tmp_path / f"expected-{commit}")
+        assert apply(expected, COMMITS[commit]).returncode == 0
+        assert shown.stdout == (expected / BACKEND).read_text(), f"commit {commit} holds another backend"
+    refused = make_fixture(package_parent, tmp_path / "one")
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+    assert subprocess.run(["git", "-C", str(tmp_path / "one"), "rev-parse", "b"], capture_output=True, text=True).stdout.strip() == hashes["b"]
+
+
+@pytest.mark.parametrize("commit, passes", [("b", True), ("d", False)])
+def test_the_harness_strategy_runs_each_commit(tmp_path, monkeypatch, commit, passes):
+    """sglang_flashinfer (harness/integrations/sglang) with commit b's backend in place of the installed one is
+    bitwise stock over several steps (page reuse, finished requests); with d's (its twin) the verdict is red."""
+    from harness.integrations.sglang import runtime
+    from suites.helpers import run_strategies
+
+    sgl.require()
+    monkeypatch.setitem(sys.modules, runtime.MLA_BACKEND, commit_module(tmp_path, commit))
+    results = run_strategies("glm5-tp8.ci.multistep-reuse", ("stock", "sglang_flashinfer"))
+    (stock, stock_verdict), (ours, verdict) = results["stock"], results["sglang_flashinfer"]
+    assert stock_verdict.passed and verdict.passed == passes, verdict.reason
+    bitwise = all(torch.equal(ours[k][0].view(torch.int16), stock[k][0].view(torch.int16)) for k in stock)
+    assert bitwise == passes

@@ -1,0 +1,343 @@
+"""Issue 25's gate repros on real CPU results (`harness run --scenario b1-l500 --json`, `tpot --json`):
+every hostile edit of a real file gets its documented exit code and one line naming the field.
+Each edit sits beside its untouched twin (the same file compared with itself exits 0)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import compare_results, load_results, main_compare
+from harness.schema import SCHEMA_V1, read_results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run_json(tmp_path_factory) -> dict:
+    """One real CPU run's results document."""
+    path = tmp_path_factory.mktemp("gate") / "a.json"
+    assert main(["run", "--scenario", "b1-l500", "--device", "cpu", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def a(run_json):
+    return copy.deepcopy(run_json)
+
+
+def _compare(tmp_path, base: dict, head: dict, capsys, tolerance: str = "5%") -> tuple[int, str, str]:
+    bp, hp = tmp_path / "base.json", tmp_path / "head.json"
+    bp.write_text(json.dumps(base))
+    hp.write_text(json.dumps(head))
+    code = main_compare(bp, hp, tolerance)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _one_error_line(err: str, *words: str) -> None:
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and all(w in line for w in words), line
+
+
+def _rows(doc: dict, metric: str, strategy: str | None = None) -> list[dict]:
+    return [r for r in doc["rows"] if r["metric"] == metric and strategy in (None, r["strategy"])]
+
+
+def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
+    assert a["schema"] == "mla-harness-results/2"
+    assert a["case"] == {"preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
+                         "backend": "torch", "kernel": "auto"}
+    code, out, _ = _compare(tmp_path, a, a, capsys)
+    assert code == 0 and "30 rows" in out and "unchanged" in out
+    for word in ("slower", "regressed", "missing", "failing"):  # identical files: no word of change (repro 10)
+        assert word not in out
+
+
+# 1. missing results fail
+
+
+def test_empty_head_is_bad_input(a, tmp_path, capsys):
+    head = {**a, "rows": []}
+    code, out, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, "head.json: rows", "empty")
+
+
+def test_head_without_its_verdict_rows_fails_naming_them(a, tmp_path, capsys):
+    head = {**a, "rows": [r for r in a["rows"] if r["metric"] != "verdict"]}
+    code, out, _ = _compare(tmp_path, a, head, capsys)
+    assert code == 1 and "missing" in out and "REGRESSION" in out
+    assert "stock/verdict missing" in out and "gather_cast/verdict missing" in out
+
+
+def test_head_with_a_null_extra_bytes_fails(a, tmp_path, capsys):
+    head = copy.deepcopy(a)
+    for row in _rows(head, "extra_bytes"):
+        row["value"] = None
+    code, out, _ = _compare(tmp_path, a, head, capsys)
+    assert code == 1 and "extra_bytes missing" in out
+
+
+# 2./3. only like with like: the case record
+
+
+@pytest.mark.parametrize("field, value", [("preset", "deepseek-v3-tp8"), ("scenario", "b1-l4096"), ("scale", "prod"),
+                                          ("backend", "flashinfer-fa3"), ("slots", 20000), ("layers", 1),
+                                          ("kernel", "fa2")])
+def test_another_case_is_bad_input_naming_the_field(a, tmp_path, capsys, field, value):
+    head = copy.deepcopy(a)
+    head["case"][field] = value
+    for row in head["rows"]:
+        if field in row:
+            row[field] = value
+    code, out, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, f"case.{field}", repr(value))
+
+
+def test_slots_and_layers_are_part_of_the_case(tmp_path, capsys, a):
+    """Repro 3: a run with --layers 1 --slots 20000 carries them, so it is not the default case."""
+    path = tmp_path / "l1.json"
+    assert main(["run", "--scenario", "b1-l500", "--device", "cpu", "--layers", "1", "--slots", "20000",
+                 "--strategy", "gather_cast", "--json", str(path)]) == 0
+    capsys.readouterr()
+    l1 = json.loads(path.read_text())
+    assert (l1["case"]["slots"], l1["case"]["layers"], l1["case"]["scale"]) == (20000, 1, "ci")
+    code, _, err = _compare(tmp_path, a, l1, capsys)
+    assert code == 2
+    _one_error_line(err, "case.slots", "20000", "16384")
+
+
+def test_a_row_of_another_case_than_its_file_is_bad_input(a, tmp_path, capsys):
+    head = copy.deepcopy(a)
+    head["rows"][3]["scenario"] = "b1-l4096"
+    code, _, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2
+    _one_error_line(err, "rows[3].scenario", "case.scenario")
+
+
+def test_tpot_json_carries_its_case(tmp_path):
+    out = tmp_path / "t.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "tpot", "--device", "cpu", "--shrink", "--slots", "2048",
+                           "--layers", "2", "--scenario", "b1-l500", "--repeats", "1", "--strategy", "gather_cast",
+                           "--no-breakdown", "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    case = read_results(out).case
+    assert (case.scenario, case.slots, case.layers, case.backend) == ("b1-l500", 2048, 2, "torch")
+
+
+# version 1 files are upgraded on read
+
+
+def _as_v1(doc: dict, repro: str) -> dict:
+    old = {k: v for k, v in doc.items() if k != "case"}
+    old.update(schema=SCHEMA_V1, repro=repro, rows=[{k: v for k, v in r.items() if k != "gating"} for r in doc["rows"]])
+    return old
+
+
+def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
+    v1 = _as_v1(a, "python -m harness run --scenario b1-l500 --slots 16384 --layers=2 --json a.json")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(v1))
+    assert load_results(path).case == read_results(_write(tmp_path / "v2.json", a)).case
+    code, out, _ = _compare(tmp_path, v1, a, capsys)
+    assert code == 0 and "30 unchanged" in out
+    bare = _as_v1(a, "python -m harness run --scenario b1-l500")  # slots/layers not recorded: not the same case
+    assert load_results(_write(tmp_path / "bare.json", bare)).case.slots is None
+    code, _, err = _compare(tmp_path, bare, a, capsys)
+    assert code == 2
+    _one_error_line(err, "case.slots", "None")
+    mixed = copy.deepcopy(bare)
+    mixed["rows"][0]["scenario"] = "b32-l4096"  # a v1 file of two cases has no single case
+    code, _, err = _compare(tmp_path, mixed, a, capsys)
+    assert code == 2
+    _one_error_line(err, "base.json: rows[].scenario", "several cases")
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# 4. devices
+
+
+def _on_gpu(doc: dict, device: str = "cuda:0") -> dict:
+    doc = copy.deepcopy(doc)
+    doc["environment"].update(device=device, gpu="NVIDIA H200")
+    for row in doc["rows"]:
+        row.pop("gating", None)
+    return doc
+
+
+def test_gpu_base_against_cpu_head_cannot_judge_both_ways(a, tmp_path, capsys):
+    gpu = _on_gpu(a)
+    slower = copy.deepcopy(a)
+    for row in (r for r in _rows(slower, "cast_us") if r["value"] is not None):
+        row["samples"] = [v * 1.2 for v in row["samples"]]
+        row["value"] *= 1.2
+    for base, head in ((gpu, slower), (slower, gpu), (gpu, a), (a, gpu)):
+        code, out, _ = _compare(tmp_path, base, head, capsys)
+        assert code == 2 and "ENVIRONMENTS DIFFER: device" in out and "CANNOT JUDGE" in out
+
+
+def test_device_names_compare_case_insensitively(a, tmp_path, capsys):
+    code, out, _ = _compare(tmp_path, _on_gpu(a, "CUDA:0"), _on_gpu(a, "cuda:0"), capsys)
+    assert code == 0 and "ENVIRONMENTS DIFFER" not in out
+    code, _, _ = _compare(tmp_path, _on_gpu(a, "CUDA:0"), a, capsys)
+    assert code == 2  # twin: cuda vs cpu
+
+
+# 5. units
+
+
+@pytest.mark.parametrize("metric, unit, factor", [("extra_bytes", "MiB", 2), ("cast_us", "ms", 1.2)])
+def test_a_unit_change_is_bad_input(a, tmp_path, capsys, metric, unit, factor):
+    head = copy.deepcopy(a)
+    row = _rows(head, metric, "gather_cast")[0]
+    row.update(unit=unit, value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
+    code, out, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit))
+
+
+# 6. verdicts
+
+
+@pytest.mark.parametrize("value", ["FAIL", "garbage", None, 0, "Pass"])
+def test_a_verdict_outside_the_four_is_bad_input(a, tmp_path, capsys, value):
+    head = copy.deepcopy(a)
+    index = next(i for i, r in enumerate(head["rows"]) if r["metric"] == "verdict" and r["value"] == "pass")
+    head["rows"][index]["value"] = value
+    code, _, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2
+    _one_error_line(err, f"rows[{index}].value")
+
+
+@pytest.mark.parametrize("base_value, head_value", [("pass", "unsupported"), ("pass", "fail"), ("error", "fail"),
+                                                    ("fail", "fail")])
+def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_value):
+    base, head = copy.deepcopy(a), copy.deepcopy(a)
+    _rows(base, "verdict", "gather_cast")[0]["value"] = base_value
+    _rows(head, "verdict", "gather_cast")[0]["value"] = head_value
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "gather_cast/verdict failing" in out
+
+
+def test_unsupported_after_pass_is_accepted_when_the_environment_says_why(a, tmp_path, capsys):
+    base, head = _on_gpu(a), _on_gpu(a)
+    base["environment"]["flashinfer"], head["environment"]["flashinfer"] = "0.7.2.post1", None
+    _rows(head, "verdict", "gather_cast")[0]["value"] = "unsupported"
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "flashinfer 0.7.2.post1 -> None" in out
+    head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "unsupported in the same environment" in out
+
+
+# 8. bounded memory
+
+
+def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
+    base, head = copy.deepcopy(a), copy.deepcopy(a)
+    for doc, scale in ((base, 1.0), (head, 1.01)):
+        row = _rows(doc, "cast_us", "stock")[0]
+        row["samples"] = [row["value"] * scale * (1 + (i % 1000) / 1e5) for i in range(1_000_000)]
+    bp, hp = _write(tmp_path / "base.json", base), _write(tmp_path / "head.json", head)
+    limit = 1 << 30  # 1 GiB of address space: the old 2000 x n int64 draw needs 16 GB
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(bp), str(hp)], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, preexec_fn=cap)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "MemoryError" not in proc.stderr and "30 rows" in proc.stdout
+
+
+# 10. the word fits
+
+
+def _shift(doc: dict, metric: str, strategy: str, factor: float) -> dict:
+    doc = copy.deepcopy(doc)
+    row = _rows(doc, metric, strategy)[0]
+    row.update(value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
+    return doc
+
+
+def test_a_faster_head_is_never_slower(a, tmp_path, capsys):
+    gpu = _on_gpu(a)
+    for factor in (0.88, 0.97, 0.999):
+        head = _shift(gpu, "cast_us", "stock", factor)
+        comparison = compare_results(gpu, head, 0.05)
+        (change,) = [c for c in comparison.changes if c.key[3] == "stock" and c.key[5] == "cast_us"]
+        assert change.status in ("improved", "unchanged", "inconclusive"), (factor, change)
+        code, out, _ = _compare(tmp_path, gpu, head, capsys)
+        assert "slower" not in out and "regressed" not in out
+
+
+def test_informational_metrics_never_print_regressed(a, tmp_path, capsys):
+    base = _on_gpu(a)  # on CUDA too: step_ms, step_eager_ms inform only
+    _rows(base, "step_ms", "stock")[0].update(value=10.0, samples=[10.0 + 0.01 * (i % 7) for i in range(40)])
+    head = _shift(base, "step_ms", "stock", 1.68)  # the H200 A/A pair's 1.68x
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "regressed" not in out and "worse" in out
+
+
+def test_the_below_resolution_note_is_shown(a, tmp_path, capsys):
+    base = _on_gpu(a)
+    for row in _rows(base, "cast_us"):
+        row.update(value=2.0, samples=[2.0 + 0.01 * (i % 7) for i in range(40)])
+    head = copy.deepcopy(base)
+    for row in _rows(head, "cast_us"):
+        row.update(value=2.3, samples=[2.3 + 0.01 * (i % 7) for i in range(40)])  # +15%, but 0.3 us < 0.5 us
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "below the metric's resolution 0.5" in out and "regressed" not in out
+
+
+@pytest.mark.parametrize("text", ["0%", "100%", "150%", "-5%"])
+def test_max_regression_outside_0_100_is_bad_input(a, tmp_path, capsys, text):
+    code, _, err = _compare(tmp_path, a, a, capsys, tolerance=text)
+    assert code == 2
+    _one_error_line(err, "--max-regression", "(0%, 100%)") if text != "-5%" else _one_error_line(err, "--max-regression")
+
+
+# 12. the schema refuses negative or zero timings and sizes
+
+
+@pytest.mark.parametrize("metric, field, value", [("cast_us", "samples", -1.0), ("cast_us", "samples", 0.0),
+                                                  ("cast_us", "value", -3.0), ("extra_bytes", "value", -1),
+                                                  ("control_copy_gbps", "value", 0.0)])
+def test_negative_or_zero_measurements_are_bad_input(a, tmp_path, capsys, metric, field, value):
+    head = copy.deepcopy(a)
+    index = next(i for i, r in enumerate(head["rows"]) if r["metric"] == metric)
+    row = head["rows"][index]
+    if field == "samples":
+        row["samples"][0] = value
+    else:
+        row["value"] = value
+    code, _, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2
+    _one_error_line(err, f"rows[{index}].{field}", metric)
+
+
+@pytest.mark.parametrize("stat", ["mismatches", "total", "nonfinite"])
+def test_negative_counts_in_verdict_statistics_are_bad_input(a, tmp_path, capsys, stat):
+    head = copy.deepcopy(a)
+    index = next(i for i, r in enumerate(head["rows"]) if r["metric"] == "verdict" and (r["detail"] or {}).get("stats"))
+    head["rows"][index]["detail"]["stats"][stat] = -1
+    code, _, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2
+    _one_error_line(err, f"rows[{index}].detail.stats.{stat}")
+    head["rows"][index]["detail"]["stats"][stat] = 0  # twin: zero is a count
+    assert _compare(tmp_path, a, head, capsys)[0] != 2

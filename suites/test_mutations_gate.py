@@ -1,0 +1,159 @@
+"""The gate's mutation test: a fault planted in a copy of the source tree (one exact line replaced,
+as suites/test_mutations.py does) must make the tests that pin that behaviour fail. Covers the
+decision rule, the control, the clock guard, compare's rules, the results schema and ci/asv_gate.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("harness", "suites", "ci", "golden", "conftest.py", "pyproject.toml")
+RULE, COMPARE, INPUT, ASV = ("suites/test_decision_rule.py", "suites/test_compare.py", "suites/test_gate_input.py",
+                             "suites/test_asv_gate.py")
+
+# (id, file, exact original text, mutated text, tests that must fail)
+MUTATIONS = [
+    # the decision rule
+    ("confidence-98", "harness/decision.py", "CONFIDENCE = 0.99", "CONFIDENCE = 0.98",
+     [f"{RULE}::test_the_interval_is_two_sided_99_percent"]),
+    ("one-sided-tail", "harness/decision.py", "tail = (1 - confidence) / 2 * 100", "tail = (1 - confidence) * 100",
+     [f"{RULE}::test_the_interval_is_two_sided_99_percent"]),
+    ("equal-medians-judged", "harness/decision.py",
+     "if len(base) and len(head) and np.median(base) == np.median(head):", "if False:",
+     [f"{RULE}::test_equal_medians_are_unchanged_whatever_the_sample_count"]),
+    ("resolution-ignored", "harness/decision.py",
+     "if status in (REGRESSED, INCONCLUSIVE) and change < resolution:", "if False:",
+     [f"{INPUT}::test_the_below_resolution_note_is_shown"]),
+    ("faster-head-slower", "harness/decision.py",
+     "if status == SLOWER and not (worse_low > 1 and worse > 1):", "if False:",
+     [f"{RULE}::test_a_faster_head_below_the_resolution_is_unchanged_not_slower"]),
+    ("bootstrap-unbounded", "harness/decision.py",  # the old draw: every sample, all resamples at once
+     "ordered = _thinned(values)\n    n = ordered.size\n    per_chunk = max(1, CHUNK // n)",
+     "ordered = np.sort(values)\n    n = ordered.size\n    per_chunk = resamples",
+     [f"{INPUT}::test_a_million_samples_compare_in_bounded_memory"]),
+    # the control and the clock guard
+    ("control-rise-ignored", "harness/compare.py", "if d.status in (REGRESSED, decision.IMPROVED):",
+     "if d.status == REGRESSED:", [f"{COMPARE}::test_a_rise_of_the_control_is_another_environment_as_a_drop_is"]),
+    ("control-bytes-halved", "harness/control.py", "tuple(2 * nbytes / (ms * 1e-3) / 1e9", "tuple(nbytes / (ms * 1e-3) / 1e9",
+     [f"{COMPARE}::test_the_control_counts_bytes_read_and_written"]),
+    ("memory-clock-vs-sm", "harness/clocks.py", "if after.mem_mhz < before.mem_mhz * CLOCK_DROP:",
+     "if after.mem_mhz < before.sm_mhz * CLOCK_DROP:", [f"{COMPARE}::test_each_clock_is_compared_with_its_own_before_value"]),
+    ("sm-clock-vs-memory", "harness/clocks.py", "if after.sm_mhz < before.sm_mhz * CLOCK_DROP:",
+     "if after.sm_mhz < before.mem_mhz * CLOCK_DROP:", [f"{COMPARE}::test_each_clock_is_compared_with_its_own_before_value"]),
+    ("standing-throttle-disturbs", "harness/clocks.py", "if started := sorted(set(after.slowdown) - set(before.slowdown)):",
+     "if started := sorted(set(after.slowdown)):",
+     [f"{COMPARE}::test_only_a_throttle_that_started_during_the_block_disturbs_it"]),
+    ("base-guard-unread", "harness/compare.py", "why = _disturbed(base) or _disturbed(head)", "why = _disturbed(head)",
+     [f"{COMPARE}::test_the_base_rows_guard_is_read_as_well_as_the_heads"]),
+    ("peak-bytes-informational", "harness/metrics.py", '_m("peak_bytes", "B", "lower", CUDA,',
+     '_m("peak_bytes", "B", "lower", NOWHERE,', [f"{COMPARE}::test_peak_bytes_gates_on_cuda_only"]),
+    # compare's rules
+    ("exact-tolerance-ignored", "harness/compare.py",
+     'worse, improved = (h > b * (1 + f), h * (1 + f) < b) if better == "lower"',
+     'worse, improved = (h > b, h * (1 + f) < b) if better == "lower"',
+     [f"{COMPARE}::test_an_exact_metric_within_the_tolerance_is_changed_not_regressed"]),
+    ("missing-row-passes", "harness/compare.py", 'return Change(key, base, None, MISSING, note="not in the head")',
+     'return Change(key, base, None, "added")', [f"{INPUT}::test_head_without_its_verdict_rows_fails_naming_them"]),
+    ("empty-head-accepted", "harness/compare.py", "        if not rows:", "        if False:",
+     [f"{INPUT}::test_empty_head_is_bad_input"]),
+    ("case-unchecked", "harness/compare.py", "    _same_case(base, head, names)", "    pass",
+     [f"{INPUT}::test_another_case_is_bad_input_naming_the_field"]),
+    ("unit-change-accepted", "harness/compare.py", "    _same_units(b, h, names[1])", "    pass",
+     [f"{INPUT}::test_a_unit_change_is_bad_input"]),
+    ("cpu-head-judges-gpu-base", "harness/compare.py",
+     'device_differs = None if device_type(base) == device else f"device {device_type(base)} vs {device}"',
+     "device_differs = None", [f"{INPUT}::test_gpu_base_against_cpu_head_cannot_judge_both_ways"]),
+    ("device-case-sensitive", "harness/compare.py", 'return env.device.split(":")[0].strip().lower()',
+     'return env.device.split(":")[0].strip()', [f"{INPUT}::test_device_names_compare_case_insensitively"]),
+    ("fail-after-fail-passes", "harness/compare.py", "    if h in BAD_VERDICTS:", '    if h in BAD_VERDICTS and b == "pass":',
+     [f"{COMPARE}::test_verdict_transitions"]),
+    ("unsupported-always-explained", "harness/compare.py", "        if explained:", "        if True:",
+     [f"{INPUT}::test_unsupported_after_pass_is_accepted_when_the_environment_says_why"]),
+    ("informational-regressed", "harness/compare.py",
+     "status = WORSE if change.status == REGRESSED and not gating else change.status", "status = change.status",
+     [f"{INPUT}::test_informational_metrics_never_print_regressed"]),
+    ("max-regression-unbounded", "harness/compare.py", "if not 0 < value < 1:", "if not 0 <= value:",
+     [f"{COMPARE}::test_parse_factor_rejects"]),
+    # the results schema
+    ("negative-counts-accepted", "harness/schema.py", "Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]",
+     "Count = Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)]",
+     [f"{INPUT}::test_negative_counts_in_verdict_statistics_are_bad_input"]),
+    ("negative-timings-accepted", "harness/schema.py", "if not _number(v) or v < 0 or (declared.timed and v == 0):",
+     "if not _number(v):", [f"{INPUT}::test_negative_or_zero_measurements_are_bad_input"]),
+    ("any-verdict-accepted", "harness/schema.py", 'if self.metric == "verdict" and self.value not in VERDICTS:',
+     "if False:", [f"{INPUT}::test_a_verdict_outside_the_four_is_bad_input"]),
+    ("rows-of-another-case", "harness/schema.py", "if getattr(row, name) != getattr(self.case, name):", "if False:",
+     [f"{INPUT}::test_a_row_of_another_case_than_its_file_is_bad_input"]),
+    # ci/asv_gate.py
+    ("asv-exit-2-ignored", "ci/asv_gate.py", "if failures or returncode == 2:", "if failures:",
+     [f"{ASV}::test_asv_exit_2_is_a_failure_whatever_its_output_says"]),
+    ("vanished-benchmark-passes", "ci/asv_gate.py", "        if name not in head:\n            out.append(",
+     "        if name not in head:\n            continue\n            out.append(",
+     [f"{ASV}::test_a_vanished_skipped_or_failed_benchmark_fails_the_gate"]),
+    ("asv-factor-unbounded", "ci/asv_gate.py", "if not 1.0 < value < 2.0:", "if not 1.0 < value:",
+     [f"{ASV}::test_factor_outside_1_2_is_refused"]),
+]
+
+
+def _mutated_copy(dest: Path, file: str, original: str, mutated: str) -> None:
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    path = dest / file
+    text = path.read_text()
+    assert text.count(original) == 1, f"{file} no longer holds {original!r} exactly once: update this mutation"
+    path.write_text(text.replace(original, mutated))
+
+
+def _run_all(workdir: Path, names: list[str]) -> dict[str, int]:
+    """In this (child) process: for each mutation, a mutated copy, fresh modules, and pytest.main on its tests."""
+    codes = {}
+    for name, file, original, mutated, tests in (m for m in MUTATIONS if m[0] in names):
+        copy = workdir / name
+        _mutated_copy(copy, file, original, mutated)
+        stale = ("harness", "suites", "ci")
+        for mod in [m for m in sys.modules if m in stale or m.startswith(tuple(f"{p}." for p in stale) + ("test_",)) or m == "conftest"]:
+            del sys.modules[mod]
+        sys.path.insert(0, str(copy))
+        os.chdir(copy)
+        codes[name] = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+                                       "--basetemp", str(workdir / f"{name}.tmp"), *tests]))
+        sys.path.remove(str(copy))
+    return codes
+
+
+def test_every_mutation_names_one_exact_line():
+    for name, file, original, _, tests in MUTATIONS:
+        assert (ROOT / file).read_text().count(original) == 1, name
+        assert all((ROOT / t.split("::")[0]).is_file() for t in tests), name
+
+
+GROUPS = {"asv": [m[0] for m in MUTATIONS if m[1] == "ci/asv_gate.py"]}
+GROUPS["harness"] = [m[0] for m in MUTATIONS if m[0] not in GROUPS["asv"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_gate_mutations_are_caught(tmp_path, group):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLA_HARNESS_")}  # no CI skip guard in the copies
+    proc = subprocess.run([sys.executable, __file__, str(tmp_path), *GROUPS[group]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    missed = [name for name, code in codes.items() if code != pytest.ExitCode.TESTS_FAILED]
+    assert not missed and sorted(codes) == sorted(GROUPS[group]), f"mutations not caught: {missed}\n{proc.stdout[-3000:]}"
+
+
+if __name__ == "__main__":
+    print(json.dumps(_run_all(Path(sys.argv[1]), sys.argv[2:])))

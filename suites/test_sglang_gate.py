@@ -1,0 +1,227 @@
+"""ci/sglang_gate.py, the SGLang gate's driver: bad input (one line, exit 2, before anything runs), the asv
+configuration it writes (asv loads it and resolves its environment plugin), the per-commit install that
+the --json mode hands `harness run`, and the plugin's .pth. On a fake SGLang repository (two commits whose
+sglang/__init__.py differ), so no real SGLang is needed; the real one is suites/sglang/test_sglang_patches.py
+and the H200 evidence (docs/evidence/sglang-gate/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import asv_sglang_env, sglang_gate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def fake_sglang(tmp_path: Path, subdir: str = "python") -> Path:
+    """A git repo in SGLang's layout with commits tagged a and b; sglang.MARK names the commit."""
+    repo = tmp_path / "sglang"
+    pkg = repo / subdir / "sglang"
+    pkg.mkdir(parents=True)
+    (repo / subdir / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+                                                 '[project]\nname = "sglang"\nversion = "0.5.23"\n')
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for tag in ("a", "b"):
+        (pkg / "__init__.py").write_text(f"MARK = {tag!r}\n")
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(repo), "commit", "-qm", tag], check=True, env=env)
+        subprocess.run(["git", "-C", str(repo), "tag", tag], check=True)
+    return repo
+
+
+def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
+    code = sglang_gate.main(list(argv))
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def no_asv(monkeypatch):
+    """Stand-ins for asv: `asv machine` and the gate record their arguments instead of running."""
+    calls = {"machine": [], "gate": []}
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if "asv" in cmd and "machine" in cmd:
+            calls["machine"].append(cmd)
+            return subprocess.CompletedProcess(cmd, 0)
+        return real_run(cmd, *args, **kwargs)
+
+    from ci import asv_gate
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    monkeypatch.setattr(asv_gate, "main", lambda argv: calls["gate"].append(argv) or 0)
+    for name in ("MLA_ASV_STRATEGIES", "MLA_ASV_SCENARIOS"):  # the gate's setdefault is undone after the test
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(ROOT)
+    return calls
+
+
+@pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv, case):
+    repo = fake_sglang(tmp_path)
+    monkeypatch.delenv("MLA_SGLANG_REPO", raising=False)
+    argv, names = {
+        "no-such-folder": (["--sglang-repo", str(tmp_path / "nope"), "a", "b"], "no such folder"),
+        "not-a-repo": (["--sglang-repo", str(tmp_path / "plain"), "a", "b"], "not a git repository"),
+        "unknown-base": (["--sglang-repo", str(repo), "nope", "b"], "BASE 'nope': unknown commit"),
+        "unknown-head": (["--sglang-repo", str(repo), "a", "v9.9"], "HEAD 'v9.9': unknown commit"),
+        "no-project": (["--sglang-repo", str(tmp_path), "a", "b"], "no SGLang project"),
+        "no-repo-given": (["a", "b"], "--sglang-repo: not given"),
+    }[case]
+    (tmp_path / "plain").mkdir()
+    if case == "no-project":  # a git repo whose commits hold no SGLang project
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        git(repo, "tag", "-d", "a")
+        (tmp_path / "x").write_text("x")
+        subprocess.run(["git", "-C", str(tmp_path), "add", "x"], check=True)
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], check=True)
+        git(tmp_path, "tag", "a")
+        git(tmp_path, "tag", "b")
+    code, lines = run_main(capsys, *argv)
+    assert code == 2 and len(lines) == 1 and names in lines[0] and lines[0].startswith("sglang-gate: "), lines
+    assert no_asv == {"machine": [], "gate": []}, "asv ran on bad input"
+
+
+def test_json_mode_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    repo = fake_sglang(tmp_path)
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "o.json"), "nope")
+    assert code == 2 and lines == [f"sglang-gate: COMMIT 'nope': unknown commit in {repo.resolve()}"]
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys, no_asv):
+    """The twin of the bad-input cases: valid input is not refused, and asv gets the generated config."""
+    repo = fake_sglang(tmp_path)
+    work = tmp_path / "work"
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--work", str(work), "a", "b", "--", "--show-stderr")
+    assert code == 0 and lines == []
+    (argv,) = no_asv["gate"]
+    config = work / "asv.conf.json"
+    assert argv == [git(repo, "rev-parse", "a"), git(repo, "rev-parse", "b"), "--factor", "1.05", "--config", str(config), "--show-stderr"]
+    assert no_asv["machine"] and str(config) in no_asv["machine"][0]
+    conf = json.loads(config.read_text())
+    assert conf["repo"] == str(repo.resolve()) and conf["repo_subdir"] == "python"
+    assert conf["environment_type"] == "sglang-runner-virtualenv" and conf["plugins"] == [".ci.asv_sglang_env"]
+    assert "--no-deps" in conf["install_command"][0] and "{build_dir}" in conf["install_command"][0]
+    assert Path(conf["benchmark_dir"]) == ROOT / "ci" / "asv_sglang_bench" and Path(conf["env_dir"]).parent == work
+    assert os.environ["MLA_ASV_STRATEGIES"] == ",".join(sglang_gate.sglang_strategies())
+    assert "sglang_flashinfer" in sglang_gate.sglang_strategies() and "stock" not in sglang_gate.sglang_strategies()
+
+
+def test_a_root_level_project_is_found(tmp_path, capsys, no_asv):
+    repo = fake_sglang(tmp_path, subdir="")
+    assert run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
+    assert json.loads((tmp_path / "w" / "asv.conf.json").read_text())["repo_subdir"] == ""
+
+
+def test_asv_loads_the_config_and_resolves_its_environment(tmp_path, monkeypatch):
+    """asv itself reads the generated file and finds the plugin's environment class; a config naming an
+    environment type no plugin provides is refused (the twin)."""
+    from asv import config, environment
+    from asv.plugin_manager import plugin_manager
+
+    repo = fake_sglang(tmp_path)
+    monkeypatch.chdir(ROOT)
+    path = sglang_gate.write_config(repo, "python", tmp_path / "work")
+    conf = config.Config.load(str(path))
+    for plugin in conf.plugins:
+        plugin_manager.import_plugin(plugin)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert environment.get_environment_class(conf, python) is asv_sglang_env.SGLangRunnerVirtualenv
+    conf.environment_type = "no-such-virtualenv"
+    with pytest.raises(environment.EnvironmentUnavailable, match="no-such-virtualenv"):
+        environment.get_environment_class(conf, python)
+
+
+def test_pth_lists_the_harness_first_and_never_the_sglang_checkout(tmp_path, monkeypatch):
+    repo = fake_sglang(tmp_path)
+    inside, outside = repo / "python", tmp_path / "deps"
+    outside.mkdir()
+    monkeypatch.setenv("ASV_PYTHONPATH", os.pathsep.join([str(inside), str(outside)]))
+    lines = asv_sglang_env.pth_lines(str(repo))
+    assert lines[0] == str(ROOT) and lines.count(str(ROOT)) == 1
+    assert str(outside.resolve()) in lines, "a runner directory outside the checkout must be listed (the twin)"
+    assert not any(line.startswith(str(repo.resolve())) for line in lines), lines
+
+
+@pytest.mark.parametrize("commit", ["a", "b"])
+def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monkeypatch, commit):
+    """--json installs the commit --no-deps and runs `harness run --json OUT` with it first on sys.path: the
+    process it starts imports that commit's sglang (a and b differ, so each check is the other's twin)."""
+    repo = fake_sglang(tmp_path)
+    seen = {}
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[1:4] == ["-m", "harness", "run"]:
+            seen["cmd"] = cmd
+            probe = [sys.executable, "-c", "import sglang; print(sglang.MARK)"]
+            seen["mark"] = real_run(probe, env=kwargs["env"], cwd=kwargs["cwd"], capture_output=True, text=True).stdout.strip()
+            return subprocess.CompletedProcess(cmd, 0)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    out = tmp_path / "r.json"
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
+    assert code == 0 and seen["mark"] == commit
+    defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
+    assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", *defaults]
+
+
+def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
+    """ci/asv_sglang_bench keeps every benchmark class of suites/asv under its name (the gate reads the
+    metric from it) and adds Verdict, whose metric gates everywhere."""
+    import inspect
+
+    from ci.asv_gate import metric_of
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+    from harness.metrics import METRICS
+    from suites.asv import benchmarks as harness_bench
+
+    ours = {n for n, c in inspect.getmembers(sgl_bench, inspect.isclass) if not n.startswith("_") and c.__module__ == sgl_bench.__name__}
+    theirs = {n for n, c in inspect.getmembers(harness_bench, inspect.isclass) if not n.startswith("_") and c.__module__ == harness_bench.__name__}
+    assert ours == theirs | {"Verdict"}
+    assert all(getattr(sgl_bench, n).setup_cache is sgl_bench._measure_and_check for n in ours)
+    assert metric_of("benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer')") == "verdict"
+    assert METRICS["verdict"].gates("cuda") and METRICS["verdict"].gates("cpu")
+
+
+@pytest.mark.parametrize("before, after, code", [("0", "1", 1), ("0", "0", 0)])
+def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
+    """track_verdict 0 -> 1 (pass -> fail) as asv prints it is a regression of the gate; 0 -> 0 is its twin."""
+    from ci import asv_gate
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+
+    verdicts = {"pass": 0, "fail": 1, "error": 1, "unsupported": 1}
+    for status, value in verdicts.items():
+        cache = json.dumps({"s": {"verdicts": {"x": status}}})
+        assert sgl_bench.Verdict().track_verdict(cache, "s", "x") == value
+    mark = "+" if after != before else " "
+    table = ("| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
+             f"| {mark} | {before} | {after} | n/a | benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer') |\n")
+    summary = "PERFORMANCE DECREASED." if code else "BENCHMARKS NOT SIGNIFICANTLY CHANGED."
+    assert asv_gate.classify(code, table + summary + "\n").code == code
+
+
+def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch):
+    """Every requested strategy unsupported (the commit's SGLang does not import) is a failed setup_cache (the
+    asv gate's exit 2), never an unchanged verdict; one strategy that ran is its twin and passes through."""
+    from ci.asv_sglang_bench import benchmarks as sgl_bench
+
+    monkeypatch.setattr(sgl_bench.harness_bench, "STRATEGIES", ["sglang_flashinfer", "sglang_fa3"])
+    with pytest.raises(RuntimeError, match="nothing requested could be checked"):
+        sgl_bench.checked({"stock": "pass", "sglang_flashinfer": "unsupported", "sglang_fa3": "unsupported"}, "b32-l4096")
+    ran = {"stock": "pass", "sglang_flashinfer": "fail", "sglang_fa3": "unsupported"}
+    assert sgl_bench.checked(ran, "b32-l4096") == ran

@@ -1,0 +1,95 @@
+"""The sgl_kernel import-time stand-in (harness/integrations/sglang/stand_in.py) and the reasons the
+SGLang-backed strategies give without SGLang; each check beside a planted twin."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from harness.integrations.sglang import runtime, stand_in
+from harness.strategies import REGISTRY
+
+
+@pytest.fixture
+def clean_sgl_kernel():
+    """No sgl_kernel module, stand-in or finder before and after the test."""
+    saved = {n: m for n, m in sys.modules.items() if n == "sgl_kernel" or n.startswith("sgl_kernel.")}
+    for name in saved:
+        del sys.modules[name]
+    stand_in.uninstall()
+    yield
+    stand_in.uninstall()
+    for name in [n for n in sys.modules if n == "sgl_kernel" or n.startswith("sgl_kernel.")]:
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+def assert_stand_in_in_place() -> None:
+    """`from sgl_kernel.flash_attn import f` imports; calling f raises one error naming it."""
+    from sgl_kernel.flash_attn import flash_attn_with_kvcache
+
+    assert stand_in.is_stand_in("sgl_kernel") and stand_in.is_stand_in("sgl_kernel.flash_attn")
+    with pytest.raises(stand_in.StandInCalled) as err:
+        flash_attn_with_kvcache(torch.zeros(1))
+    assert str(err.value).startswith("sgl_kernel.flash_attn.flash_attn_with_kvcache was called")
+    assert "\n" not in str(err.value)
+    from sgl_kernel.scalar_type import scalar_types  # attributes of a name are names (used at import time)
+
+    with pytest.raises(stand_in.StandInCalled, match="^sgl_kernel.scalar_type.scalar_types.uint4b8 was called"):
+        scalar_types.uint4b8()
+
+
+def test_stand_in_imports_and_every_call_names_itself(clean_sgl_kernel):
+    if stand_in.real_available():
+        pytest.skip("a real sgl_kernel is installed here")
+    assert stand_in.install()
+    assert_stand_in_in_place()
+    stand_in.uninstall()
+    assert "sgl_kernel" not in sys.modules
+    with pytest.raises(ImportError):
+        import sgl_kernel  # noqa: F401
+
+
+def test_stand_in_check_catches_a_silent_stand_in(clean_sgl_kernel, monkeypatch):
+    """Twin: a stand-in whose functions return instead of raising fails the check."""
+    if stand_in.real_available():
+        pytest.skip("a real sgl_kernel is installed here")
+    monkeypatch.setattr(stand_in, "_function", lambda qualname: (lambda *a, **k: None))
+    stand_in.install()
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        assert_stand_in_in_place()
+
+
+def test_a_real_sgl_kernel_wins(clean_sgl_kernel, tmp_path, monkeypatch):
+    (tmp_path / "sgl_kernel").mkdir()
+    (tmp_path / "sgl_kernel" / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert stand_in.real_available()
+    assert not stand_in.install()  # nothing installed over the real module
+    import sgl_kernel
+
+    assert sgl_kernel.REAL and not stand_in.is_stand_in("sgl_kernel")
+
+
+def test_without_sglang_the_strategies_say_so(monkeypatch):
+    from harness.backends import make_backend
+
+    real_find_spec = runtime.importlib.util.find_spec
+    monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real_find_spec(name, *a))
+    runtime.import_reason.cache_clear()
+    try:
+        cpu = torch.device("cpu")
+        reason = REGISTRY["sglang_flashinfer"].unsupported_reason(cpu, make_backend("torch", cpu))
+        assert reason == f"sglang_flashinfer: sglang is not installed ({runtime.INSTALL_HINT})"
+        assert REGISTRY["sglang_fa3"].unsupported_reason(cpu, make_backend("torch", cpu)) == "sglang_fa3 runs on cuda only"
+    finally:
+        runtime.import_reason.cache_clear()
+
+
+def test_sglang_backed_strategies_are_not_benchmarked_by_default():
+    from harness.strategies import BENCHMARKED
+
+    assert not {"sglang_flashinfer", "sglang_fa3"} & set(BENCHMARKED)
+    assert REGISTRY["sglang_flashinfer"].tier == "bitwise"
