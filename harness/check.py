@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 
+import msgspec
 import torch
 
 from harness.backends import backend_keys
 from harness.contract import OUT_WIDTH, ContractViolation, check_boundary  # noqa: F401  (the contract's home; re-exported)
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.schema import ErrorStats
 from harness.strategies import ORDER, REGISTRY
 
 POLICY_FILE = Path(__file__).with_name("tolerances.toml")
@@ -35,18 +37,6 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
-class ErrorStats:
-    max_abs: float
-    max_rel: float
-    norm_rel: float
-    mismatches: int
-    total: int
-    matched_ratio: float
-    worst_index: tuple[int, ...]
-    nonfinite: int
-
-
-@dataclass(frozen=True)
 class Verdict:
     status: Status
     reason: str = ""
@@ -57,7 +47,7 @@ class Verdict:
         return self.status == Status.PASS
 
     def to_dict(self) -> dict:
-        return {"status": self.status.value, "reason": self.reason, "stats": asdict(self.stats) if self.stats else None}
+        return {"status": self.status.value, "reason": self.reason, "stats": msgspec.structs.asdict(self.stats) if self.stats else None}
 
 
 BACKEND_KEYS = backend_keys()  # tolerance rows may name a backend or its family

@@ -38,7 +38,8 @@ def _reasons(mask: int) -> tuple[str, ...]:
     return tuple(name for bit, name in sorted(SLOWDOWN_REASONS.items()) if mask & bit)
 
 
-def _smi_id(device: torch.device) -> str:
+def smi_id(device: torch.device) -> str:
+    """nvidia-smi's and NVML's id for this GPU: its UUID (an index would count outside CUDA_VISIBLE_DEVICES)."""
     uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "")
     if not uuid:
         return str(device.index or 0)
@@ -52,7 +53,7 @@ def _nvml_state(device: torch.device) -> GpuState | None:
         return None
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(_smi_id(device))
+        handle = pynvml.nvmlDeviceGetHandleByUUID(smi_id(device))
         return GpuState(
             pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
             pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
@@ -74,7 +75,7 @@ def _smi(args: list[str]) -> str | None:
 
 
 def _smi_state(device: torch.device) -> GpuState | None:
-    gpu = f"--id={_smi_id(device)}"
+    gpu = f"--id={smi_id(device)}"
     for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):  # new name, old name
         line = _smi([f"--query-gpu=clocks.sm,clocks.mem,temperature.gpu,{reasons}", "--format=csv,noheader,nounits", gpu])
         if line:

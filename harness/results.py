@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from harness.clocks import smi_id
 from harness.fsio import write_text
 from harness.metrics import METRICS, validate_rows
 from harness.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
@@ -36,14 +37,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _smi_id(props, device: torch.device) -> str:
-    """nvidia-smi's id for this GPU: its UUID (an index would count outside CUDA_VISIBLE_DEVICES)."""
-    uuid = str(getattr(props, "uuid", "") or "")
-    if not uuid:
-        return str(device.index or 0)
-    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-
-
 def _gpu_fingerprint(device: torch.device) -> dict:
     props = torch.cuda.get_device_properties(device)
     info = {
@@ -56,7 +49,7 @@ def _gpu_fingerprint(device: torch.device) -> dict:
     try:
         query = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu"
         out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", f"--id={_smi_id(props, device)}"],
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", f"--id={smi_id(device)}"],
             capture_output=True, text=True, timeout=10,
         )
         keys = ["driver", "clock_sm", "clock_mem", "clock_sm_max", "power_limit", "temperature"]

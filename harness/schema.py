@@ -36,13 +36,16 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 
 
-class ErrorStats(msgspec.Struct):
+class ErrorStats(msgspec.Struct, frozen=True):
+    """A verdict's error statistics against its golden: built by harness.check, read back from results files."""
+
     max_abs: Annotated[float, msgspec.Meta(ge=0)] | None = None  # inf when outputs were non-finite
     max_rel: Annotated[float, msgspec.Meta(ge=0)] | None = None
     norm_rel: Annotated[float, msgspec.Meta(ge=0)] | None = None
     mismatches: Count | None = None
     total: Count | None = None
     matched_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    worst_index: tuple[Count, ...] | None = None
     nonfinite: Count | None = None
 
 

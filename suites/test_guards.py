@@ -54,7 +54,7 @@ def test_cpu_records_nothing_and_says_so():
 def test_nvidia_smi_answers_are_parsed(monkeypatch):
     answers = {"--query-gpu": "1980, 2619, 41, 0x0000000000000024", "--query-compute-apps=pid": "123\n456"}
     monkeypatch.setattr(clocks, "_smi", lambda args: next(v for k, v in answers.items() if args[0].startswith(k)))
-    monkeypatch.setattr(clocks, "_smi_id", lambda device: "GPU-x")
+    monkeypatch.setattr(clocks, "smi_id", lambda device: "GPU-x")
     assert clocks._smi_state(CUDA) == GpuState(1980, 2619, 41, ("sw_power_cap", "sw_thermal"), 2)
 
 
