@@ -117,6 +117,8 @@ def _case(args, device, console: Console | None = None):
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
+    if scale.layers_for(preset) > preset.num_layers:
+        raise HarnessError("--layers", f"must be <= {preset.num_layers} ({preset.name}'s layers), got {scale.layers_for(preset):,}")
     need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)  # whole pages
     if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
         scale = get_scale(scale_name, need, args.layers)

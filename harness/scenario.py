@@ -21,6 +21,7 @@ MAX_BATCH = 1 << 16
 MAX_STEPS = 10_000
 MAX_KV_LEN = 1 << 20
 MAX_SEED = (1 << 32) - 1
+MAX_SCHEDULE_ROWS = 1 << 26  # attended rows summed over the steps: the schedule holds each step's indices (12 B a row)
 KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
 
 
@@ -136,6 +137,10 @@ def parse_scenario(data: dict, source: str) -> Scenario:
         raise HarnessError(f"{source}: finish", "a request can finish only once")
     if len(finishes) >= len(kv_lens):
         raise HarnessError(f"{source}: finish", "at least one request must stay in the batch")
+    rows = steps * sum(kv_lens) + len(kv_lens) * steps * (steps - 1) // 2  # every request attends every step
+    if rows > MAX_SCHEDULE_ROWS:
+        raise HarnessError(f"{source}: steps", f"{steps:,} steps over kv_lens summing to {sum(kv_lens):,} attend {rows:,} rows in all; "
+                           f"at most {MAX_SCHEDULE_ROWS:,} (the schedule holds every step's indices)")
     return Scenario(
         name=name,
         description=str(data.get("description", "")),

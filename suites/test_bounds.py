@@ -10,7 +10,7 @@ import torch
 
 from harness import cli, synth
 from harness.errors import HarnessError
-from harness.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SEED, MAX_STEPS, parse_scenario
+from harness.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SCHEDULE_ROWS, MAX_SEED, MAX_STEPS, builtin_names, load_scenario, parse_scenario
 from harness.schedule import compile_schedule
 
 # a one-slot pool: where a bound is missing (a planted twin), the run stops at the schedule's own
@@ -48,6 +48,7 @@ def test_cpu_pool_grows_in_whole_pages(tmp_path):
     (f"kv_lens = [{MAX_KV_LEN + 1}]", "kv_lens[0]", f"{MAX_KV_LEN:,}"),
     (f"batch_size = 2\nkv_len = {MAX_KV_LEN + 1}", "kv_len", f"{MAX_KV_LEN:,}"),
     (f"kv_lens = [{', '.join(['1'] * (MAX_BATCH + 1))}]", "kv_lens", f"{MAX_BATCH:,}"),
+    ("batch_size = 256\nkv_len = 4096\nsteps = 10000", "steps", f"{MAX_SCHEDULE_ROWS:,}"),
     (f"kv_lens = [1]\nseed = {2**32}", "seed", f"{MAX_SEED:,}"),
     (f"kv_lens = [1]\nseed = {2**62}", "seed", f"{MAX_SEED:,}"),
 ])
@@ -57,9 +58,12 @@ def test_impossible_scenarios_are_one_line(tmp_path, capsys, body, field, bound)
 
 
 def test_the_caps_themselves_are_accepted():
-    data = {"name": "s", "steps": MAX_STEPS, "batch_size": MAX_BATCH, "kv_len": MAX_KV_LEN, "seed": MAX_SEED}
-    s = parse_scenario(data, "x")
-    assert (s.steps, len(s.kv_lens), s.kv_lens[0], s.seed) == (MAX_STEPS, MAX_BATCH, MAX_KV_LEN, MAX_SEED)
+    s = parse_scenario({"name": "s", "batch_size": MAX_BATCH, "kv_len": MAX_SCHEDULE_ROWS // MAX_BATCH, "seed": MAX_SEED}, "x")
+    assert (len(s.kv_lens), s.seed) == (MAX_BATCH, MAX_SEED)
+    assert parse_scenario({"name": "s", "kv_lens": [MAX_KV_LEN]}, "x").kv_lens == (MAX_KV_LEN,)
+    assert parse_scenario({"name": "s", "kv_lens": [10], "steps": MAX_STEPS}, "x").steps == MAX_STEPS  # 5.0e7 rows
+    for name in builtin_names():
+        load_scenario(name)  # every shipped scenario within the caps
 
 
 def test_seeds_past_32_bits_do_not_alias_seed_0():
@@ -136,3 +140,10 @@ def test_long_phases_print_progress_lines(monkeypatch):
     lines = console.export_text().splitlines()
     assert lines[:2] == ["decode: 4/10 after 12 s", "decode: 8/10 after 24 s"] and lines[2].startswith("decode: 10/10 in ")
     assert len(lines) == 3
+
+
+def test_layers_are_at_most_the_models(capsys):
+    """--layers 10^9 used to end in a memory plan saying "the largest pool that fits has 0 slots"."""
+    _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--layers", "1000000000"], "--layers", "must be <= 78")
+    _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--preset", "deepseek-v3-tp8", "--layers", "62"],
+                    "--layers", "must be <= 61")
