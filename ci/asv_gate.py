@@ -47,6 +47,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import envvars
+from harness.errors import HarnessError
+
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
 DECREASED = "PERFORMANCE DECREASED."
 SUMMARIES = (DECREASED, "PERFORMANCE INCREASED.", "BENCHMARKS NOT SIGNIFICANTLY CHANGED.")
@@ -286,6 +289,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
+    try:  # a bad MLA_ASV_* value fails here, not as a traceback inside every benchmark
+        envvars.check_all()
+    except HarnessError as exc:
+        print(f"asv-gate: FAILURE: {exc}", flush=True)
+        return FAILURE
     cmd = asv_command(args, extra)
     print("asv-gate: running " + " ".join(cmd), flush=True)
     try:

@@ -114,6 +114,11 @@ def markdown() -> str:
     return "\n".join(rows)
 
 
+def check_all() -> list[str]:
+    """Parse every declared variable that is set (HarnessError on the first bad one); their names."""
+    return [v.name for v in VARIABLES if read(v.name) is not None]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--markdown"]:
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m harness.envvars [--markdown]\n{__doc__.splitlines()[0]}", file=sys.stderr)
         return 0 if args[0] in ("-h", "--help") else 2
     try:
-        checked = [v.name for v in VARIABLES if read(v.name) is not None]
+        checked = check_all()
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

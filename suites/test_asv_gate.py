@@ -275,6 +275,17 @@ def test_bad_factor_exits_2_before_running_asv(capsys):
     assert info.value.code == 2 and "(1, 2)" in capsys.readouterr().err
 
 
+def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys):
+    monkeypatch.setenv("MLA_ASV_REPEATS", "abc")
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran with a bad MLA_ASV_REPEATS"))
+    assert asv_gate.main(["base", "head"]) == asv_gate.FAILURE
+    assert "MLA_ASV_REPEATS" in capsys.readouterr().out
+    monkeypatch.setenv("MLA_ASV_REPEATS", "10")  # twin: a good value reaches asv
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
+    monkeypatch.setattr(asv_gate, "check_stored", lambda args, extra, outcome: outcome)
+    assert asv_gate.main(["base", "head"]) == asv_gate.CLEAN
+
+
 # what `asv continuous` does not say: benchmarks the head lost (read from both commits' stored results)
 
 
