@@ -5,17 +5,10 @@ decision rule, the control, the clock guard, compare's rules, the results schema
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("harness", "suites", "ci", "golden", "conftest.py", "pyproject.toml")
+from suites.mutation import ROOT, assert_caught
+
 RULE, COMPARE, INPUT, ASV = ("suites/test_decision_rule.py", "suites/test_compare.py", "suites/test_gate_input.py",
                              "suites/test_asv_gate.py")
 
@@ -103,36 +96,6 @@ MUTATIONS = [
 ]
 
 
-def _mutated_copy(dest: Path, file: str, original: str, mutated: str) -> None:
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dest / name)
-    path = dest / file
-    text = path.read_text()
-    assert text.count(original) == 1, f"{file} no longer holds {original!r} exactly once: update this mutation"
-    path.write_text(text.replace(original, mutated))
-
-
-def _run_all(workdir: Path, names: list[str]) -> dict[str, int]:
-    """In this (child) process: for each mutation, a mutated copy, fresh modules, and pytest.main on its tests."""
-    codes = {}
-    for name, file, original, mutated, tests in (m for m in MUTATIONS if m[0] in names):
-        copy = workdir / name
-        _mutated_copy(copy, file, original, mutated)
-        stale = ("harness", "suites", "ci")
-        for mod in [m for m in sys.modules if m in stale or m.startswith(tuple(f"{p}." for p in stale) + ("test_",)) or m == "conftest"]:
-            del sys.modules[mod]
-        sys.path.insert(0, str(copy))
-        os.chdir(copy)
-        codes[name] = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
-                                       "--basetemp", str(workdir / f"{name}.tmp"), *tests]))
-        sys.path.remove(str(copy))
-    return codes
-
-
 def test_every_mutation_names_one_exact_line():
     for name, file, original, _, tests in MUTATIONS:
         assert (ROOT / file).read_text().count(original) == 1, name
@@ -146,14 +109,4 @@ GROUPS["harness"] = [m[0] for m in MUTATIONS if m[0] not in GROUPS["asv"]]
 @pytest.mark.slow
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_gate_mutations_are_caught(tmp_path, group):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLA_HARNESS_")}  # no CI skip guard in the copies
-    proc = subprocess.run([sys.executable, __file__, str(tmp_path), *GROUPS[group]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    codes = json.loads(proc.stdout.strip().splitlines()[-1])
-    missed = [name for name, code in codes.items() if code != pytest.ExitCode.TESTS_FAILED]
-    assert not missed and sorted(codes) == sorted(GROUPS[group]), f"mutations not caught: {missed}\n{proc.stdout[-3000:]}"
-
-
-if __name__ == "__main__":
-    print(json.dumps(_run_all(Path(sys.argv[1]), sys.argv[2:])))
+    assert_caught(__name__, [m for m in MUTATIONS if m[0] in GROUPS[group]], tmp_path)

@@ -6,17 +6,10 @@ cannot fail. (The DSA index-K oracle needs SGLang: its planted run is in suites/
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("harness", "suites", "golden", "ci", "docs/environment.md", "conftest.py", "pyproject.toml")
+from suites.mutation import assert_caught
+
 B, P, E, S = "suites/test_bounds.py", "suites/test_pins.py", "suites/test_envvars.py", "suites/test_shard_plan.py"
 OUTPUTS = "suites/test_outputs_and_goldens.py"
 
@@ -113,50 +106,10 @@ MUTATIONS = [
 ]
 
 
-def _mutated_copy(dest: Path, file: str, original: str, mutated: str) -> None:
-    for name in COPIED:
-        src, to = ROOT / name, dest / name
-        to.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, to, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, to)
-    path = dest / file
-    text = path.read_text()
-    assert text.count(original) == 1, f"{file} no longer holds {original!r} once: update this mutation"
-    path.write_text(text.replace(original, mutated))
-
-
-def _run_all(workdir: Path) -> dict[str, int]:
-    """In this (child) process: per mutation a mutated copy, fresh modules, pytest.main on its tests."""
-    codes = {}
-    for name, file, original, mutated, tests in MUTATIONS:
-        copy = workdir / name
-        _mutated_copy(copy, file, original, mutated)
-        stale = ("harness", "suites", "ci")
-        for mod in [m for m in sys.modules if m in stale or m.startswith(tuple(f"{p}." for p in stale) + ("test_",)) or m == "conftest"]:
-            del sys.modules[mod]
-        sys.path.insert(0, str(copy))
-        os.chdir(copy)
-        codes[name] = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", *tests]))
-        sys.path.remove(str(copy))
-    return codes
-
-
 def test_mutation_ids_are_unique():
     assert len({m[0] for m in MUTATIONS}) == len(MUTATIONS)
 
 
 @pytest.mark.slow
 def test_pins_mutations_are_caught(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLA_HARNESS_", "MLA_ASV_"))}  # no CI skip guard in the copies
-    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    codes = json.loads(proc.stdout.strip().splitlines()[-1])
-    missed = [name for name, code in codes.items() if code != pytest.ExitCode.TESTS_FAILED]
-    assert not missed and len(codes) == len(MUTATIONS), f"mutations not caught: {missed}\n{proc.stdout[-3000:]}"
-
-
-if __name__ == "__main__":
-    print(json.dumps(_run_all(Path(sys.argv[1]))))
+    assert_caught(__name__, MUTATIONS, tmp_path)
