@@ -70,38 +70,32 @@ def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = N
                 q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
 
 
-def sglang_handoff(case: Case) -> dict:
-    """What SGLang's FlashInfer MLA backend hands FlashInfer for the same step and layer: its decode
-    indices updater plans (real call_begin_forward, real kv-indices kernel over req_to_token) and its
-    real forward_decode runs, each on an object built without __init__ and with the wrapper recorded."""
-    sgl.require()
+def plan_first_step(module, case: Case, wrapper) -> tuple:
+    """SGLang's FlashInfer MLA backend (`module`: the released one, or a patched commit's) built without __init__
+    on an SGLang pool holding the case's bytes, with the request table its scheduler keeps (token position ->
+    pool slot); its decode indices updater plans the first step into `wrapper` (real call_begin_forward, real
+    kv-indices kernel). Returns (backend, batch, kv_indptr)."""
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.layers.attention.flashinfer_mla_backend import (
-        FlashInferMLAAttnBackend,
-        FlashInferMLAIndicesUpdaterDecode,
-    )
     from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
 
     preset, batch = case.preset, case.schedule().steps[0]
     pool = sgl.mla_pool(SLOTS, preset.page_size, 1, dsa=preset.index_k_bytes > 0)
     # the same pool content (byte identity of the written pools is test_pool_bytes' job)
     pool.kv_buffer[0].copy_(KVPool(case.geometry, case.scenario.seed, torch.device("cpu")).buffers[0])
-
-    # the request table SGLang's scheduler keeps: token position -> pool slot
     lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
     req_to_token = torch.zeros((batch.batch_size, int(lens.max())), dtype=torch.int32)
     for i in range(batch.batch_size):
         req_to_token[i, : lens[i]] = torch.as_tensor(batch.kv_indices[batch.rows_of(i)])
-    translator = KVIndexTranslator(req_to_token=req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=pool,
-                                   page_size=preset.page_size, device="cpu")
+    backend = object.__new__(module.FlashInferMLAAttnBackend)
+    backend.token_to_kv_pool = pool
+    backend.kv_index_translator = KVIndexTranslator(req_to_token=req_to_token, token_to_kv_pool_allocator=None,
+                                                    token_to_kv_pool=pool, page_size=preset.page_size, device="cpu")
     config = object.__new__(ModelConfig)
     config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
     config._init_mla_scaling(sgl.rope_scaling(preset))
-    updater = object.__new__(FlashInferMLAIndicesUpdaterDecode)
+    updater = object.__new__(module.FlashInferMLAIndicesUpdaterDecode)
     updater.num_local_heads, updater.kv_lora_rank, updater.qk_rope_head_dim = preset.heads_per_rank, 512, 64
-    updater.scaling, updater.data_type = config.scaling, torch.bfloat16
-    updater.attn_backend = SimpleNamespace(kv_index_translator=translator)
-    wrapper = Recorder()
+    updater.scaling, updater.data_type, updater.attn_backend = config.scaling, torch.bfloat16, backend
     kv_indptr = torch.zeros(batch.batch_size + 1, dtype=torch.int32)
     kv_indices = torch.full((int(lens.sum()),), -1, dtype=torch.int32)
     with sgl.single_rank():
@@ -110,17 +104,32 @@ def sglang_handoff(case: Case) -> dict:
             init_metadata_replay=True, plan=None, req_pool_indices=torch.arange(batch.batch_size),
             kv_indices=kv_indices, qo_indptr_cpu=None, kv_indptr_cpu=None, kv_len_arr_cpu=None,
         )
-    (_, _, plan_indices, _, heads, ckv_dim, kpe_dim, page_size, causal, sm_scale, q_dtype, kv_dtype), _ = wrapper.plans[0]
-    assert (ckv_dim, kpe_dim, causal) == (512, 64, False)
+    return backend, batch, kv_indptr
 
-    backend = object.__new__(FlashInferMLAAttnBackend)
-    backend.token_to_kv_pool = pool
+
+def decode_first_layer(backend, case: Case, batch, wrapper) -> None:
+    """The backend's real forward_decode of layer 0 on the step's queries, into `wrapper`."""
+    preset = case.preset
     backend.forward_metadata = SimpleNamespace(decode_wrapper=wrapper)
     forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True))
     q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, 0)
     with sgl.single_rank():
         backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, sgl.layer(0, preset.heads_per_rank),
                                forward_batch, save_kv_cache=False, q_rope=q_pe.reshape(batch.batch_size, -1))
+
+
+def sglang_handoff(case: Case) -> dict:
+    """What SGLang's FlashInfer MLA backend hands FlashInfer for the same step and layer: its decode
+    indices updater plans (real call_begin_forward, real kv-indices kernel over req_to_token) and its
+    real forward_decode runs, each on an object built without __init__ and with the wrapper recorded."""
+    sgl.require()
+    from sglang.srt.layers.attention import flashinfer_mla_backend
+
+    wrapper = Recorder()
+    backend, batch, kv_indptr = plan_first_step(flashinfer_mla_backend, case, wrapper)
+    (_, _, plan_indices, _, heads, ckv_dim, kpe_dim, page_size, causal, sm_scale, q_dtype, kv_dtype), _ = wrapper.plans[0]
+    assert (ckv_dim, kpe_dim, causal) == (512, 64, False)
+    decode_first_layer(backend, case, batch, wrapper)
     (q_n, q_p, ckv, kpe), _ = wrapper.runs[0]
     return dict(kv_indptr=kv_indptr.tolist(), kv_indices=plan_indices.tolist(), num_heads=heads, sm_scale=sm_scale,
                 q_dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)

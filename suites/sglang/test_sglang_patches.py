@@ -12,16 +12,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import sgl
 import torch
-from test_decode_handoff import SLOTS, Recorder, case_for, whole_layer
+from test_decode_handoff import Recorder, case_for, decode_first_layer, plan_first_step, whole_layer
 from torch.utils._python_dispatch import TorchDispatchMode
-
-from harness.pool import KVPool
-from harness.reference import step_queries
 
 pytestmark = pytest.mark.sglang
 
@@ -87,49 +83,18 @@ class CastLog(TorchDispatchMode):
 def handoff(module, case, stale_tail: int = 0) -> dict:
     """What commit `module`'s FlashInfer MLA backend hands FlashInfer for the first step, layer 0: its decode
     indices updater plans (real call_begin_forward, real kv-indices kernel) and its forward_decode runs,
-    on objects built without __init__ (as test_decode_handoff.py) whose updater reports to that backend."""
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
-
-    preset, batch = case.preset, case.schedule().steps[0]
-    pool = sgl.mla_pool(SLOTS, preset.page_size, 1, dsa=preset.index_k_bytes > 0)
-    pool.kv_buffer[0].copy_(KVPool(case.geometry, case.scenario.seed, torch.device("cpu")).buffers[0])
-    lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
-    req_to_token = torch.zeros((batch.batch_size, int(lens.max())), dtype=torch.int32)
-    for i in range(batch.batch_size):
-        req_to_token[i, : lens[i]] = torch.as_tensor(batch.kv_indices[batch.rows_of(i)])
-    backend = object.__new__(module.FlashInferMLAAttnBackend)
-    backend.token_to_kv_pool = pool
-    backend.kv_index_translator = KVIndexTranslator(req_to_token=req_to_token, token_to_kv_pool_allocator=None,
-                                                    token_to_kv_pool=pool, page_size=preset.page_size, device="cpu")
-    config = object.__new__(ModelConfig)
-    config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
-    config._init_mla_scaling(sgl.rope_scaling(preset))
-    updater = object.__new__(module.FlashInferMLAIndicesUpdaterDecode)
-    updater.num_local_heads, updater.kv_lora_rank, updater.qk_rope_head_dim = preset.heads_per_rank, 512, 64
-    updater.scaling, updater.data_type, updater.attn_backend = config.scaling, torch.bfloat16, backend
+    on objects built without __init__ (test_decode_handoff.py's) whose updater reports to that backend."""
     wrapper = Recorder()
-    kv_indptr = torch.zeros(batch.batch_size + 1, dtype=torch.int32)
-    kv_indices = torch.full((int(lens.sum()),), -1, dtype=torch.int32)
-    with sgl.single_rank():
-        updater.call_begin_forward(
-            wrapper, lens, int(lens.sum()), torch.arange(batch.batch_size + 1, dtype=torch.int32), kv_indptr,
-            init_metadata_replay=True, plan=None, req_pool_indices=torch.arange(batch.batch_size),
-            kv_indices=kv_indices, qo_indptr_cpu=None, kv_indptr_cpu=None, kv_len_arr_cpu=None,
-        )
+    backend, batch, _ = plan_first_step(module, case, wrapper)
     (_, _, plan_indices, *_), _ = wrapper.plans[0]
     if stale_tail:  # a CUDA graph's capture-stable kv_indices buffer: a zero-initialised tail beyond the step's rows
         backend.decode_kv_indices = torch.cat([backend.decode_kv_indices, torch.zeros(stale_tail, dtype=torch.int32)])
-    backend.forward_metadata = SimpleNamespace(decode_wrapper=wrapper)
-    forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True))
-    q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, 0)
     log = CastLog()
-    with sgl.single_rank(), log:
-        backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, sgl.layer(0, preset.heads_per_rank),
-                               forward_batch, save_kv_cache=False, q_rope=q_pe.reshape(batch.batch_size, -1))
+    with log:
+        decode_first_layer(backend, case, batch, wrapper)
     (q_n, q_p, ckv, kpe), _ = wrapper.runs[0]
     return dict(rows=plan_indices.to(torch.int64), q_nope=q_n, q_pe=q_p, kv=whole_layer(ckv, kpe), casts=log.casts,
-                layer_rows=pool.kv_buffer[0].shape[0])
+                layer_rows=backend.token_to_kv_pool.kv_buffer[0].shape[0])
 
 
 @pytest.fixture(scope="module")
