@@ -14,13 +14,14 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import torch
 
 from harness.clocks import smi_id
 from harness.fsio import write_text
 from harness.metrics import METRICS, validate_rows
-from harness.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
+from harness.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Environment, Row, parse_results
 
 __all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "environment", "repro_command", "write_results"]
 
@@ -60,7 +61,7 @@ def _gpu_fingerprint(device: torch.device) -> dict:
 
 
 def environment(device: torch.device) -> dict:
-    """Where and with what the numbers were made."""
+    """Where and with what the numbers were made (schema.Environment: a key it does not declare is a TypeError)."""
     env = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -80,9 +81,7 @@ def environment(device: torch.device) -> dict:
         env["flashinfer"] = None
     if device.type == "cuda":
         env.update(_gpu_fingerprint(device))
-    else:
-        env["gpu"] = None
-    return env
+    return msgspec.structs.asdict(Environment(**env))  # the declared record: every field, null where unknown
 
 
 def repro_command(argv: list[str] | None = None) -> str:

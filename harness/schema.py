@@ -122,17 +122,30 @@ class Row:
 
 
 class Environment(msgspec.Struct):
+    """Where and with what the numbers were made: results.environment() builds it, readers read it back."""
+
     git_commit: str | None = None
+    hostname: str | None = None
+    platform: str | None = None
     device: str | None = None
-    gpu: str | None = None
     cpu: str | None = None
-    capability: str | None = None
-    driver: str | None = None
-    cuda: str | None = None
+    cpu_count: Count | None = None
+    python: str | None = None
     torch: str | None = None
+    numpy: str | None = None
     flashinfer: str | None = None
+    gpu: str | None = None  # the GPU fingerprint (CUDA only): properties, then nvidia-smi's readings
+    capability: str | None = None
+    sm_count: Count | None = None
+    gpu_memory_bytes: Count | None = None
+    cuda: str | None = None
+    driver: str | None = None
     clock_sm: str | None = None
-    copy_gbps: NonNegative | None = None
+    clock_mem: str | None = None
+    clock_sm_max: str | None = None
+    power_limit: str | None = None
+    temperature: str | None = None
+    copy_gbps: NonNegative | None = None  # the control copy's bandwidth, set by the command that measured it
 
 
 class ResultsFile(msgspec.Struct):

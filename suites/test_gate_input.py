@@ -341,3 +341,20 @@ def test_negative_counts_in_verdict_statistics_are_bad_input(a, tmp_path, capsys
     _one_error_line(err, f"rows[{index}].detail.stats.{stat}")
     head["rows"][index]["detail"]["stats"][stat] = 0  # twin: zero is a count
     assert _compare(tmp_path, a, head, capsys)[0] != 2
+
+
+# the environment is one declared record (schema.Environment), written and read
+
+
+def test_the_environment_is_the_declared_record(monkeypatch):
+    import msgspec
+    import torch
+
+    from harness import results
+    from harness.schema import Environment
+
+    env = results.environment(torch.device("cpu"))
+    assert set(env) == {f.name for f in msgspec.structs.fields(Environment)} and env["gpu"] is None
+    monkeypatch.setattr(results, "_gpu_fingerprint", lambda device: {"gpu": "NVIDIA H200", "fan_speed": "30 %"})
+    with pytest.raises(TypeError, match="fan_speed"):  # twin: a key the record does not declare
+        results.environment(torch.device("cuda"))
