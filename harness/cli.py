@@ -280,6 +280,8 @@ def cmd_golden(args, console: Console) -> int:
             console.print(f"  {change}")
         if changes:
             failures.append(case.name)
+            console.print(f"  {golden.write_obtained(case.name, Path(golden.OUTPUTS).stem, fresh.tensors)}", markup=False,
+                          highlight=False, soft_wrap=True)
     if unreadable:
         first, more = unreadable[0], len(unreadable) - 1
         also = [f"{more} more unreadable"] * bool(more) + [f"{len(failures)} differ"] * bool(failures)

@@ -310,6 +310,25 @@ def coverage_gap(gold: GoldenData, case: Case) -> str:
     return ""
 
 
+def obtained_path(case_name: str, name: str, root: Path | None = None) -> Path:
+    """Where `name` (a strategy of `run`, or OUTPUTS' stem for `golden verify`) leaves what it obtained when it
+    misses this golden: beside it, keyed as the golden's outputs (pytest-regressions' obtained file)."""
+    return case_dir(case_name, root) / f"{name}.obtained.safetensors"
+
+
+def write_obtained(case_name: str, name: str, tensors: dict[str, torch.Tensor], root: Path | None = None) -> str:
+    """Write the obtained outputs beside the golden (replacing only an earlier obtained file, never through a
+    link); returns where, or why not (a read-only golden folder does not fail the run)."""
+    path = obtained_path(case_name, name, root)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return f"obtained outputs not written: {path} is not a regular file"
+    try:
+        write_bytes(path, safetensors.torch.save({k: v.contiguous() for k, v in sorted(tensors.items())}))
+    except OSError as exc:
+        return f"obtained outputs not written to {path} ({exc.strerror or exc})"
+    return f"obtained outputs: {path}"
+
+
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import safetensors.torch
@@ -94,6 +94,17 @@ def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, base
     return combine(verdicts)
 
 
+def _obtained(outputs: Outputs, gold: golden.GoldenData) -> dict[str, torch.Tensor]:
+    """A strategy's outputs at the golden's checked rows, keyed as the golden's outputs file."""
+    tensors = {}
+    for step, layer in gold.keys():
+        out, lse = outputs[(step, layer)]
+        pos = torch.as_tensor(gold.positions(step))
+        tensors[f"s{step}.positions"] = pos
+        tensors[f"s{step}.l{layer}.out_bf16"], tensors[f"s{step}.l{layer}.lse"] = out[pos].cpu(), lse[pos].cpu()
+    return tensors
+
+
 @dataclass
 class RunOutcome:
     results: list[StrategyResult]
@@ -168,6 +179,10 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
             continue
         baseline = outputs if name == BASELINE else baseline
         verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, REGISTRY[name].tier)
+        if verdict.status == Status.FAIL and ref_label.startswith("golden/") and not cfg.faults:  # a planted fault fails by design
+            where = golden.write_obtained(cfg.case.name, name, _obtained(outputs, gold))
+            console.print(f"{name}: {where}", markup=False, highlight=False, soft_wrap=True)
+            verdict = replace(verdict, reason=f"{verdict.reason}; {where}")
         results[name] = StrategyResult(name, verdict, m.metrics, prep.extra_bytes(name), peak, m.skipped, outputs, m.guards)
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")

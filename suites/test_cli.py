@@ -351,3 +351,37 @@ def test_narrow_terminal_gets_two_tables():
     text = console.file.getvalue()
     assert max(map(len, text.splitlines())) <= 100 and "correctness" in text and "timings" in text
     assert "GB/s" not in text and "(host)" in text
+
+
+def test_a_golden_miss_leaves_the_obtained_outputs_beside_the_golden(tmp_path):
+    """pytest-regressions' obtained file: a run that fails its golden, and a verify that finds a changed golden,
+    write what they got beside it (keyed as the golden's outputs) and say where; a pass, or a planted fault's
+    expected failure, writes nothing."""
+    name = "glm5-tp8.ci.b1-l500"
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN_DIR / name, root / name, ignore=shutil.ignore_patterns("*.obtained.*"))
+    shutil.copy(GOLDEN_DIR / "cases.toml", root / "cases.toml")
+    case_dir = root / name
+    run = ("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0")
+    ok = harness(*run, golden_dir=root)
+    planted = harness(*run, "--plant-fault", "dropped-last-token", golden_dir=root)
+    assert ok.returncode == 0 and planted.returncode == 1 and not list(case_dir.glob("*.obtained.*"))  # the twins
+    stored = golden.load(name, root)
+    stored.tensors["s0.l1.out_fp32"][0, 0, :4] += 0.25
+    golden.write(stored, name, root)  # a re-signed, changed golden: the run misses it, verify's recomputation differs
+    bad = harness(*run, golden_dir=root)
+    obtained = case_dir / "stock.obtained.safetensors"
+    assert bad.returncode == 1 and obtained.is_file() and f"stock: obtained outputs: {obtained}" in bad.stdout
+    got = safetensors.torch.load_file(obtained)
+    assert {k for k in got if k.endswith("out_bf16")} == {f"s{s}.l{l}.out_bf16" for s, l in stored.keys()}
+    assert torch.equal(got["s0.l1.out_bf16"], stored.tensors["s0.l1.out_bf16"])  # the golden's bf16 was not edited
+    obtained.unlink()
+    obtained.symlink_to(case_dir / golden.OUTPUTS)  # never written through a link (it could point at the golden)
+    before = (case_dir / golden.OUTPUTS).read_bytes()
+    bad = harness(*run, golden_dir=root)
+    assert bad.returncode == 1 and f"stock: obtained outputs not written: {obtained} is not a regular file" in bad.stdout
+    assert (case_dir / golden.OUTPUTS).read_bytes() == before
+    proc = harness("golden", "verify", "--case", name, golden_dir=root)
+    fresh = case_dir / "outputs.obtained.safetensors"
+    assert proc.returncode == 1 and fresh.is_file() and f"obtained outputs: {fresh}" in proc.stdout
+    assert torch.equal(safetensors.torch.load_file(fresh)["s0.l1.out_fp32"], golden.compute(cases.load_case(name)).tensors["s0.l1.out_fp32"])
