@@ -18,7 +18,8 @@ from harness.runner import RunConfig, run
 def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto"):
     """{strategy: (outputs, verdict)} of the strategies that ran; the baseline (stock) always runs as the bitwise anchor."""
     cfg = RunConfig(case=load_case(case_name), device=torch.device(device), backend=backend, kernel=kernel,
-                    strategies=tuple(strategies), faults=frozenset(faults), repeats=0)
+                    strategies=tuple(strategies), faults=frozenset(faults), repeats=0,
+                    obtained=False)  # an expected red verdict leaves nothing in the committed golden folder
     return {r.strategy: (r.outputs, r.verdict) for r in run(cfg, Console(quiet=True)).results if r.outputs is not None}
 
 
