@@ -163,7 +163,7 @@ def run_scenario(name: str, args, env: dict, bytes_per_ms: float | None) -> dict
                 finally:
                     unplant(session)
                 result["planted"].append({"fraction": fraction, **judge(a, b, metric)})
-                keep(args, f"{name}-planted{fraction:.0%}-{i}", a, b)
+                keep(args, f"{name}-planted{round(fraction * 100)}pct-{i}", a, b)
     result["seconds"] = time.perf_counter() - t0
     del session, prepared
     if device.type == "cuda":
