@@ -35,10 +35,18 @@ INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-
 
 
 def sglang_strategies() -> list[str]:
-    """The registry's strategies that run the installed SGLang: MLA_ASV_STRATEGIES / --strategy unless given."""
+    """The registry's strategies that run the installed SGLang and can run on this runner at some commit:
+    MLA_ASV_STRATEGIES / --strategy unless given (one no commit can run would be n/a at both, and fail the gate)."""
     from harness.strategies import ORDER, REGISTRY
 
-    return [name for name in ORDER if REGISTRY[name].runs_sglang]
+    return [name for name in ORDER if REGISTRY[name].runs_sglang and not REGISTRY[name].runner_reason()]
+
+
+def left_out() -> list[str]:
+    """Why each SGLang-backed strategy left out of the default list cannot run here."""
+    from harness.strategies import ORDER, REGISTRY
+
+    return [reason for name in ORDER if REGISTRY[name].runs_sglang and (reason := REGISTRY[name].runner_reason())]
 
 
 class BadInput(Exception):
@@ -117,7 +125,10 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     if len(subdirs) != 1:
         raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
     config = write_config(repo, subdirs.pop(), args.work)
-    os.environ.setdefault("MLA_ASV_STRATEGIES", ",".join(sglang_strategies()))
+    if "MLA_ASV_STRATEGIES" not in os.environ:
+        os.environ["MLA_ASV_STRATEGIES"] = ",".join(sglang_strategies())
+        for reason in left_out():
+            print(f"sglang-gate: left out: {reason}", flush=True)
     os.environ.setdefault("MLA_ASV_SCENARIOS", DEFAULT_SCENARIOS)
     os.chdir(ROOT)  # asv imports the ".ci.asv_sglang_env" plugin from the working directory
     from ci import asv_gate

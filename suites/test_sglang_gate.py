@@ -120,6 +120,22 @@ def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys
     assert "sglang_flashinfer" in sglang_gate.sglang_strategies() and "stock" not in sglang_gate.sglang_strategies()
 
 
+@pytest.mark.parametrize("runnable", [False, True])
+def test_the_default_list_leaves_out_what_no_commit_can_run(tmp_path, capsys, monkeypatch, no_asv, runnable):
+    """sglang_fa3 has no adapter: at every commit its benchmarks would be n/a, which fails the gate (seen on the
+    H200), so the default list leaves it out and says why; the twin: a runnable one stays in."""
+    from harness.strategies import REGISTRY
+
+    if runnable:
+        monkeypatch.setattr(REGISTRY["sglang_fa3"], "runner_reason", classmethod(lambda cls: None))
+    repo = fake_sglang(tmp_path)
+    sglang_gate.main(["--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b"])
+    out = capsys.readouterr().out
+    assert ("sglang_fa3" in os.environ["MLA_ASV_STRATEGIES"].split(",")) is runnable
+    assert ("sglang-gate: left out: sglang_fa3: no adapter" in out) is not runnable
+    assert "sglang_flashinfer" in os.environ["MLA_ASV_STRATEGIES"].split(",")
+
+
 def test_a_root_level_project_is_found(tmp_path, capsys, no_asv):
     repo = fake_sglang(tmp_path, subdir="")
     assert run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b")[0] == 0

@@ -74,6 +74,11 @@ class Strategy:
     extra_per_slot: ClassVar[bool] = True  # extra_bytes grows with the pool's slots (False: with the batch)
     runs_sglang: ClassVar[bool] = False  # runs the installed SGLang's code (its CPU checks live in suites/sglang)
 
+    @classmethod
+    def runner_reason(cls) -> Optional[str]:
+        """Why this strategy cannot run on this runner whatever SGLang commit is installed (None: it may)."""
+        return None
+
     def __init__(self, pool: KVPool, backend, preset: ModelPreset, faults: frozenset[Fault] = frozenset()):
         self.pool = pool
         self.backend = backend

@@ -111,4 +111,8 @@ class SGLangFA3(Strategy):
         if stand_in.is_stand_in("sgl_kernel.flash_attn"):
             return (f"{cls.name}: FlashAttentionBackend's FA3 kernels live in sgl_kernel.flash_attn, and sgl_kernel here is "
                     "the harness's import-time stand-in (install the sgl-kernel wheel)")
+        return cls.runner_reason()
+
+    @classmethod
+    def runner_reason(cls):
         return f"{cls.name}: no adapter for FlashAttentionBackend yet (sgl_kernel.flash_attn is importable here)"
