@@ -6,7 +6,7 @@ usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machin
 The factor is asv's, in (1, 2): 1.05 (the default, harness compare's 5% tolerance) flags a
 benchmark that got more than 5% slower (asv also requires the change to be
 statistically significant); "5%" is accepted as a synonym. Only benchmarks of gating metrics
-(harness/metrics.py) fail the gate, and only by more than the metric's resolution;
+(harness/results/metrics.py) fail the gate, and only by more than the metric's resolution;
 informational ones (host time) are listed. Unknown options go to asv unchanged. The full asv output
 is streamed through, then one `asv-gate:` line gives the verdict.
 
@@ -99,7 +99,7 @@ def gates(row: list[str]) -> bool:
     the metric table: the benchmark class names the metric (`benchmarks.StepHostMs.time_step_host(...)`
     -> step_host_ms); an informational metric never gates, nor does a change smaller than the metric's
     resolution (0.5 us for microsecond kernels, as in `harness compare`). Unknown benchmarks gate."""
-    from harness.metrics import METRICS
+    from harness.results.metrics import METRICS
 
     metric = METRICS.get(metric_of(row[4]))
     if metric is None:

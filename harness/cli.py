@@ -54,19 +54,19 @@ def _strategy_help() -> str:
 
 
 def _preset_help() -> str:
-    from harness.presets import PRESETS
+    from harness.spec.presets import PRESETS
 
     return f"model preset (default glm5-tp8): {', '.join(PRESETS)}"
 
 
 def _scenario_help() -> str:
-    from harness.scenario import builtin_names
+    from harness.spec.scenario import builtin_names
 
     return f"built-in scenario (default b1-l4096): {', '.join(builtin_names())}"
 
 
 def _fault_help() -> str:
-    from harness.faults import Fault
+    from harness.spec.faults import Fault
 
     return f"plant a fault (negative control; repeatable): {', '.join(f.value for f in Fault)}"
 
@@ -108,11 +108,11 @@ def _case(args, device, console: Console | None = None):
     fits (said on the console); the pool must fit host memory before its free list is built."""
     import torch
 
-    from harness.cases import Case
-    from harness.memory import MemoryPlan
-    from harness.presets import get_preset, get_scale
-    from harness.scenario import load_scenario, load_scenario_file
-    from harness.schedule import pages_needed, slots_needed
+    from harness.inputs.cases import Case
+    from harness.inputs.memory import MemoryPlan
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario, load_scenario_file
+    from harness.spec.schedule import pages_needed, slots_needed
 
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
@@ -134,7 +134,7 @@ def _case(args, device, console: Console | None = None):
 
 def _golden_folders() -> list[Path]:
     """The golden folders no output may go into: the configured one and the checkout's."""
-    from harness.cases import CHECKOUT_GOLDEN_DIR, golden_dir
+    from harness.inputs.cases import CHECKOUT_GOLDEN_DIR, golden_dir
 
     folders = [CHECKOUT_GOLDEN_DIR]
     try:
@@ -160,14 +160,15 @@ def _refuse_clobbering(outputs, inputs) -> None:
 
 
 def cmd_run(args, console: Console) -> int:
-    from harness.faults import parse_faults
-    from harness.negative_controls import cannot_fire, did_not_fire
-    from harness.results import case_record, environment, repro_command, write_results
-    from harness.runner import RunConfig, run, to_rows
-    from harness.scenario import check_repeats
+    from harness.api import RunConfig, run, to_rows
+    from harness.measure.environment import environment
+    from harness.render.table import results_table
+    from harness.results.document import case_record, repro_command, write_results
+    from harness.spec.faults import parse_faults
+    from harness.spec.scenario import check_repeats
     from harness.strategies import BASELINE, RUN_DEFAULT
     from harness.strategies import select as select_strategies
-    from harness.table import results_table
+    from harness.verify.negative_controls import cannot_fire, did_not_fire
 
     device = _device(args.device)
     strategies = select_strategies(args.strategy, RUN_DEFAULT)
@@ -194,8 +195,8 @@ def cmd_run(args, console: Console) -> int:
                                 host_timed=device.type != "cuda", width=console.width))
     did_not_fire(faults, outcome.results)
     if args.json:
-        from harness import roofline
-        from harness.control import control_row
+        from harness.measure.control import control_row
+        from harness.results import roofline
 
         ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
         control = control_row(ident, device)
@@ -225,9 +226,9 @@ def _summary(results, code: int, args) -> str:
 
 def cmd_golden(args, console: Console) -> int:
     """Every case is checked: an unreadable one does not stop the others (the exit-2 line names the first)."""
-    from harness import golden
-    from harness.cases import golden_case_names, load_case
+    from harness.inputs.cases import golden_case_names, load_case
     from harness.progress import progress_bar
+    from harness.verify import golden
 
     names = [args.case] if args.case else golden_case_names()
     cases = [load_case(n) for n in names]
@@ -297,7 +298,7 @@ def _unreadable(console: Console, case_name: str, exc: HarnessError) -> HarnessE
 
 
 def cmd_export_inputs(args, console: Console) -> int:
-    from harness.export import export_inputs
+    from harness.inputs.export import export_inputs
 
     if args.out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
@@ -310,7 +311,7 @@ def cmd_export_inputs(args, console: Console) -> int:
 
 
 def cmd_tpot(args, console: Console) -> int:
-    from harness.model.cli import cmd_tpot as run_tpot
+    from harness.tpot.cli import cmd_tpot as run_tpot
 
     device = _device(args.device)
     case = _case(args, device)
@@ -321,7 +322,7 @@ def cmd_tpot(args, console: Console) -> int:
 
 
 def cmd_report(args, console: Console) -> int:
-    from harness.report import REPORT_FILES, check_out_dir, render_report
+    from harness.render.report import REPORT_FILES, check_out_dir, render_report
 
     if args.out is not None:
         _refuse_clobbering([("--out", args.out), *(("--out", args.out / name) for name in REPORT_FILES)],
@@ -332,7 +333,7 @@ def cmd_report(args, console: Console) -> int:
 
 
 def cmd_compare(args, console: Console) -> int:
-    from harness.compare import main_compare
+    from harness.gate.compare import main_compare
 
     return main_compare(args.base, args.head, args.max_regression, args.inconclusive)
 
@@ -377,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("tpot", help="time a model-shaped decode step (one TP rank) per strategy")
     _add_case_args(p)
-    from harness.model.cli import add_tpot_args
+    from harness.tpot.cli import add_tpot_args
 
     add_tpot_args(p)
     p.set_defaults(func=cmd_tpot)
@@ -404,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
         if getattr(args, "golden_dir", None) is not None:
-            from harness.cases import use_golden_dir
+            from harness.inputs.cases import use_golden_dir
 
             use_golden_dir(args.golden_dir)
         return args.func(args, console)

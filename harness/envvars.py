@@ -37,7 +37,7 @@ class EnvVar:
         return {"flag": "0 or 1", "path": "a path", "text": "text"}[self.kind]
 
 
-MAX_REPEATS = 10_000  # timing samples per metric: --repeats of run and tpot (harness.scenario), MLA_ASV_REPEATS
+MAX_REPEATS = 10_000  # timing samples per metric: --repeats of run and tpot (harness.spec.scenario), MLA_ASV_REPEATS
 
 VARIABLES = (
     EnvVar("MLA_HARNESS_GOLDEN_DIR", "path", "`run`, `golden`", "the golden folder (default `golden/` of the checkout; `--golden-dir` wins)"),
@@ -54,7 +54,7 @@ VARIABLES = (
     EnvVar("MLA_HARNESS_LOCK_DIR", "path", "pytest GPU binding", "folder of the per-GPU timing locks (default `<tmp>/mla-harness-gpu-locks`)"),
     EnvVar("MLA_HARNESS_OFFLINE_BUNDLE", "path", "`ci/setup_gpu_runner.sh`", "the FlashInfer offline bundle to install on an air-gapped runner"),
     EnvVar("MLA_ASV_SCENARIOS", "names", "asv benchmarks", "the scenarios benchmarked (default b1-l4096,b32-l4096 on CUDA, b1-l500 on CPU)",
-           names_from="harness.scenario:builtin_names", names_are="built-in scenarios"),
+           names_from="harness.spec.scenario:builtin_names", names_are="built-in scenarios"),
     EnvVar("MLA_ASV_STRATEGIES", "names", "asv benchmarks", "the strategies benchmarked (default: the registry's `BENCHMARKED`)",
            names_from="harness.strategies:ORDER", names_are="registered strategies"),
     EnvVar("MLA_ASV_REPEATS", "int", "asv benchmarks", "samples per benchmark (default 30 / 20 TPOT on CUDA, 3 / 2 on CPU)", 1, MAX_REPEATS),

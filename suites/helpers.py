@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from harness.cases import load_case
-from harness.runner import RunConfig, run
+from harness.api import RunConfig, run
+from harness.inputs.cases import load_case
 
 
 def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto"):

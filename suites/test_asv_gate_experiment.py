@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 
 from ci.experiments.asv_gate import asv_gate as exp
-from harness.control import copy_bytes_per_ms
+from harness.measure.control import copy_bytes_per_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_plant_adds_a_copy_after_every_replay(tmp_path):
-    (tmp_path / "harness").mkdir()
-    shutil.copy(ROOT / "harness" / "decode.py", tmp_path / "harness" / "decode.py")
+    (tmp_path / "harness" / "execute").mkdir(parents=True)
+    shutil.copy(ROOT / "harness" / "execute" / "decode.py", tmp_path / "harness" / "execute" / "decode.py")
     exp.plant(tmp_path, 0.10)
-    text = (tmp_path / "harness" / "decode.py").read_text()
+    text = (tmp_path / "harness" / "execute" / "decode.py").read_text()
     ast.parse(text)
     assert "        self.graph.replay()\n        _planted_copy(self)\n" in text
     assert "0.1 * step_ms * copy_bytes_per_ms(" in text
@@ -24,8 +24,8 @@ def test_plant_adds_a_copy_after_every_replay(tmp_path):
 
 
 def test_plant_refuses_a_changed_replay(tmp_path):  # twin: nothing to plant into
-    (tmp_path / "harness").mkdir()
-    (tmp_path / "harness" / "decode.py").write_text("class BucketGraph:\n    pass\n")
+    (tmp_path / "harness" / "execute").mkdir(parents=True)
+    (tmp_path / "harness" / "execute" / "decode.py").write_text("class BucketGraph:\n    pass\n")
     with pytest.raises(SystemExit, match="cannot plant"):
         exp.plant(tmp_path, 0.10)
 

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness import cli, synth
+from harness import cli
 from harness.errors import HarnessError
-from harness.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SCHEDULE_ROWS, MAX_SEED, MAX_STEPS, builtin_names, load_scenario, parse_scenario
-from harness.schedule import compile_schedule
+from harness.spec import synth
+from harness.spec.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SCHEDULE_ROWS, MAX_SEED, MAX_STEPS, builtin_names, load_scenario, parse_scenario
+from harness.spec.schedule import compile_schedule
 
 # a one-slot pool: where a bound is missing (a planted twin), the run stops at the schedule's own
 # "needs N slots" error instead of attempting the impossible size
@@ -114,7 +115,7 @@ def test_allreduce_table_refuses_bad_latencies(tmp_path, capsys, us, why):
 
 
 def test_allreduce_table_sizes_increase(tmp_path):
-    from harness.model.allreduce import load_table
+    from harness.tpot.allreduce import load_table
 
     table = tmp_path / "ar.toml"
     table.write_text("[[point]]\nbytes = 2048\nus = 9.0\n\n[[point]]\nbytes = 1024\nus = 9.5\n")

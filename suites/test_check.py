@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness.check import Status, Tolerance, check_against_golden, check_bitwise, error_stats, policy
+from harness.verify.check import Status, Tolerance, check_against_golden, check_bitwise, error_stats, policy
 
 TOL = Tolerance(atol=1e-3, rtol=1e-2, max_norm_rel=5e-3, lse_atol=1e-4)
 
@@ -76,7 +76,7 @@ def test_policy_table_lookup():
 
 
 def test_combined_verdict_statistics_cover_every_check():
-    from harness.check import combine
+    from harness.verify.check import combine
 
     out, lse = _gold()
     a = out.clone()
@@ -98,7 +98,7 @@ def _boundary(kv_dtype=torch.bfloat16, out_dtype=torch.bfloat16, lse_dtype=torch
 
 
 def test_dtype_contract_holds_for_the_right_dtypes():
-    from harness.check import check_contract
+    from harness.verify.check import check_contract
 
     for name in ("stock", "stock_vectorized", "gather_cast", "shadow"):
         check_contract(name, *_boundary())
@@ -112,14 +112,14 @@ def test_dtype_contract_holds_for_the_right_dtypes():
     ("shadow", dict(lse_dtype=torch.bfloat16), "LSE"),
 ])
 def test_dtype_contract_violations_are_caught(strategy, boundary, fragment):  # negative controls
-    from harness.check import ContractViolation, check_contract
+    from harness.verify.check import ContractViolation, check_contract
 
     with pytest.raises(ContractViolation, match=fragment):
         check_contract(strategy, *_boundary(**boundary))
 
 
 def test_nothing_checked_is_a_failure():
-    from harness.check import combine
+    from harness.verify.check import combine
 
     assert combine([]).status == Status.FAIL
     empty = check_against_golden(torch.zeros(0, 8, 512), torch.zeros(0, 8), torch.zeros(0, 8, 512), torch.zeros(0, 8), TOL)

@@ -13,10 +13,11 @@ import pytest
 import safetensors.torch
 import torch
 
-from harness import cases, golden
-from harness.cases import GOLDEN_DIR
 from harness.cli import main
-from harness.reference import StepInputs, mla_decode_f64
+from harness.inputs import cases
+from harness.inputs.cases import GOLDEN_DIR
+from harness.inputs.reference import StepInputs, mla_decode_f64
+from harness.verify import golden
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -213,8 +214,8 @@ def test_fault_that_did_not_turn_anything_red_is_an_error():
     from types import SimpleNamespace
 
     from harness.errors import HarnessError
-    from harness.faults import Fault
-    from harness.negative_controls import did_not_fire
+    from harness.spec.faults import Fault
+    from harness.verify.negative_controls import did_not_fire
 
     green = SimpleNamespace(strategy="gather_cast", verdict=SimpleNamespace(status=SimpleNamespace(value="pass")))
     with pytest.raises(HarnessError, match="did not fire"):
@@ -338,10 +339,10 @@ def test_headline_scenarios_fit_the_cpu_pool():
 def test_narrow_terminal_gets_two_tables():
     from rich.console import Console
 
-    from harness.check import ErrorStats, Status, Verdict
-    from harness.runner import StrategyResult
-    from harness.table import results_table
-    from harness.timing import Samples
+    from harness.api import StrategyResult
+    from harness.measure.timing import Samples
+    from harness.render.table import results_table
+    from harness.verify.check import ErrorStats, Status, Verdict
 
     stats = ErrorStats(0.1, 0.004, 0.002, 0, 100, 1.0, (0,), 0)
     metrics = {k: Samples("us", (1000.0, 1200.0)) for k in ("cast_us", "attn_us", "step_ms", "cast_gbps")}

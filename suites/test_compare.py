@@ -1,4 +1,4 @@
-"""`harness.compare`: regression gate over two results JSON files (written by the real writer)."""
+"""`harness.gate.compare`: regression gate over two results JSON files (written by the real writer)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from harness.compare import compare_results, load_results, main_compare, parse_factor
 from harness.errors import HarnessError
-from harness.results import Case, Row, document, write_results
+from harness.gate.compare import compare_results, load_results, main_compare, parse_factor
+from harness.results.document import Case, Row, document, write_results
 
 ENV = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
 CASE = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
@@ -348,7 +348,7 @@ def test_the_control_counts_bytes_read_and_written(monkeypatch):
     """64 MiB copied in 1 ms is 64 MiB read + 64 MiB written: 134.2 GB/s; copy_bytes_per_ms halves it back."""
     import torch
 
-    from harness import control
+    from harness.measure import control
 
     seen = []
     monkeypatch.setattr(control, "_copy_ms", lambda device, nbytes, repeats: seen.append(nbytes) or [1.0] * repeats)
@@ -360,7 +360,7 @@ def test_the_control_counts_bytes_read_and_written(monkeypatch):
 
 def test_each_clock_is_compared_with_its_own_before_value():
     """The memory clock (2619 MHz) dropping 8% is a disturbance although it stays above the SM clock (1980)."""
-    from harness.clocks import GpuState, disturbance
+    from harness.measure.clocks import GpuState, disturbance
 
     steady = GpuState(sm_mhz=1980, mem_mhz=2619, temperature_c=40, slowdown=(), processes=1)
     assert "memory clock 2619 -> 2400" in disturbance(steady, GpuState(1980, 2400, 40, (), 1))
@@ -387,7 +387,7 @@ def test_peak_bytes_gates_on_cuda_only():
 
 
 def test_only_a_throttle_that_started_during_the_block_disturbs_it():
-    from harness.clocks import GpuState, disturbance
+    from harness.measure.clocks import GpuState, disturbance
 
     capped = GpuState(1980, 2619, 40, ("sw_power_cap",), 1)
     assert disturbance(capped, capped) is None  # capped before and after: the block ran under one state

@@ -1,4 +1,4 @@
-"""False-alarm and detection rates of the gate's decision rule (harness/decision.py), and A/A on CPU.
+"""False-alarm and detection rates of the gate's decision rule (harness/gate/decision.py), and A/A on CPU.
 
 Synthetic timing samples (normal, bimodal, long-tailed, with outliers) at realistic spreads,
 head shifted by 0/5/10/20%, many seeded trials, judged at the default 5% tolerance:
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness import cli
-from harness.compare import main_compare
-from harness.decision import CONFIDENCE, INCONCLUSIVE, MAX_SAMPLES, REGRESSED, RESAMPLES, SLOWER, _thinned, bootstrap_ratios, decide
+from harness.gate.compare import main_compare
+from harness.gate.decision import CONFIDENCE, INCONCLUSIVE, MAX_SAMPLES, REGRESSED, RESAMPLES, SLOWER, _thinned, bootstrap_ratios, decide
 
 TOLERANCE = 0.05
 

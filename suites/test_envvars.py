@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import envvars
-from harness.scenario import MAX_REPEATS
+from harness.spec.scenario import MAX_REPEATS
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\bMLA_(?:HARNESS|ASV)_[A-Z0-9_]*[A-Z0-9]\b")

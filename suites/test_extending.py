@@ -114,8 +114,8 @@ def test_toy_strategy_gets_the_session_dtype_contract(toy, monkeypatch):
     error verdict naming the contract, however the strategy overrides attend."""
     from rich.console import Console
 
-    from harness.cases import load_case
-    from harness.runner import RunConfig, run
+    from harness.api import RunConfig, run
+    from harness.inputs.cases import load_case
 
     def attend(self, plan, q_nope, q_pe, kv):
         out, lse = Strategy.attend(self, plan, q_nope, q_pe, kv)
@@ -135,8 +135,8 @@ def test_toy_strategy_gets_the_session_dtype_contract(toy, monkeypatch):
 TOUCHES = {
     "A strategy": {"harness/strategies/<name>.py", "harness/strategies/__init__.py"},
     "A backend": {"harness/backends/<name>.py", "harness/backends/__init__.py"},
-    "A metric": {"harness/metrics.py", "harness/measure.py", "suites/asv/benchmarks.py"},
-    "A model": {"harness/presets.py", "harness/model/models.toml"},
+    "A metric": {"harness/results/metrics.py", "harness/measure/collect.py", "suites/asv/benchmarks.py"},
+    "A model": {"harness/spec/presets.py", "harness/tpot/models.toml"},
 }
 
 

@@ -21,7 +21,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from harness.errors import HarnessError  # noqa: E402
-from harness.faults import Fault  # noqa: E402
+from harness.spec.faults import Fault  # noqa: E402
 from suites.helpers import INTERPRETED, run_strategies, run_under_interpreter  # noqa: E402
 
 interpreted = pytest.mark.skipif(
@@ -241,9 +241,9 @@ def test_session_asserts_fused_fp8_dtype_contract(monkeypatch):
     error verdict naming the contract."""
     from rich.console import Console
 
-    from harness.cases import load_case
+    from harness.api import RunConfig, run
+    from harness.inputs.cases import load_case
     from harness.kernels import fused_mla_decode as fmd
-    from harness.runner import RunConfig, run
 
     real = fmd.fused_mla_decode
 
@@ -260,9 +260,9 @@ def test_session_asserts_fused_fp8_dtype_contract(monkeypatch):
 
 def test_fused_fp8_hands_attention_its_declared_kv_dtype():
     """What the session checks fused_fp8 against: e4m3 KV (the pool's bytes, viewed), as declared."""
-    from harness.cases import load_case
-    from harness.check import KV_CONTRACT
-    from harness.prepared import PreparedCase
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import load_case
+    from harness.verify.check import KV_CONTRACT
 
     assert KV_CONTRACT["fused_fp8"] == torch.float8_e4m3fn
     prep = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), torch.device("cpu")).build()
@@ -390,8 +390,8 @@ def test_every_search_times_the_committed_entry():
 
 
 def test_roofline_bytes():
-    from harness import roofline
-    from harness.cases import load_case
+    from harness.inputs.cases import load_case
+    from harness.results import roofline
 
     case = load_case("glm5-tp8.prod.b32-l4096")
     geometry = case.geometry

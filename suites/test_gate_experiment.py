@@ -4,7 +4,7 @@ an A/A pair that regressed or a planted slowdown that was not caught (the twins)
 import pytest
 
 from ci.experiments.gate import gate as exp
-from harness.compare import main_compare
+from harness.gate.compare import main_compare
 
 
 def test_kept_pair_documents_are_results_files_compare_reads(tmp_path, capsys):

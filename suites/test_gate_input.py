@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.compare import compare_results, load_results, main_compare
-from harness.schema import SCHEMA_V1, read_results
+from harness.gate.compare import compare_results, load_results, main_compare
+from harness.results.schema import SCHEMA_V1, read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -350,11 +350,11 @@ def test_the_environment_is_the_declared_record(monkeypatch):
     import msgspec
     import torch
 
-    from harness import results
-    from harness.schema import Environment
+    from harness.measure import environment as fingerprint
+    from harness.results.schema import Environment
 
-    env = results.environment(torch.device("cpu"))
+    env = fingerprint.environment(torch.device("cpu"))
     assert set(env) == {f.name for f in msgspec.structs.fields(Environment)} and env["gpu"] is None
-    monkeypatch.setattr(results, "_gpu_fingerprint", lambda device: {"gpu": "NVIDIA H200", "fan_speed": "30 %"})
+    monkeypatch.setattr(fingerprint, "_gpu_fingerprint", lambda device: {"gpu": "NVIDIA H200", "fan_speed": "30 %"})
     with pytest.raises(TypeError, match="fan_speed"):  # twin: a key the record does not declare
-        results.environment(torch.device("cuda"))
+        fingerprint.environment(torch.device("cuda"))

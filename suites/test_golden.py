@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from harness import golden
-from harness.cases import GOLDEN_DIR, golden_case_names, load_case
 from harness.errors import HarnessError
+from harness.inputs.cases import GOLDEN_DIR, golden_case_names, load_case
+from harness.verify import golden
 
 CASE = "glm5-tp8.ci.multistep-reuse"
 
@@ -68,7 +68,7 @@ def test_corrupt_manifest_and_missing_files(golden_copy):
 
 def test_generator_drift_is_reported(monkeypatch):
     stored = golden.load(CASE)
-    monkeypatch.setattr("harness.synth.OUTLIER_MASK", 0x1FF)
+    monkeypatch.setattr("harness.spec.synth.OUTLIER_MASK", 0x1FF)
     changes = golden.differences(stored, golden.compute(load_case(CASE)))
     assert any("generator drift" in c for c in changes)
 
@@ -179,7 +179,7 @@ def test_refreshed_golden_gets_shareable_modes(golden_copy):
 
 
 def test_bad_cases_toml_entry_names_the_file_and_field(tmp_path, monkeypatch):
-    from harness import cases
+    from harness.inputs import cases
 
     table = tmp_path / "cases.toml"
     table.write_text('[[case]]\npreset = "nope"\nscale = "ci"\nscenario = "b1-l500"\n')

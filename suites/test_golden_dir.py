@@ -7,9 +7,9 @@ import pytest
 import torch
 from rich.console import Console
 
-from harness import cases
-from harness.cases import golden_dir, load_case, use_golden_dir
 from harness.errors import HarnessError
+from harness.inputs import cases
+from harness.inputs.cases import golden_dir, load_case, use_golden_dir
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_a_missing_explicit_folder_names_the_flag(tables, tmp_path):
 
 def test_no_golden_folder_is_a_clear_error_and_run_goes_live(tables, tmp_path, monkeypatch):
     """A non-editable install: the checkout path next to the package does not exist."""
-    from harness.runner import RunConfig, run
+    from harness.api import RunConfig, run
 
     monkeypatch.setattr(cases, "CHECKOUT_GOLDEN_DIR", tmp_path / "site-packages" / "golden")
     with pytest.raises(HarnessError, match="no golden directory.*--golden-dir or set MLA_HARNESS_GOLDEN_DIR"):
@@ -65,7 +65,7 @@ def test_golden_commands_read_the_flag_folder(tmp_path):
 
 
 def _ci_case():
-    from harness.presets import get_preset, get_scale
-    from harness.scenario import load_scenario
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario
 
     return cases.Case(get_preset("glm5-tp8"), get_scale("ci"), load_scenario("b1-l500"))

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from harness.backends import make_backend
-from harness.cases import load_case
-from harness.graphs import PAD_ROW, bucket_capacities, bucket_for, pad_batch
-from harness.prepared import PreparedCase
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import load_case
+from harness.spec.buckets import PAD_ROW, bucket_capacities, bucket_for, pad_batch
 from harness.strategies import ORDER, REGISTRY
 
 CPU = torch.device("cpu")

@@ -1,13 +1,13 @@
-"""Clock guard (harness/clocks.py) and the control measurement (harness/control.py) on CPU."""
+"""Clock guard (harness/measure/clocks.py) and the control measurement (harness/measure/control.py) on CPU."""
 
 from __future__ import annotations
 
 import torch
 
-from harness import clocks
-from harness.clocks import GpuState, disturbance, guarded
-from harness.control import control_row, measure_control
-from harness.metrics import validate_rows
+from harness.measure import clocks
+from harness.measure.clocks import GpuState, disturbance, guarded
+from harness.measure.control import control_row, measure_control
+from harness.results.metrics import validate_rows
 
 CUDA = torch.device("cuda", 0)  # never touched: the readers below are fakes
 STEADY = GpuState(sm_mhz=1980, mem_mhz=2619, temperature_c=40, slowdown=(), processes=1)

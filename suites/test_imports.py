@@ -90,14 +90,16 @@ def test_import_contracts_hold(lint_available):
 
 def test_no_import_cycle():
     graph = import_graph(ROOT)
-    assert "harness.strategies.base" in graph and "harness.model.tpot" in graph  # the whole tree was read
+    assert "harness.strategies.base" in graph and "harness.tpot.tpot" in graph  # the whole tree was read
     assert cycles(graph) == []
 
 
 # (what is planted, file, line appended, what lint-imports must say)
 TWINS = [
     ("upward: the strategy base imports the verdict layer (the removed cycle)", "harness/strategies/base.py",
-     "from harness.check import check_contract  # planted", "harness.strategies is not allowed to import harness.check"),
+     "from harness.verify.check import check_contract  # planted", "harness.strategies is not allowed to import harness.verify"),
+    ("upward: the spec knows the inputs built from it", "harness/spec/schedule.py",
+     "import harness.inputs.pool  # planted", "harness.spec is not allowed to import harness.inputs"),
     ("upward: a backend knows a strategy", "harness/backends/torch_backend.py",
      "import harness.strategies  # planted", "harness.backends is not allowed to import harness.strategies"),
     ("sideways: one strategy imports another", "harness/strategies/shadow.py",
@@ -124,6 +126,6 @@ def test_planted_cycle_is_found(tmp_path):
     again, inside a function (check imports the registry), has the cycle this tree removed."""
     shutil.copytree(ROOT / "harness", tmp_path / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     base = tmp_path / "harness" / "strategies" / "base.py"
-    base.write_text(base.read_text() + "\n\ndef _planted():\n    from harness.check import check_contract  # noqa: F401\n")
+    base.write_text(base.read_text() + "\n\ndef _planted():\n    from harness.verify.check import check_contract  # noqa: F401\n")
     found = cycles(import_graph(tmp_path))
-    assert any({"harness.check", "harness.strategies", "harness.strategies.base"} <= set(c) for c in found), found
+    assert any({"harness.verify.check", "harness.strategies", "harness.strategies.base"} <= set(c) for c in found), found

@@ -1,5 +1,5 @@
 """The Triton kernels on CPU: run under the Triton interpreter and checked bit for bit
-against harness.synth and torch, plus ahead-of-time compilation for sm_120.
+against harness.spec.synth and torch, plus ahead-of-time compilation for sm_120.
 
 TRITON_INTERPRET must be set before triton is first imported (triton's own library
 functions are decorated at import), so in an ordinary run this file reruns itself in
@@ -18,8 +18,8 @@ pytest.importorskip("triton", reason="triton is not installed")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from harness import synth  # noqa: E402
 from harness.kernels import cast, gather_cast, shadow_write, synth_fill  # noqa: E402
+from harness.spec import synth  # noqa: E402
 from suites.helpers import INTERPRETED, run_under_interpreter  # noqa: E402
 
 interpreted = pytest.mark.skipif(
@@ -72,7 +72,7 @@ def test_fill_layer_matches_synth(width):
 @interpreted
 def test_fill_layer_paged_matches_the_host_pool():
     """A 64-token-page pool (GLM-5): the first page zero, then the same bytes as the CPU fill."""
-    from harness.pool import KVPool, PoolGeometry
+    from harness.inputs.pool import KVPool, PoolGeometry
 
     host = KVPool(PoolGeometry(128, 1, WIDTH, page_size=64), seed=7, device=torch.device("cpu")).buffers[0]
     pool = synth_fill.fill_layer_(torch.full((192, 1, WIDTH), 0xAB, dtype=torch.uint8), 7, 0, page_size=64)

@@ -8,8 +8,8 @@ import pytest
 
 from harness import cli
 from harness.errors import HarnessError
-from harness.metrics import METRICS, spec, validate_rows
-from harness.results import Row, write_results
+from harness.results.document import Row, write_results
+from harness.results.metrics import METRICS, spec, validate_rows
 
 CASE = dict(preset="glm5-tp8", scale="ci", scenario="b1-l500", backend="torch")
 

@@ -43,7 +43,7 @@ def test_tpot_writes_tpot_ms_and_attn_share(results):
 
 
 def test_report_renders_table_and_articles_figures(results, tmp_path):
-    proc = harness(str(results), "--out", str(tmp_path), module="harness.model.report")
+    proc = harness(str(results), "--out", str(tmp_path), module="harness.tpot.report")
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "tpot.md").read_text()
     assert "| gather_cast |" in text and "95.6" in text and "74.1" in text and "Rotation check" in text
@@ -52,7 +52,7 @@ def test_report_renders_table_and_articles_figures(results, tmp_path):
 def test_report_rejects_a_non_results_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("[1, 2]")
-    proc = harness(str(bad), "--out", str(tmp_path / "r"), module="harness.model.report")
+    proc = harness(str(bad), "--out", str(tmp_path / "r"), module="harness.tpot.report")
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {bad}")
 
 
@@ -83,7 +83,7 @@ def test_tpot_bad_allreduce_table_names_the_file(capsys, tmp_path):
 
 
 def test_latency_table_interpolates():
-    from harness.model.allreduce import LatencyTable
+    from harness.tpot.allreduce import LatencyTable
 
     t = LatencyTable("t", (1000, 2000), (10.0, 20.0))
     assert (t.us(500), t.us(1500), t.us(4000)) == (10.0, 15.0, 40.0)
@@ -104,7 +104,7 @@ def test_gpu_scripts_parse_on_cpu():
 
 
 def test_tpot_json_says_where_the_time_goes_and_the_memory_plan(results):
-    from harness.model.step import PARTS
+    from harness.tpot.step import PARTS
 
     rows = json.loads(results.read_text())["rows"]
     detail = next(r["detail"] for r in rows if r["metric"] == "tpot_ms")
@@ -117,7 +117,7 @@ def test_tpot_json_says_where_the_time_goes_and_the_memory_plan(results):
 
 
 def test_default_allreduce_table_is_the_committed_h200_tp2_measurement():
-    from harness.model.allreduce import DEFAULT_TABLE, load_table
+    from harness.tpot.allreduce import DEFAULT_TABLE, load_table
 
     default, measured = load_table(DEFAULT_TABLE), load_table(ROOT / "suites/fixtures/allreduce_h200_tp2_measured.toml")
     assert (default.sizes, default.micros) == (measured.sizes, measured.micros) and "TP2" in default.source
@@ -125,7 +125,7 @@ def test_default_allreduce_table_is_the_committed_h200_tp2_measurement():
 
 
 def test_allreduce_model_adds_its_latency_to_the_roofline():
-    from harness.model.allreduce import AllReduce, LatencyAllReduce, LatencyTable
+    from harness.tpot.allreduce import AllReduce, LatencyAllReduce, LatencyTable
 
     lat = object.__new__(LatencyAllReduce)  # no GPU: skip the spin-kernel calibration
     lat.table, lat.default = LatencyTable("t", (1000, 2000), (10.0, 20.0)), True

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed")
 
-from harness.model.fp8 import dequantize_blocks, quantize_blocks  # noqa: E402
+from harness.tpot.fp8 import dequantize_blocks, quantize_blocks  # noqa: E402
 from suites.helpers import INTERPRETED, run_under_interpreter  # noqa: E402
 
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the TRITON_INTERPRET=1 child of test_under_interpreter")
@@ -38,7 +38,7 @@ def _close(out, x, w, s, ids, row_div):
 
 @interpreted
 def test_expert_gemv_matches_dequantized_product():
-    from harness.model.moe_kernel import expert_gemv
+    from harness.tpot.moe_kernel import expert_gemv
 
     x, w, s, ids = _problem()
     assert _close(expert_gemv(x, 2, w, s, ids), x, w, s, ids, 2)
@@ -46,7 +46,7 @@ def test_expert_gemv_matches_dequantized_product():
 
 @interpreted
 def test_expert_gemv_with_wrong_ids_is_caught():
-    from harness.model.moe_kernel import expert_gemv
+    from harness.tpot.moe_kernel import expert_gemv
 
     x, w, s, ids = _problem()
     assert not _close(expert_gemv(x, 2, w, s, ids.flip(0)), x, w, s, ids, 2)

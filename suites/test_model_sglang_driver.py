@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from harness.errors import HarnessError
-from harness.model import sglang_driver
-from harness.model.config import load_shape
+from harness.tpot import sglang_driver
+from harness.tpot.config import load_shape
 
 
 def test_config_folder_and_one_rank_overrides(tmp_path):
@@ -49,8 +49,8 @@ def test_driver_runs_the_launcher_and_reads_its_latency(tmp_path):
     python = _fake_python(tmp_path, "print(' '.join(sys.argv[1:5]))\nprint('Decode.  median latency: 0.02000 s')")
     out = sglang_driver.run(load_shape("deepseek-v3-tp8"), "gather_cast", 1, 4096, 8, tmp_path, python=python)
     assert out["tpot_ms"] == pytest.approx(20.0)
-    assert out["command"][1:5] == ["-m", "harness.model.sglang_launch", "--strategy", "gather_cast"]
-    assert "-m harness.model.sglang_launch --strategy" in out["log_tail"]
+    assert out["command"][1:5] == ["-m", "harness.tpot.sglang_launch", "--strategy", "gather_cast"]
+    assert "-m harness.tpot.sglang_launch --strategy" in out["log_tail"]
 
 
 def test_driver_failure_is_one_error_naming_the_engine(tmp_path):

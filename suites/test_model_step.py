@@ -7,20 +7,20 @@ import dataclasses
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.decode import DecodeSession
 from harness.errors import HarnessError
-from harness.faults import Fault
-from harness.model import bytes as nbytes
-from harness.model.allreduce import AllReduce
-from harness.model.config import load_shape
-from harness.model.fp8 import FP8Weight, _bf16, _probe_ok, bind_kernel, dequantize_blocks, quantize_blocks
-from harness.model.moe import RoutedExperts, _silu_mul, naive_route, route
-from harness.model.step import ModelStep
-from harness.model.tpot import build_context, hidden_states
-from harness.presets import get_preset, get_scale
-from harness.scenario import load_scenario
+from harness.execute.decode import DecodeSession
+from harness.inputs.cases import Case
+from harness.spec.faults import Fault
+from harness.spec.presets import get_preset, get_scale
+from harness.spec.scenario import load_scenario
 from harness.strategies import REGISTRY
+from harness.tpot import bytes as nbytes
+from harness.tpot.allreduce import AllReduce
+from harness.tpot.config import load_shape
+from harness.tpot.fp8 import FP8Weight, _bf16, _probe_ok, bind_kernel, dequantize_blocks, quantize_blocks
+from harness.tpot.moe import RoutedExperts, _silu_mul, naive_route, route
+from harness.tpot.step import ModelStep
+from harness.tpot.tpot import build_context, hidden_states
 
 # ---- shapes as data -------------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ def fake_cublas(monkeypatch):
 
 def _launch_blockwise(n: int, k: int, batch: int, calls) -> list:
     """Each blockwise candidate on an [n, k] weight: the launches it made (refusals launch nothing)."""
-    from harness.model.fp8 import CANDIDATES
+    from harness.tpot.fp8 import CANDIDATES
 
     w = FP8Weight(torch.zeros((n, k), dtype=torch.float8_e4m3fn), torch.ones((-(-n // 128), k // 128)))
     x = torch.randn(batch, k).to(torch.bfloat16)
@@ -278,7 +278,7 @@ def test_blockwise_gemm_never_launches_a_layout_cublas_reads_out_of_bounds(fake_
 def test_unpadded_block_scales_are_caught(fake_cublas, monkeypatch):
     """Negative control: the old layout (K-blocks not padded to 4) is refused by the guard, and with
     the guard planted away the recorder flags the out-of-bounds layout."""
-    from harness.model import fp8
+    from harness.tpot import fp8
 
     monkeypatch.setattr(fp8, "padded_block_scales", lambda w: w.scale.contiguous())  # planted: the pre-fix layout
     assert _launch_blockwise(6144, 256, 32, fake_cublas) == []  # the guard refuses both, nothing launched
@@ -288,7 +288,7 @@ def test_unpadded_block_scales_are_caught(fake_cublas, monkeypatch):
 
 
 def test_probe_runs_in_a_child_and_a_dying_child_falls_back_to_safe_kernels():
-    from harness.model import fp8
+    from harness.tpot import fp8
 
     got, note = fp8.probe_in_child([(256, 256), (256, 256), (384, 256)], 2, "cpu", names=("bf16",))
     assert got == {(256, 256): "bf16", (384, 256): "bf16"} and note == "probed in a child process"
@@ -301,7 +301,7 @@ def test_probe_runs_in_a_child_and_a_dying_child_falls_back_to_safe_kernels():
 
 
 def test_step_parts_replace_left_out_components_with_same_shape_stand_ins(tiny_ctx):
-    from harness.model.step import PARTS
+    from harness.tpot.step import PARTS
 
     strategy = REGISTRY["gather_cast"](tiny_ctx.pool, tiny_ctx.backend, tiny_ctx.case.preset)
     last = tiny_ctx.schedule.steps[-1]
@@ -323,7 +323,7 @@ def test_step_parts_replace_left_out_components_with_same_shape_stand_ins(tiny_c
 
 
 def test_memory_plan_glm5_prod_shadow_does_not_fit_beside_the_weights():
-    from harness.model.tpot import memory_plan
+    from harness.tpot.tpot import memory_plan
 
     full = nbytes.full_rank_weight_bytes(load_shape("glm5-tp8"))
     h200, pool, slots = 150_109_880_320, 27_369_897_984, 524_288  # H200 bytes; the prod pool bytes of the H200 run

@@ -4,7 +4,7 @@ import pytest
 
 from suites.mutation import assert_caught
 
-MUTATIONS = [("harmless", "harness/faults.py", "NAN_CODE = 0x7F", "NAN_CODE = 0x7F  # unchanged", ["suites/test_guards.py"])]
+MUTATIONS = [("harmless", "harness/spec/faults.py", "NAN_CODE = 0x7F", "NAN_CODE = 0x7F  # unchanged", ["suites/test_guards.py"])]
 
 
 def test_an_uncaught_mutation_fails_the_check(tmp_path):

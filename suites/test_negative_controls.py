@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.faults import CONTROL_SCENARIO, Fault
+from harness.spec.faults import CONTROL_SCENARIO, Fault
 from harness.strategies import FAULT_TARGET, REGISTRY
 from suites.helpers import run_strategies
 
@@ -43,7 +43,7 @@ def test_nan_code_propagates_to_the_output():
 @pytest.mark.parametrize("code", [0x7F, 0xFF])
 def test_e4m3_nan_codes_decode_to_nan(code):
     """Both e4m3fn NaN codes decode to NaN in the reference and the torch backend's casts."""
-    from harness.reference import StepInputs, mla_decode_f64
+    from harness.inputs.reference import StepInputs, mla_decode_f64
 
     rows = torch.zeros(4, 576, dtype=torch.uint8)
     rows[1, 3] = code
@@ -57,8 +57,8 @@ def test_e4m3_nan_codes_decode_to_nan(code):
 def test_a_fault_claimed_by_two_strategies_reaches_each_and_no_other():
     """scale-error-1pct lives in native_fp8 and fused_fp8 (each claims it with register(faults=...)): the
     session hands it to both (fused_fp8's branch is reachable) and to no other strategy."""
-    from harness.cases import load_case
-    from harness.prepared import PreparedCase
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import load_case
     from harness.strategies import FAULT_TARGETS
 
     assert FAULT_TARGETS[Fault.SCALE_ERROR] == ("native_fp8", "fused_fp8")
@@ -74,9 +74,9 @@ def test_fault_targets_decide_what_can_fire_and_what_did():
     """cannot_fire: one of a fault's strategies must be selected; did_not_fire: each that ran must be red."""
     from types import SimpleNamespace
 
-    from harness.cases import load_case
     from harness.errors import HarnessError
-    from harness.negative_controls import cannot_fire, did_not_fire
+    from harness.inputs.cases import load_case
+    from harness.verify.negative_controls import cannot_fire, did_not_fire
 
     case = load_case("glm5-tp8.ci.b1-l4096")
     cannot_fire({Fault.SCALE_ERROR}, ("fused_fp8",), case)  # fused_fp8 alone can fire it

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import golden
-from harness.cases import GOLDEN_DIR, golden_case_names, load_case
 from harness.errors import HarnessError
 from harness.fsio import refuse_overwriting_inputs
+from harness.inputs.cases import GOLDEN_DIR, golden_case_names, load_case
+from harness.verify import golden
 from suites.test_cli import ROOT, _one_error_line, harness
 from suites.test_report import _write
 
@@ -33,8 +33,8 @@ def disk(tmp_path, monkeypatch):
     root = _golden_copy(tmp_path, [CASE])
     monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", str(root))
     monkeypatch.chdir(tmp_path)
-    shutil.copy(ROOT / "harness" / "scenarios" / "b1-l500.toml", tmp_path / "S.toml")
-    shutil.copy(ROOT / "harness" / "model" / "allreduce_h200_tp2.toml", tmp_path / "T.toml")
+    shutil.copy(ROOT / "harness" / "spec" / "scenarios" / "b1-l500.toml", tmp_path / "S.toml")
+    shutil.copy(ROOT / "harness" / "tpot" / "allreduce_h200_tp2.toml", tmp_path / "T.toml")
     (tmp_path / "D").mkdir()
     _write(tmp_path / "D" / "report.md")  # a results file that happens to carry report --out's file name
     _write(tmp_path / "r.json")
@@ -108,7 +108,7 @@ def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
     assert proc.stdout == "" and disk() == before
     proc = harness("report", "r.json", "--out", "busy", "--force")
     assert proc.returncode == 0, proc.stderr
-    from harness.report import REPORT_FILES
+    from harness.render.report import REPORT_FILES
 
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and "report.md" in os.listdir("busy")
     assert set(os.listdir("busy")) - {"notes.txt"} <= set(REPORT_FILES)  # the guard knows every file --out writes

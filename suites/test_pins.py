@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import check, golden
-from harness.cases import load_case
-from harness.contract import ContractViolation, check_boundary
-from harness.prepared import PreparedCase
+from harness.backends.contract import ContractViolation, check_boundary
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import load_case
 from harness.strategies import REGISTRY
+from harness.verify import check, golden
 from suites.helpers import INTERPRETED, run_under_interpreter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def test_asv_sample_clock_hands_each_sample_once(monkeypatch):
 def test_asv_benchmarks_report_seconds_for_every_timed_metric(monkeypatch):
     """Each timed class names a declared metric whose unit converts to seconds exactly; asv takes
     the REPEATS samples once (rounds 1, no warm-up)."""
-    from harness.metrics import METRICS
+    from harness.results.metrics import METRICS
 
     bench = _benchmarks(monkeypatch)
     timed = [c for c in vars(bench).values() if isinstance(c, type) and issubclass(c, bench._Timed) and c is not bench._Timed]
@@ -249,15 +249,15 @@ def test_asv_setup_cache_hands_asv_seconds(monkeypatch):
     import json
     from collections import Counter
 
-    import harness.measure
-    from harness.measure import Measured
-    from harness.timing import Samples
+    import harness.measure.collect
+    from harness.measure.collect import Measured
+    from harness.measure.timing import Samples
 
     bench = _benchmarks(monkeypatch)
     monkeypatch.setattr(bench, "STRATEGIES", ["gather_cast", "stock_vectorized"])  # the second needs CUDA
     fake = Measured({"cast_us": Samples("us", (2.0, 4.0)), "step_ms": Samples("ms", (1.5,)), "extra": Samples("B", (7.0,))},
                     skipped={"attn_us": "planted"})
-    monkeypatch.setattr(harness.measure, "measure", lambda session, repeats: fake if repeats == 3 else None)
+    monkeypatch.setattr(harness.measure.collect, "measure", lambda session, repeats: fake if repeats == 3 else None)
     monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
     out = json.loads(bench._measure_all())["b1-l500"]
     assert out["builds"] == 1

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from harness import synth
 from harness.errors import HarnessError
-from harness.memory import GIB, MemoryPlan
-from harness.pool import KVPool, PoolGeometry, geometry_for
-from harness.presets import get_preset, get_scale
+from harness.inputs.memory import GIB, MemoryPlan
+from harness.inputs.pool import KVPool, PoolGeometry, geometry_for
+from harness.spec import synth
+from harness.spec.presets import get_preset, get_scale
 
 
 def test_sglang_layout_and_restore():

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from harness.reference import StepInputs, mla_decode_f64
+from harness.inputs.reference import StepInputs, mla_decode_f64
 
 
 def _mha_oracle(q_nope, q_pe, rows, sm_scale):

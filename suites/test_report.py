@@ -1,4 +1,4 @@
-"""`harness.report`: tables, Markdown, plots, trends and cross-check from synthetic results files."""
+"""`harness.render.report`: tables, Markdown, plots, trends and cross-check from synthetic results files."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from rich.console import Console
 
 from harness.cli import main
 from harness.errors import HarnessError
-from harness.report import render_report
-from harness.results import Row, document
+from harness.render.report import render_report
+from harness.results.document import Row, document
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 NEEDS_MPL = pytest.mark.skipif(not HAVE_MPL, reason="matplotlib not installed (pip install mla-harness[report])")

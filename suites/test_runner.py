@@ -3,10 +3,10 @@
 import torch
 from rich.console import Console
 
-from harness.cases import load_case
-from harness.check import Status
-from harness.runner import RunConfig, run
+from harness.api import RunConfig, run
+from harness.inputs.cases import load_case
 from harness.strategies.gather_cast import GatherCast
+from harness.verify.check import Status
 
 
 def test_crashing_strategy_is_an_error_verdict_and_others_still_run(monkeypatch):
@@ -27,8 +27,8 @@ def test_stock_runs_first_so_the_bitwise_tier_applies_in_any_order(monkeypatch):
     cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"),
                     strategies=("shadow", "stock"), repeats=0)
     calls = []
-    original = __import__("harness.runner", fromlist=["check_bitwise"]).check_bitwise
-    monkeypatch.setattr("harness.runner.check_bitwise", lambda *a: calls.append(a[-1]) or original(*a))
+    original = __import__("harness.api", fromlist=["check_bitwise"]).check_bitwise
+    monkeypatch.setattr("harness.api.check_bitwise", lambda *a: calls.append(a[-1]) or original(*a))
     outcome = run(cfg, Console(quiet=True))
     assert [r.strategy for r in outcome.results] == ["shadow", "stock"]
     assert calls and set(calls) == {"stock"}
@@ -55,8 +55,8 @@ def test_bitwise_strategy_brings_stock_along():
 
 
 def test_missing_stock_outputs_fail_the_bitwise_tier():
-    from harness import golden
-    from harness.runner import _verdict
+    from harness.api import _verdict
+    from harness.verify import golden
 
     gold = golden.load("glm5-tp8.ci.b1-l500")
     outputs = {k: (gold.out(*k).to(torch.bfloat16), gold.lse(*k)) for k in gold.keys()}

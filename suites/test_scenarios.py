@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from harness.errors import HarnessError
-from harness.scenario import builtin_names, load_scenario, load_scenario_file, parse_scenario
-from harness.schedule import compile_schedule
+from harness.spec.scenario import builtin_names, load_scenario, load_scenario_file, parse_scenario
+from harness.spec.schedule import compile_schedule
 
 REQUIRED = {"b1-l500", "b1-l4096", "b32-l4096", "b128-l2048", "ragged-mix", "edge-kv1", "edge-pool-tail", "multistep-reuse"}
 

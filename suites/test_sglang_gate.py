@@ -203,7 +203,7 @@ def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
 
     from ci.asv_gate import metric_of
     from ci.asv_sglang_bench import benchmarks as sgl_bench
-    from harness.metrics import METRICS
+    from harness.results.metrics import METRICS
     from suites.asv import benchmarks as harness_bench
 
     ours = {n for n, c in inspect.getmembers(sgl_bench, inspect.isclass) if not n.startswith("_") and c.__module__ == sgl_bench.__name__}

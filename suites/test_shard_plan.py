@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from ci import shard_plan
-from harness.cases import load_case
-from harness.prepared import PreparedCase
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import load_case
 from suites.plugins import binding_proof, pool_groups
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.cases import golden_case_names
+from harness.inputs.cases import golden_case_names
 from harness.strategies import BASELINE, ORDER, REGISTRY
 from suites.helpers import run_strategies
 
@@ -26,7 +26,7 @@ def test_all_strategies_pass_golden(case_name):
 
 
 def test_registry_declares_order_baseline_and_fault_targets():
-    from harness.faults import Fault
+    from harness.spec.faults import Fault
     from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
 
     assert ORDER[0] == BASELINE == "stock" and [REGISTRY[n].baseline for n in ORDER].count(True) == 1
@@ -47,7 +47,7 @@ def test_registering_a_duplicate_or_second_baseline_fails():
 
 
 def test_shipped_tolerances_validate_against_the_registry():
-    from harness.check import POLICY_FILE, load_policy
+    from harness.verify.check import POLICY_FILE, load_policy
 
     table = load_policy(POLICY_FILE)
     assert "default" in table and "native_fp8.flashinfer" in table
@@ -59,8 +59,8 @@ def test_shipped_tolerances_validate_against_the_registry():
 ])
 def test_tolerance_key_typo_is_an_error_naming_file_and_key(tmp_path, key, message):
     """Planted twin: the shipped file with one key misspelt must not load."""
-    from harness.check import POLICY_FILE, load_policy
     from harness.errors import HarnessError
+    from harness.verify.check import POLICY_FILE, load_policy
 
     bad = tmp_path / "tolerances.toml"
     bad.write_text(POLICY_FILE.read_text().replace('"native_fp8.flashinfer"', key))
@@ -84,8 +84,8 @@ def test_gather_cast_replan_keeps_the_index_tensor_a_graph_reads():
     place, never replaced (a replaced one is freed and its memory reused under the graph)."""
     import torch
 
-    from harness.cases import load_case
-    from harness.prepared import PreparedCase
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import load_case
 
     prep = PreparedCase(load_case("glm5-tp8.ci.ragged-mix"), torch.device("cpu")).build()
     first, last = prep.schedule.steps

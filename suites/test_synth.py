@@ -5,8 +5,8 @@ import hashlib
 import numpy as np
 import torch
 
-from harness import synth
-from harness.pool import KVPool, PoolGeometry
+from harness.inputs.pool import KVPool, PoolGeometry
+from harness.spec import synth
 
 
 def test_vectorized_matches_scalar_python_path():
@@ -22,7 +22,7 @@ def test_vectorized_matches_scalar_python_path():
 def test_pool_fill_chunking_does_not_change_bytes(monkeypatch):
     geometry = PoolGeometry(slots=3000, num_layers=2, row_width=576)
     a = KVPool(geometry, seed=3, device=torch.device("cpu"))
-    monkeypatch.setattr("harness.pool.HOST_FILL_ROWS", 777)
+    monkeypatch.setattr("harness.inputs.pool.HOST_FILL_ROWS", 777)
     b = KVPool(geometry, seed=3, device=torch.device("cpu"))
     for layer in range(2):
         assert torch.equal(a.buffers[layer], b.buffers[layer])

@@ -1,11 +1,11 @@
-"""harness.timing.device_time_ms: single-kernel samples come from separately captured rounds."""
+"""harness.measure.timing.device_time_ms: single-kernel samples come from separately captured rounds."""
 
 import sys
 import types
 
 import pytest
 
-from harness import timing
+from harness.measure import timing
 
 
 @pytest.fixture

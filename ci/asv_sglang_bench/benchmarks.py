@@ -21,10 +21,10 @@ def _measure_and_check(_self=None) -> str:
     import torch
     from rich.console import Console
 
-    from harness.cases import Case
-    from harness.presets import get_preset, get_scale
-    from harness.runner import RunConfig, run
-    from harness.scenario import load_scenario
+    from harness.api import RunConfig, run
+    from harness.inputs.cases import Case
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario
 
     out = json.loads(harness_bench._measure_all())
     device = torch.device("cuda" if harness_bench.cuda() else "cpu")

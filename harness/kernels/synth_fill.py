@@ -1,4 +1,4 @@
-"""KV codes of `harness.synth` generated on the device, bit-identical to `synth.kv_codes`.
+"""KV codes of `harness.spec.synth` generated on the device, bit-identical to `synth.kv_codes`.
 
 Each program owns BLOCK_R rows: the row keys fmix(fmix(base ^ slot) ^ gen) are
 computed once per row, then the row is produced in BLOCK_C-channel chunks, each
@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from harness import synth
 from harness.kernels.rowtile import rows_2d
+from harness.spec import synth
 
 BLOCK_R = 32
 MAX_BLOCK_C = 64

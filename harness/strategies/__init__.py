@@ -7,7 +7,7 @@ plugin, or a test's toy strategy) is in ORDER, the defaults, FAULT_TARGETS and t
 from collections.abc import Mapping, Sequence
 
 from harness.errors import HarnessError
-from harness.faults import Fault
+from harness.spec.faults import Fault
 from harness.strategies import fused_fp8, gather_cast, native_fp8, sglang_backend, shadow, stock  # noqa: F401  (one line per strategy)
 from harness.strategies.base import REGISTRY, Strategy, register, unregister
 

@@ -11,10 +11,10 @@ from typing import Callable, ClassVar, Optional
 import torch
 
 from harness.backends.base import AttnProblem
-from harness.faults import Fault
-from harness.pool import KVPool, PoolGeometry
-from harness.presets import ModelPreset
-from harness.schedule import Schedule, StepBatch
+from harness.inputs.pool import KVPool, PoolGeometry
+from harness.spec.faults import Fault
+from harness.spec.presets import ModelPreset
+from harness.spec.schedule import Schedule, StepBatch
 
 REGISTRY: dict[str, type["Strategy"]] = {}
 TIERS = ("bitwise", "tolerance")
@@ -170,7 +170,7 @@ class Strategy:
 
     def attend(self, plan, q_nope, q_pe, kv) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) of one layer. The decode session asserts the dtype contract after it
-        (harness.decode.attend), whatever a strategy's own attend does."""
+        (harness.execute.decode.attend), whatever a strategy's own attend does."""
         ckv, kpe = kv
         return self.backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=self.kv_scale)
 

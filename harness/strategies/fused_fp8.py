@@ -19,7 +19,7 @@ import torch
 
 from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
-from harness.faults import Fault
+from harness.spec.faults import Fault
 from harness.strategies.base import Strategy, register
 
 KV_SCALE = 1.0  # SGLang's pool holds unscaled e4m3 bits

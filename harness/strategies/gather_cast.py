@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from harness.faults import Fault
+from harness.spec.faults import Fault
 from harness.strategies.base import Strategy, register
 
 
 @register("gather_cast", order=30, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
-          faults=(Fault.REMAP_OFF_BY_ONE,), sglang="harness.model.sglang_plugin:gather_cast_backend_class")
+          faults=(Fault.REMAP_OFF_BY_ONE,), sglang="harness.tpot.sglang_plugin:gather_cast_backend_class")
 class GatherCast(Strategy):
     extra_per_slot = False  # the compact buffer holds a step's active rows, not the pool
 

@@ -19,9 +19,9 @@ import os
 
 import torch
 
-from harness.faults import Fault
 from harness.integrations.sglang import runtime, stand_in, wrappers
 from harness.integrations.sglang.flashinfer_mla import FlashInferMLA
+from harness.spec.faults import Fault
 from harness.strategies.base import Strategy, register
 
 SGLANG_KERNEL_SM90 = "fa3"  # what FlashInfer's backend="auto" (SGLang's wrappers) plans on SM90 (ordered_sm90_backends)

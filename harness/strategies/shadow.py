@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.faults import Fault
+from harness.spec.faults import Fault
 from harness.strategies.base import Strategy, register
 
 

@@ -59,13 +59,13 @@ ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad 
 
 def _measure(scenario: str, strategy: str) -> dict:
     from harness.backends import make_backend
-    from harness.cases import Case
-    from harness.model.allreduce import AllReduce, LatencyAllReduce, load_table
-    from harness.model.config import load_shape
-    from harness.model.tpot import build_context, time_strategy
-    from harness.presets import get_preset, get_scale
-    from harness.scenario import load_scenario
+    from harness.inputs.cases import Case
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario
     from harness.strategies import REGISTRY
+    from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
+    from harness.tpot.config import load_shape
+    from harness.tpot.tpot import build_context, time_strategy
 
     if BAD_ENV:
         raise ValueError(f"bad asv environment: {BAD_ENV[0]}")

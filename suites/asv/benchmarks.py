@@ -2,7 +2,7 @@
 
 One `setup_cache` (run once per commit, in one process) prepares each scenario's case once
 (`PreparedCase`: one pool build per scenario) and measures every strategy and metric from it
-with the harness's own timing (`harness.measure`: CUDA events / flashinfer.testing on CUDA,
+with the harness's own timing (`harness.measure.collect`: CUDA events / flashinfer.testing on CUDA,
 host timers on CPU), returning JSON. The `time_` benchmarks hand those samples to asv through
 a sample clock (`timer`): each timed call advances the clock by one measured sample, so asv
 stores the real distribution (median, IQR, CI) and `asv continuous` / `asv compare` apply their
@@ -84,11 +84,11 @@ def _measure_all() -> str:
     check_env()
     import torch
 
-    from harness.cases import Case
-    from harness.measure import measure
-    from harness.prepared import PreparedCase
-    from harness.presets import get_preset, get_scale
-    from harness.scenario import load_scenario
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import Case
+    from harness.measure.collect import measure
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario
 
     CUDA = cuda()
     device = torch.device("cuda" if CUDA else "cpu")

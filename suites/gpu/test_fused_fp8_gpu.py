@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from harness.cases import golden_case_names, load_case
-from harness.decode import DecodeSession, make_step_data
-from harness.faults import Fault
-from harness.pool import KVPool
+from harness.execute.decode import DecodeSession, make_step_data
+from harness.inputs.cases import golden_case_names, load_case
+from harness.inputs.pool import KVPool
+from harness.spec.faults import Fault
 from suites.helpers import run_strategies
 
 pytestmark = [

@@ -3,11 +3,11 @@ FlashInfer's fast path for each later step, gives the eager step's outputs (fa3 
 
 import pytest
 
-from harness.cases import load_case
-from harness.check import check_against_golden, policy
-from harness.graphs import pad_batch
-from harness.prepared import PreparedCase
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import load_case
+from harness.spec.buckets import pad_batch
 from harness.strategies import ORDER
+from harness.verify.check import check_against_golden, policy
 
 pytestmark = [pytest.mark.gpu]
 CASE = "glm5-tp8.ci.multistep-reuse"  # 4 requests, then 3 (padded to the bucket of 4) for three steps

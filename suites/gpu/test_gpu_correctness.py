@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from harness.backends import make_backend
-from harness.cases import golden_case_names
-from harness.faults import CONTROL_SCENARIO
+from harness.inputs.cases import golden_case_names
+from harness.spec.faults import CONTROL_SCENARIO
 from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
 from suites.helpers import run_strategies
 

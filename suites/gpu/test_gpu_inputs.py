@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness import synth
-from harness.cases import load_case
-from harness.pool import KVPool, PoolGeometry, kv_rows
-from harness.prepared import PreparedCase
-from harness.reference import step_queries
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import load_case
+from harness.inputs.pool import KVPool, PoolGeometry, kv_rows
+from harness.inputs.reference import step_queries
+from harness.spec import synth
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""The Triton kernels on a CUDA GPU, bit for bit against harness.synth (CPU) and torch."""
+"""The Triton kernels on a CUDA GPU, bit for bit against harness.spec.synth (CPU) and torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness import synth
+from harness.spec import synth
 
 pytestmark = [
     pytest.mark.gpu,

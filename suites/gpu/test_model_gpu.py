@@ -16,7 +16,7 @@ pytestmark = [
 
 
 def test_fp8_gemm_dispatch_picks_an_fp8_kernel_that_matches_emulation():
-    from harness.model.fp8 import CANDIDATES, FP8Weight, _probe_ok, bind_kernel, quantize_blocks
+    from harness.tpot.fp8 import CANDIDATES, FP8Weight, _probe_ok, bind_kernel, quantize_blocks
 
     q, scale = quantize_blocks(torch.randn(2048 + 576, 6144, device="cuda") / 80)
     w = FP8Weight(q, scale)
@@ -30,8 +30,8 @@ def test_fp8_gemm_dispatch_picks_an_fp8_kernel_that_matches_emulation():
 
 
 def test_expert_kernel_matches_cpu_path():
-    from harness.model.fp8 import quantize_blocks
-    from harness.model.moe import RoutedExperts
+    from harness.tpot.fp8 import quantize_blocks
+    from harness.tpot.moe import RoutedExperts
 
     gen = torch.Generator().manual_seed(0)
     blocks = [quantize_blocks(torch.randn(512, 1024, generator=gen) / 32) for _ in range(8)]
@@ -52,22 +52,22 @@ def test_expert_kernel_matches_cpu_path():
 
 @pytest.fixture(scope="module")
 def ctx():
-    from harness.cases import Case
-    from harness.model.allreduce import AllReduce
-    from harness.model.config import load_shape
-    from harness.model.tpot import build_context
-    from harness.presets import get_preset, get_scale
-    from harness.scenario import load_scenario
+    from harness.inputs.cases import Case
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario
+    from harness.tpot.allreduce import AllReduce
+    from harness.tpot.config import load_shape
+    from harness.tpot.tpot import build_context
 
     case = Case(get_preset("glm5-tp8"), get_scale("prod", slots=262_144, num_layers=3), load_scenario("b32-l4096"))
     return build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cuda"), "auto", 2, AllReduce())
 
 
 def _run(ctx, name, graph: bool):
-    from harness.decode import DecodeSession
-    from harness.model.step import ModelStep
-    from harness.model.tpot import hidden_states
+    from harness.execute.decode import DecodeSession
     from harness.strategies import REGISTRY
+    from harness.tpot.step import ModelStep
+    from harness.tpot.tpot import hidden_states
 
     s = REGISTRY[name](ctx.pool, ctx.backend, ctx.case.preset)
     last = ctx.schedule.steps[-1]
@@ -100,8 +100,8 @@ def test_stock_and_gather_cast_attention_bitwise_in_the_model(ctx):
 
 
 def test_latency_stand_in_lasts_the_table_latency():
-    from harness.model.allreduce import LatencyAllReduce, LatencyTable
-    from harness.model.tpot import event_time_ms
+    from harness.tpot.allreduce import LatencyAllReduce, LatencyTable
+    from harness.tpot.tpot import event_time_ms
 
     table = LatencyTable("test", (1024, 1 << 20), (20.0, 60.0))
     ar = LatencyAllReduce(table, torch.device("cuda"))
@@ -111,10 +111,10 @@ def test_latency_stand_in_lasts_the_table_latency():
 
 
 def test_kernel_breakdown_sees_the_steps_kernels(ctx):
-    from harness.decode import DecodeSession
-    from harness.model.step import ModelStep
-    from harness.model.tpot import hidden_states, kernel_breakdown
+    from harness.execute.decode import DecodeSession
     from harness.strategies import REGISTRY
+    from harness.tpot.step import ModelStep
+    from harness.tpot.tpot import hidden_states, kernel_breakdown
 
     s = REGISTRY["native_fp8"](ctx.pool, ctx.backend, ctx.case.preset)
     last = ctx.schedule.steps[-1]
@@ -130,7 +130,7 @@ def test_kernel_breakdown_sees_the_steps_kernels(ctx):
 def test_fp8_kernels_chosen_in_a_child_include_the_unaligned_shared_down(batch, monkeypatch):
     """GLM-5 TP8's shared-expert down_proj (K = 256: 2 K-blocks, padded to 4 for cuBLAS) and q_a/kv_a:
     kernels are probed in a child process (no probe kernel in this one) and match emulation here."""
-    from harness.model import fp8
+    from harness.tpot import fp8
 
     monkeypatch.setattr(fp8, "_probe_ok", lambda *a: pytest.fail("probe ran in the measuring process"))
     ws = [fp8.FP8Weight(*fp8.quantize_blocks(torch.randn(n, k, device="cuda") * k ** -0.5)) for n, k in ((6144, 256), (2624, 6144))]

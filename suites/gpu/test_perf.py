@@ -12,7 +12,7 @@ Targets are not asserted here; gate them by comparing saved runs:
 import pytest
 import torch
 
-from harness.cases import load_case
+from harness.inputs.cases import load_case
 from harness.strategies import ORDER, REGISTRY
 from harness.strategies.base import Strategy
 from suites.plugins.pool_groups import SharedPreparedCase

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.gpu
 # that the strategy's buffers would be carved from) would hide what a session leaves cached.
 CHILD = """
 import json, sys, torch
-from harness.cases import load_case
-from harness.prepared import PreparedCase
+from harness.inputs.cases import load_case
+from harness.execute.prepared import PreparedCase
 
 prep = PreparedCase(load_case("glm5-tp8.ci.b1-l500"), torch.device("cuda"), "torch").build()
 

@@ -6,10 +6,10 @@ cannot run. Skipped with the reason where SGLang is not installed (ci/build_sgla
 import pytest
 import torch
 
-from harness.cases import load_case
 from harness.errors import HarnessError
-from harness.faults import Fault
-from harness.pool import KVPool
+from harness.inputs.cases import load_case
+from harness.inputs.pool import KVPool
+from harness.spec.faults import Fault
 from harness.strategies import REGISTRY
 from suites.helpers import run_strategies
 

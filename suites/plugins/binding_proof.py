@@ -6,7 +6,7 @@ the CUDA_VISIBLE_DEVICES entry it was bound to, how many devices its CUDA runtim
 of the device each ``gpu`` test ran on, the GPUs on which its pid holds a CUDA context (NVML's
 per-GPU process list, or ``nvidia-smi --query-compute-apps``), and a timeline (process start,
 first test, session end) that shows what start-up costs, and the pools it built per case
-(harness.prepared.PreparedCase.builds). After the workers finish, the
+(harness.execute.prepared.PreparedCase.builds). After the workers finish, the
 controller runs `check` over the records: every worker ran on the GPU its binding names, two
 workers never share one GPU unless there are more workers than GPUs, and no worker holds a
 context on a GPU it does not own. Problems fail the session; the verdict lands in ``DIR/check.json``.
@@ -152,7 +152,7 @@ class Record:
     def finish(self, probe) -> None:
         """Fill what is known only at session end: device count, pools built, this pid's contexts."""
         self.visible_count = probe.visible_count()
-        prepared = sys.modules.get("harness.prepared")
+        prepared = sys.modules.get("harness.execute.prepared")
         self.pool_builds = dict(prepared.PreparedCase.builds) if prepared is not None else {}
         apps = probe.compute_apps()
         if apps is None:

@@ -6,7 +6,7 @@ Every gpu test whose pool is a golden case's (its ``case_name`` parameter, else 
 xdist passes groups as an '@group' suffix of node ids, which pytest >= 9.2 silently drops
 (pytest-dev/pytest-xdist#1386); so each worker also lists nodeid -> group in a folder the
 controller hands it, and the controller's scheduler (`pytest_xdist_make_scheduler`) reads it.
-Inside a gpu test, ``harness.runner`` prepares cases as `SharedPreparedCase`: a process keeps its
+Inside a gpu test, ``harness.api`` prepares cases as `SharedPreparedCase`: a process keeps its
 last pool (one: a production pool is ~22 GB) and hands it to the next case with the same bytes
 (geometry, seed, device), so a group builds its pool once instead of once per test. Decode
 sessions undo their pool writes, as they do between strategies. Without xdist the marks change
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-import harness.runner
-from harness.decode import make_step_data
-from harness.prepared import PreparedCase
+import harness.api
+from harness.execute.decode import make_step_data
+from harness.execute.prepared import PreparedCase
 
 GROUP_PREFIX = "pool-"
 GROUPS_KEY = "mla_harness_pool_groups"  # workerinput: the folder where workers list their groups
@@ -118,6 +118,6 @@ class SharedPreparedCase(PreparedCase):
 
 @pytest.fixture(autouse=True)
 def _share_pools(request, monkeypatch):
-    """gpu tests: cases that harness.runner prepares share the process's last pool."""
+    """gpu tests: cases that harness.api prepares share the process's last pool."""
     if "gpu" in request.keywords:
-        monkeypatch.setattr(harness.runner, "PreparedCase", SharedPreparedCase)
+        monkeypatch.setattr(harness.api, "PreparedCase", SharedPreparedCase)

@@ -11,11 +11,11 @@ import pytest
 import sgl
 import torch
 
-from harness.cases import Case
-from harness.pool import KVPool
-from harness.presets import get_preset, get_scale
-from harness.reference import step_queries
-from harness.scenario import load_scenario
+from harness.inputs.cases import Case
+from harness.inputs.pool import KVPool
+from harness.inputs.reference import step_queries
+from harness.spec.presets import get_preset, get_scale
+from harness.spec.scenario import load_scenario
 from harness.strategies import REGISTRY
 
 pytestmark = pytest.mark.sglang
@@ -168,7 +168,7 @@ def test_handoff_comparison_catches_planted_faults(fault):
     if fault == "gather_cast":  # a compact gathered buffer is not the whole layer
         ours = harness_handoff(case, "gather_cast")
     elif fault == "page1-pool":  # the token-granular pool the harness had before (same row count)
-        from harness.pool import PoolGeometry
+        from harness.inputs.pool import PoolGeometry
 
         ours = harness_handoff(case, pool=KVPool(PoolGeometry(SLOTS + 63, 1, 576), case.scenario.seed, torch.device("cpu")))
     else:  # DeepSeek-V3 without the YaRN mscale

@@ -8,8 +8,8 @@ import pytest
 import sgl
 import torch
 
-from harness.pool import PoolGeometry
-from harness.presets import DSA_INDEX_K_BYTES, get_preset
+from harness.inputs.pool import PoolGeometry
+from harness.spec.presets import DSA_INDEX_K_BYTES, get_preset
 
 pytestmark = pytest.mark.sglang
 

@@ -9,9 +9,9 @@ import pytest
 import sgl
 import torch
 
-from harness.presets import PRESETS
-from harness.scenario import builtin_names, load_scenario
-from harness.schedule import compile_schedule
+from harness.spec.presets import PRESETS
+from harness.spec.scenario import builtin_names, load_scenario
+from harness.spec.schedule import compile_schedule
 
 pytestmark = pytest.mark.sglang
 

@@ -7,9 +7,9 @@ import pytest
 import sgl
 import torch
 
-from harness import synth
-from harness.pool import KVPool, PoolGeometry
-from harness.presets import DSA_INDEX_K_BYTES
+from harness.inputs.pool import KVPool, PoolGeometry
+from harness.spec import synth
+from harness.spec.presets import DSA_INDEX_K_BYTES
 
 pytestmark = pytest.mark.sglang
 

@@ -10,10 +10,10 @@ import pytest
 import sgl
 import torch
 
-from harness.cases import load_case
 from harness.errors import HarnessError
-from harness.faults import CONTROL_SCENARIO, Fault
-from harness.pool import KVPool
+from harness.inputs.cases import load_case
+from harness.inputs.pool import KVPool
+from harness.spec.faults import CONTROL_SCENARIO, Fault
 from harness.strategies import REGISTRY
 from suites.helpers import run_strategies
 
@@ -109,7 +109,7 @@ def test_request_table_check_catches_planted_twins(twin):
 def _batch(step: int, requests: dict[int, list[int]]):
     import numpy as np
 
-    from harness.schedule import StepBatch
+    from harness.spec.schedule import StepBatch
 
     spans = list(requests.values())
     indptr = np.concatenate([[0], np.cumsum([len(x) for x in spans])]).astype(np.int32)

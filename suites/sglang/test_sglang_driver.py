@@ -17,8 +17,8 @@ except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA-only t
     pytest.skip(f"sglang is not importable ({type(exc).__name__}: {exc})"[:200], allow_module_level=True)
 pytestmark = pytest.mark.sglang
 
-from harness.model import sglang_driver  # noqa: E402
-from harness.model.config import load_shape  # noqa: E402
+from harness.tpot import sglang_driver  # noqa: E402
+from harness.tpot.config import load_shape  # noqa: E402
 
 ROWS, HEADS, WIDTH = 300, 8, 576
 
@@ -107,7 +107,7 @@ KV_INDICES = torch.tensor([17, 5, 250, 251, 3], dtype=torch.int32)
 
 
 def test_gather_cast_plugin_replaces_the_whole_pool_cast():
-    from harness.model.sglang_plugin import gather_cast_backend_class
+    from harness.tpot.sglang_plugin import gather_cast_backend_class
 
     backend, recorder = _bare_backend(gather_cast_backend_class(), gather=True)
     _decode(backend, KV_INDICES)
@@ -132,7 +132,7 @@ def test_sglangs_own_backend_casts_the_whole_pool():
 def test_install_puts_the_plugin_into_sglangs_registry():
     from sglang.srt.layers.attention import attention_registry as registry
 
-    from harness.model.sglang_plugin import install
+    from harness.tpot.sglang_plugin import install
 
     original = registry.ATTENTION_BACKENDS["flashinfer"]
     calls = []

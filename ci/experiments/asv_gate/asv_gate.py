@@ -8,7 +8,7 @@ process; this one judges what the perf-gate workflow runs: `asv continuous BASE 
 ci/asv_gate.py, every commit benchmarked in its own processes and environment. In a clone of
 REPO, each pair k is two commits on top of its HEAD: base k (a docs-only change) and head k:
 - role aa: another docs-only change (same code): the gate must exit 0 in every pair;
-- role planted: the real slowdown below, committed to harness/decode.py: every bucket graph's
+- role planted: the real slowdown below, committed to harness/execute/decode.py: every bucket graph's
   replay is followed by a device-to-device copy calibrated (on first replay, CUDA events) to last
   FRACTION of that graph's replay, i.e. real GPU work inside step_device_ms's timed region. The
   gate must exit 1 in every pair, naming step_device_ms of every scenario.
@@ -38,10 +38,10 @@ PLANT = '''
 def _planted_copy(bucket_graph) -> None:
     """PLANTED SLOWDOWN (ci/experiments/asv_gate): after each replay, a device copy lasting
     FRACTION of this graph's replay time (the replay timed with CUDA events on the first replay,
-    the copy calibrated by harness.control.copy_bytes_per_ms)."""
+    the copy calibrated by harness.measure.control.copy_bytes_per_ms)."""
     plant = getattr(bucket_graph, "_plant", None)
     if plant is None:
-        from harness.control import copy_bytes_per_ms
+        from harness.measure.control import copy_bytes_per_ms
 
         times = []
         for _ in range(7):
@@ -64,8 +64,8 @@ def git(repo: Path, *args: str) -> str:
 
 
 def plant(repo: Path, fraction: float) -> None:
-    """Commit-ready planted slowdown in the clone's harness/decode.py."""
-    path = repo / "harness" / "decode.py"
+    """Commit-ready planted slowdown in the clone's harness/execute/decode.py."""
+    path = repo / "harness" / "execute" / "decode.py"
     text = path.read_text()
     if REPLAY not in text:
         raise SystemExit(f"asv-gate-experiment: {path}: BucketGraph.replay changed; cannot plant the slowdown")

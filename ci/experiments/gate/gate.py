@@ -6,10 +6,10 @@ usage: python -m ci.experiments.gate OUT_DIR [--scenario NAME ...] [--pairs 5] [
 
 For each headline scenario (glm5-tp8, production scale) one pool, one set of step data and one
 decode session of one strategy are built; then measurement blocks run in the order
-A, B, A, B, ... Each block is the harness's own measurement (`harness.measure.measure`: every
+A, B, A, B, ... Each block is the harness's own measurement (`harness.measure.collect.measure`: every
 metric a `harness run` reports, on a freshly captured bucket graph) plus the control copy, written as a
 results document exactly as `harness run --json` writes it, and each (A, B) pair is judged by
-`harness.compare.compare_results` at the default 5% tolerance:
+`harness.gate.compare.compare_results` at the default 5% tolerance:
 
 - A/A: B is the same code: no gating metric may come out `regressed`;
 - planted 10% / 5%: B's step graph replay is followed by an extra copy kernel
@@ -43,16 +43,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from harness.cases import Case  # noqa: E402
-from harness.compare import compare_results  # noqa: E402
-from harness.control import control_row, copy_bytes_per_ms  # noqa: E402
-from harness.decode import DecodeSession  # noqa: E402
-from harness.measure import measure  # noqa: E402
-from harness.metrics import METRICS  # noqa: E402
-from harness.prepared import PreparedCase  # noqa: E402
-from harness.presets import get_preset, get_scale  # noqa: E402
-from harness.results import Row, case_record, document, environment  # noqa: E402
-from harness.scenario import load_scenario  # noqa: E402
+from harness.execute.decode import DecodeSession  # noqa: E402
+from harness.execute.prepared import PreparedCase  # noqa: E402
+from harness.gate.compare import compare_results  # noqa: E402
+from harness.inputs.cases import Case  # noqa: E402
+from harness.measure.collect import measure  # noqa: E402
+from harness.measure.control import control_row, copy_bytes_per_ms  # noqa: E402
+from harness.measure.environment import environment  # noqa: E402
+from harness.results.document import Row, case_record, document  # noqa: E402
+from harness.results.metrics import METRICS  # noqa: E402
+from harness.spec.presets import get_preset, get_scale  # noqa: E402
+from harness.spec.scenario import load_scenario  # noqa: E402
 
 HEADLINE = ("b1-l500", "b1-l4096", "b32-l4096", "b128-l2048")
 PLANTS = (0.10, 0.05)

@@ -9,7 +9,7 @@ measures cast_us of stock and gather_cast and the decode step's device time with
 own measurement code; a neighbour bound to GPU B casts a production-size FP8 layer to BF16 in a
 loop (stock's `.to(bfloat16)`, memory-bound) during the loaded blocks only. Blocks alternate in
 ABBA order (idle, loaded, loaded, idle, ...) so a slow drift cancels. Each metric's idle samples
-(base) and loaded samples (head) are judged with the gate's decision rule (harness.decision: a
+(base) and loaded samples (head) are judged with the gate's decision rule (harness.gate.decision: a
 bootstrap interval on the ratio of medians, tolerance --tolerance); per-round ratios give the
 spread. With --pin auto, if any metric moved (status regressed or slower), the whole experiment
 is repeated with every process pinned to its GPU's NUMA-local cores and one torch thread
@@ -44,10 +44,10 @@ def abba(rounds: int) -> list[str]:
 
 def judge(base, head, tolerance: float, better: str = "lower") -> dict:
     """Decision on loaded (head) vs idle (base) samples: {status, ratio, low, high, rule}."""
-    from harness.decision import decide
+    from harness.gate.decision import decide
 
     d = decide(base, head, better, tolerance)
-    return {"status": d.status, "ratio": d.ratio, "low": d.low, "high": d.high, "rule": "harness.decision"}
+    return {"status": d.status, "ratio": d.ratio, "low": d.low, "high": d.high, "rule": "harness.gate.decision"}
 
 
 def summarize(blocks: list[dict], tolerance: float) -> list[dict]:
@@ -95,8 +95,8 @@ def _pin(pin: bool) -> list[int] | None:
 
 def _sessions(case, device):
     """(open_session(strategy), measure(session, repeats)) over one built prepared case."""
-    from harness.measure import measure
-    from harness.prepared import PreparedCase
+    from harness.execute.prepared import PreparedCase
+    from harness.measure.collect import measure
 
     prepared = PreparedCase(case, device, "auto").build()
     return prepared.session, measure
@@ -107,7 +107,7 @@ def measure_child(args) -> None:
     pinned = _pin(args.pin_child)
     import torch
 
-    from harness.cases import load_case
+    from harness.inputs.cases import load_case
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cpu" and args.scale == "prod":
@@ -139,7 +139,7 @@ def neighbour_child(args) -> None:
     pinned = _pin(args.pin_child)
     import torch
 
-    from harness.presets import get_scale
+    from harness.spec.presets import get_scale
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     src = torch.randint(0, 0x7E, (get_scale(args.scale).slots + 1, 1, 576), dtype=torch.uint8, device=device)

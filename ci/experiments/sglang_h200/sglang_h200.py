@@ -7,7 +7,7 @@ about 24 s), for each preset and scenario: `python -m harness run --scale prod -
 --scenario S --strategy stock --strategy sglang_flashinfer --strategy sglang_fa3 --json
 OUT/run-P-S.json` (the CLI's own main, in-process), then judges sglang_flashinfer's
 step_device_ms against stock's from the same run with the gate's decision rule
-(harness.decision.decide, 99% bootstrap interval, 5% tolerance). Writes OUT/summary.json and
+(harness.gate.decision.decide, 99% bootstrap interval, 5% tolerance). Writes OUT/summary.json and
 OUT/summary.md (one row per run: exit code, verdicts, stock and sglang_flashinfer medians,
 ratio and interval, the rule's status, sglang_fa3's reason)."""
 
@@ -29,7 +29,7 @@ def _samples(rows, strategy: str, metric: str) -> list[float]:
 
 def judge(path: Path) -> dict:
     """sglang_flashinfer's step_device_ms against stock's in one results file, and the verdicts."""
-    from harness.decision import decide
+    from harness.gate.decision import decide
 
     data = json.loads(path.read_text())
     rows = data["rows"]

@@ -26,7 +26,7 @@ suite() {  # suite NAME SECONDS [XDIST ARGS...]
         --junitxml="$E/junit-$name.xml" "$@"
 }
 
-step warmup 25 python3 -c "import torch, flashinfer, triton, xdist, harness.runner, suites.helpers; torch.empty(1, device='cuda'); print(torch.__version__, flashinfer.__version__, triton.__version__, xdist.__version__)"
+step warmup 25 python3 -c "import torch, flashinfer, triton, xdist, harness.api, suites.helpers; torch.empty(1, device='cuda'); print(torch.__version__, flashinfer.__version__, triton.__version__, xdist.__version__)"
 # A first pass pays whatever is still cold (measured 2026-11-30: a carried Triton cache still left the
 # first no-xdist run at 65 of 111 tests after 90 s, while -n 1 right after it ran 109 in 90 s); the
 # no-xdist figure the model uses is the second one, run last.

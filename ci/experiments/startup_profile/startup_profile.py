@@ -46,8 +46,8 @@ def _child(case: str) -> None:
     import torch
 
     lap("import torch")
-    import harness.cases  # noqa: F401
-    import harness.runner  # noqa: F401
+    import harness.api  # noqa: F401
+    import harness.inputs.cases  # noqa: F401
     import suites.helpers  # noqa: F401
 
     lap("import harness (runner, cases) + suites.helpers")
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         "suites/ -m gpu": _timed(pytest_cmd + ["suites/", "-m", "gpu"])[0],
         "suites/gpu -m gpu": _timed(pytest_cmd + ["suites/gpu", "-m", "gpu"])[0],
     }
-    report["importtime"] = importtime("torch, harness.runner, suites.helpers, xdist")
+    report["importtime"] = importtime("torch, harness.api, suites.helpers, xdist")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     for name, seconds in report["worker"].get("phases", []):

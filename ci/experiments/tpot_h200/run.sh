@@ -39,6 +39,6 @@ done
 step rotation-b1 25 python3 -m harness tpot "${ROT[@]}" --scenario b1-l4096 --json "$E/rotation-b1-l4096.json"
 
 deadline=$(( $(date +%s) + 20 ))  # the report is CPU work: it always gets its 20 s
-step report 20 python3 -m harness.model.report "$E"/tpot-*.json "$E"/rotation-*.json --out "$E/report"
+step report 20 python3 -m harness.tpot.report "$E"/tpot-*.json "$E"/rotation-*.json --out "$E/report"
 echo "--- summary"; cat "$E/summary.txt"
 exit 0

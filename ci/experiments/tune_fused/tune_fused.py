@@ -25,11 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from harness.control import measure_control  # noqa: E402
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
 from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, load_table  # noqa: E402
-from harness.presets import get_preset  # noqa: E402
+from harness.measure.control import measure_control  # noqa: E402
+from harness.spec.presets import get_preset  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
 SLOTS, LAYERS, PAGE = 495_552, 78, 64

@@ -21,15 +21,15 @@ from typing import Any
 
 import torch
 
-from harness.contract import check_boundary
+from harness.backends.contract import check_boundary
 from harness.errors import HarnessError
-from harness.faults import Fault
-from harness.graphs import BUCKETS, bucket_capacities, bucket_for
+from harness.inputs.pool import KVPool
 from harness.integrations.sglang import runtime, wrappers
 from harness.integrations.sglang.tables import RequestTable
-from harness.pool import KVPool
-from harness.presets import ModelPreset
-from harness.schedule import Schedule, StepBatch
+from harness.spec.buckets import BUCKETS, bucket_capacities, bucket_for
+from harness.spec.faults import Fault
+from harness.spec.presets import ModelPreset
+from harness.spec.schedule import Schedule, StepBatch
 
 
 class LSETap:

@@ -4,17 +4,17 @@ A request takes a free row when it first runs (its whole prefix written then, as
 it); each later step appends the positions it added (decode: one token); a request that is gone
 from the batch has finished and its row goes back to the free list, to be handed to a later
 request that overwrites it. Row 0 is SGLang's padding row: a CUDA-graph padding request reads
-position 0 of it, slot 0 (harness.graphs.PAD_ROW)."""
+position 0 of it, slot 0 (harness.spec.buckets.PAD_ROW)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from harness.faults import Fault
-from harness.graphs import PAD_REQUEST, PAD_ROW
 from harness.integrations.sglang import runtime
-from harness.schedule import Schedule, StepBatch
+from harness.spec.buckets import PAD_REQUEST, PAD_ROW
+from harness.spec.faults import Fault
+from harness.spec.schedule import Schedule, StepBatch
 
 
 class RequestTable:

@@ -9,9 +9,9 @@ import torch
 
 from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
+from harness.inputs.pool import KVPool
 from harness.integrations.sglang import runtime
-from harness.pool import KVPool
-from harness.presets import ModelPreset
+from harness.spec.presets import ModelPreset
 
 INDEX_HEAD_DIM = 128  # DSA index-K: 128 FP8 channels + one fp32 scale per 128 (132 B per token)
 

@@ -1,0 +1,220 @@
+"""The main job: build the pool, run every strategy on the same queries, check, time, report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from rich.console import Console
+
+from harness.errors import CheckFailed, HarnessError
+from harness.execute.decode import Outputs
+from harness.execute.prepared import PreparedCase
+from harness.fsio import write_bytes
+from harness.inputs.cases import Case, golden_case_names
+from harness.measure import timing
+from harness.measure.collect import Measured, measure, one_line
+from harness.progress import progress_bar
+from harness.results.document import Row
+from harness.results.metrics import spec as metric_spec
+from harness.strategies import BASELINE, ORDER, REGISTRY
+from harness.verify import golden
+from harness.verify.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
+
+
+@dataclass
+class RunConfig:
+    case: Case
+    device: torch.device
+    backend: str = "auto"
+    kernel: str = "auto"  # FlashInfer kernel: auto (arch policy), fa3, fa2
+    strategies: tuple[str, ...] = field(default_factory=lambda: tuple(ORDER))  # every registered strategy
+    faults: frozenset = frozenset()
+    repeats: int = 5
+    reference: str = "auto"  # "golden", "live", or "auto" (golden when the case has one)
+    dump_outputs: Path | None = None
+    obtained: bool = True  # a strategy that misses its stored golden leaves its obtained file beside it
+
+
+@dataclass
+class StrategyResult:
+    strategy: str
+    verdict: Verdict
+    metrics: dict[str, timing.Samples] = field(default_factory=dict)
+    extra_bytes: int | None = None
+    peak_bytes: int | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
+    outputs: Outputs | None = None  # (out, lse) of the checked layers, for callers that inspect them
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
+
+
+def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
+    """The golden of the case when one matches it exactly (same scale and scenario), else a live reference."""
+    case = cfg.case
+    why, names = ("--reference live" if cfg.reference == "live" else f"no golden for {case.name}"), []
+    if cfg.reference != "live":
+        try:
+            names = golden_case_names()
+        except HarnessError as exc:  # no golden folder at all (a non-editable install): auto goes live
+            if cfg.reference == "golden" or exc.where != "golden":
+                raise
+            why = "no golden directory (--golden-dir, MLA_HARNESS_GOLDEN_DIR)"
+    if case.name in names:
+        gold = golden.load(case.name)
+        mismatch = golden.spec_mismatch(gold, case)
+        if not mismatch:
+            if stale := golden.case_mismatch(gold, case):
+                raise HarnessError(f"golden/{case.name}/{golden.MANIFEST}", f"{stale}: a stale or edited golden "
+                                   "(python -m harness golden verify)")
+            if gap := golden.coverage_gap(gold, case):
+                raise HarnessError(f"golden/{case.name}", f"does not cover the case: {gap}")
+            return gold, f"golden/{case.name}"
+        why = f"golden/{case.name} is for another {mismatch}"
+    if cfg.reference == "golden":
+        raise HarnessError("--reference", f"{why}; use --reference live (or auto)")
+    console.print(f"[yellow]{why}: checking against a live float64 reference[/]")
+    n = len(cfg.case.checked_layers()) * cfg.case.scenario.steps
+    with progress_bar(console, "float64 reference", n) as advance:
+        return golden.compute(cfg.case, progress=advance), "live float64 reference"
+
+
+def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, baseline: Outputs | None, tier) -> Verdict:
+    """Golden check of every checked (step, layer); bitwise equality with the baseline (stock) for the bitwise tier."""
+    tol = policy(name, backend_name)
+    anchored = tier == "bitwise" and name != BASELINE
+    verdicts = []
+    if anchored and baseline is None:
+        verdicts.append(Verdict(Status.FAIL, f"bitwise tier not checked: {BASELINE} produced no outputs"))
+    for step, layer in gold.keys():
+        out, lse = outputs[(step, layer)]
+        pos = torch.as_tensor(gold.positions(step))
+        verdicts.append(check_against_golden(out[pos], lse[pos], gold.out(step, layer), gold.lse(step, layer), tol))
+        if anchored and baseline is not None:
+            verdicts.append(check_bitwise(out, lse, *baseline[(step, layer)], BASELINE))
+    return combine(verdicts)
+
+
+def _obtained(outputs: Outputs, gold: golden.GoldenData) -> dict[str, torch.Tensor]:
+    """A strategy's outputs at the golden's checked rows, keyed as the golden's outputs file."""
+    tensors = {}
+    for step, layer in gold.keys():
+        out, lse = outputs[(step, layer)]
+        pos = torch.as_tensor(gold.positions(step))
+        tensors[f"s{step}.positions"] = pos
+        tensors[f"s{step}.l{layer}.out_bf16"], tensors[f"s{step}.l{layer}.lse"] = out[pos].cpu(), lse[pos].cpu()
+    return tensors
+
+
+@dataclass
+class RunOutcome:
+    results: list[StrategyResult]
+    backend: str
+    pool_build_s: float
+
+
+def _wanted(cfg: RunConfig) -> list[str]:
+    """The requested strategies, the baseline first when a bitwise-tier strategy needs its anchor."""
+    wanted = list(dict.fromkeys(cfg.strategies))
+    if BASELINE not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):
+        wanted.insert(0, BASELINE)
+    return wanted
+
+
+def _check_memory(prep: PreparedCase, runnable: list[str], console: Console) -> None:
+    plan = prep.memory_plan(runnable)
+    console.print(f"memory plan: {plan.describe()}")
+    plan.check(prep.device)
+
+
+def _build(prep: PreparedCase, console: Console) -> None:
+    g = prep.geometry
+    with progress_bar(console, f"fp8 pool {g.slots:,} slots x {g.num_layers} layers", g.num_layers) as advance:
+        prep.build(progress=lambda *_: advance())
+    console.print(f"pool built in {prep.build_s:.2f} s ({g.total_bytes / 1e9:.1f} GB)")
+
+
+def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
+    """(outputs, Measured, peak bytes) of one strategy; a crash raises, OOM included."""
+    device, record = prep.device, set(prep.case.checked_layers())
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base_mem = torch.cuda.memory_allocated(device)
+    measured, peak = Measured(), None
+    with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance, prep.session(name) as session:
+        outputs = session.run_all(record, progress=advance)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device) - base_mem
+        if cfg.repeats:
+            try:
+                measured = measure(session, cfg.repeats)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # timing trouble never hides a finished verdict
+                measured = Measured(skipped={"timing": one_line(exc)})
+    return outputs, measured, peak
+
+
+def run(cfg: RunConfig, console: Console) -> RunOutcome:
+    """Run the configured strategies on one case: per-strategy verdicts and metrics."""
+    prep = PreparedCase(cfg.case, cfg.device, cfg.backend, cfg.kernel, cfg.faults)
+    wanted, results = _wanted(cfg), {}
+    for name in wanted:
+        if reason := prep.unsupported_reason(name):
+            results[name] = StrategyResult(name, Verdict(Status.UNSUPPORTED, reason))
+    runnable = [n for n in wanted if n not in results]
+    if not runnable:
+        reasons = "; ".join(f"{r.strategy}: {r.verdict.reason}" for r in results.values())
+        raise CheckFailed(f"no strategy can run here, nothing was checked ({reasons})")
+    _check_memory(prep, runnable, console)
+    gold, ref_label = _reference(cfg, console)
+    _build(prep, console)
+    baseline = None
+    for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: the bitwise anchor
+        try:
+            outputs, m, peak = _execute(prep, name, cfg, console)
+        except torch.cuda.OutOfMemoryError:
+            raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
+        except Exception as exc:  # a crashing strategy is a red verdict, the others still run
+            results[name] = StrategyResult(name, Verdict(Status.ERROR, one_line(exc)))
+            continue
+        baseline = outputs if name == BASELINE else baseline
+        verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, REGISTRY[name].tier)
+        if verdict.status == Status.FAIL and ref_label.startswith("golden/") and cfg.obtained and not cfg.faults:  # a planted fault fails by design
+            where = golden.write_obtained(cfg.case.name, name, _obtained(outputs, gold))
+            console.print(f"{name}: {where}", markup=False, highlight=False, soft_wrap=True)
+            verdict = replace(verdict, reason=f"{verdict.reason}; {where}")
+        results[name] = StrategyResult(name, verdict, m.metrics, prep.extra_bytes(name), peak, m.skipped, outputs, m.guards)
+        if cfg.dump_outputs is not None:
+            dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
+    console.print(f"checked against {ref_label}")
+    return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s)
+
+
+def dump(outputs: Outputs, path: Path) -> None:
+    tensors = {}
+    for (step, layer), (out, lse) in outputs.items():
+        tensors[f"s{step}.l{layer}.out"] = out.contiguous()
+        tensors[f"s{step}.l{layer}.lse"] = lse.contiguous()
+    write_bytes(path, safetensors.torch.save(tensors))
+
+
+def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
+    # one host-timed sample including kernel loading: informational, not gated
+    rows = [Row(strategy="pool", metric="build_s", value=outcome.pool_build_s, unit="s", **ident)]
+    for r in outcome.results:
+        rows.append(Row(strategy=r.strategy, metric="verdict", value=r.verdict.status.value, detail=r.verdict.to_dict(), **ident))
+        for metric, s in r.metrics.items():
+            better = metric_spec(metric).better
+            guard = {"guard": r.guards[metric]} if metric in r.guards else None
+            rows.append(Row(strategy=r.strategy, metric=metric, value=s.median, unit=s.unit, better=better, iqr=s.iqr,
+                            samples=list(s.values), detail=guard, **ident))
+        for metric, why in r.skipped.items():
+            rows.append(Row(strategy=r.strategy, metric=metric, value=None, detail={"unsupported": why}, **ident))
+        if r.extra_bytes is not None:
+            rows.append(Row(strategy=r.strategy, metric="extra_bytes", value=r.extra_bytes, unit="B", better="lower", **ident))
+        if r.peak_bytes is not None:
+            rows.append(Row(strategy=r.strategy, metric="peak_bytes", value=r.peak_bytes, unit="B", better="lower", **ident))
+    return rows

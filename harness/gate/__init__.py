@@ -1,0 +1,1 @@
+"""Judging two results files: the decision rule and `compare`."""

@@ -1,0 +1,390 @@
+"""Compare two results files (base vs head) of the same case and gate on regressions.
+
+Only like with like: both files must carry the same case record (schema.Case: preset,
+scenario, scale, slots, layers, backend, kernel) and the same device type; a different case is
+bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
+
+Each row is judged by its metric's declaration (harness/results/metrics.py):
+- timed metrics by the decision rule of harness/gate/decision.py (a 99% bootstrap interval on the
+  ratio of medians; `inconclusive` with its minimum detectable change when it straddles the
+  tolerance); a row whose timing block the clock guard (harness/measure/clocks.py) marked, on either
+  side, is `disturbed`, not compared;
+- exact metrics (bytes) by the tolerance alone;
+- verdicts: a head that fails or errors is `failing`; `pass` -> `unsupported` is `failing`
+  unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+Every gating row of the base must be in the head with a value, else it is `missing`.
+Only gating metrics (gating on the files' device type) fail the gate; an informational metric
+that got worse is `worse`, never `regressed`.
+
+Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
+(a drop or a rise), or the GPU differs, timed gating metrics cannot be judged.
+
+Exit codes: 2 when the devices differ; 1 when a verdict or exact metric fails or a gating row is
+missing; 2 "cannot judge" when the environments differ and timed gating metrics are present;
+1 when a timed gating metric regressed, or is inconclusive or disturbed under --inconclusive
+fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import HarnessError
+from harness.gate import decision
+from harness.results.metrics import METRICS
+from harness.results.schema import CASE_FIELDS, ResultsFile, Row, parse_results, read_results
+
+REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
+FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
+UNJUDGED = (decision.INCONCLUSIVE, "disturbed")
+BAD_VERDICTS = ("fail", "error")
+CONTROL = "control_copy_gbps"
+ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
+INCONCLUSIVE_POLICIES = ("pass", "fail")
+STATUS_STYLE = {
+    REGRESSED: "bold red",
+    FAILING: "bold red",
+    MISSING: "bold red",
+    decision.INCONCLUSIVE: "bold yellow",
+    "disturbed": "bold yellow",
+    decision.SLOWER: "yellow",
+    WORSE: "yellow",
+    decision.IMPROVED: "green",
+    "fixed": "green",
+    "changed": "yellow",
+    "unsupported": "yellow",
+    "undeclared": "yellow",
+    "added": "cyan",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row key as seen on both sides; base/head are the rows or None."""
+
+    key: tuple
+    base: Row | None
+    head: Row | None
+    status: str  # regressed, failing, missing, inconclusive, disturbed, slower, worse, improved, unchanged, ...
+    ratio: float | None = None
+    decision: decision.Decision | None = None  # timed metrics: the interval behind the status
+    gating: bool = False
+    note: str = ""
+
+    @property
+    def timed(self) -> bool:
+        return self.key[5] in METRICS and METRICS[self.key[5]].timed
+
+
+@dataclass(frozen=True)
+class Comparison:
+    changes: list[Change]
+    max_regression: float
+    environment_differs: str | None = None  # why the two runs cannot be compared on timings
+    inconclusive: str = "pass"
+    device_differs: str | None = None  # set: nothing can be judged
+
+    @property
+    def failures(self) -> list[Change]:
+        return [c for c in self.changes if c.gating and c.status in FAILED]
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.gating and c.status == REGRESSED]
+
+    @property
+    def unjudged(self) -> list[Change]:
+        """Gating rows the rule could not decide (inconclusive) or that must not be compared (disturbed)."""
+        return [c for c in self.changes if c.gating and c.status in UNJUDGED]
+
+    @property
+    def cannot_judge(self) -> bool:
+        return self.device_differs is not None or (
+            self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
+
+    @property
+    def exit_code(self) -> int:
+        if self.device_differs:
+            return 2
+        if any(not c.timed or c.status != REGRESSED for c in self.failures):
+            return 1  # a verdict, an exact metric or a missing row: true whatever the environment
+        if self.cannot_judge:
+            return 2
+        if self.failures or (self.unjudged and self.inconclusive == "fail"):
+            return 1
+        return 0
+
+
+def parse_factor(text: str | float) -> float:
+    """'10%' or 0.10 -> 0.10, which must lie in (0, 1). A bare number must be a fraction (1.10 is ambiguous)."""
+    where = "--max-regression"
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1] if percent else raw)
+    except ValueError:
+        raise HarnessError(where, f"not a factor: {raw!r} (use e.g. 10% or 0.10)") from None
+    if percent:
+        value /= 100.0
+    elif value >= 1.0:
+        raise HarnessError(where, f"{raw!r} is ambiguous: write a percentage ({value * 100:g}%) or a fraction below 1")
+    if not 0 < value < 1:
+        raise HarnessError(where, f"must lie in (0%, 100%), got {raw!r}")
+    return value
+
+
+def is_number(value) -> bool:
+    """A finite int or float (not a bool): what a numeric metric value may be."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+def index_rows(results: ResultsFile, where: str) -> dict[tuple, Row]:
+    """Map each row key to its row; a duplicate key is bad input."""
+    index = {}
+    for i, row in enumerate(results.rows):
+        if row.key in index:
+            raise HarnessError(f"{where}: rows[{i}]", f"duplicate row {'/'.join(row.key)}")
+        index[row.key] = row
+    return index
+
+
+def load_results(path: str | Path) -> ResultsFile:
+    """Read, upgrade and validate one results file; errors name the file and field."""
+    results = read_results(path)
+    index_rows(results, str(path))
+    return results
+
+
+def device_type(results: ResultsFile) -> str:
+    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device)."""
+    env = results.environment
+    if env is not None and env.device:
+        return env.device.split(":")[0].strip().lower()
+    return "cuda" if env is not None and env.gpu else "cpu"
+
+
+def _disturbed(row: Row) -> str | None:
+    guard = (row.detail or {}).get("guard")
+    return guard.get("disturbed") if isinstance(guard, dict) else None
+
+
+def _samples(row: Row) -> list[float]:
+    return row.samples or ([row.value] if row.value is not None else [])
+
+
+def _exact(key: tuple, base: Row, head: Row, f: float, better: str) -> Change:
+    b, h = base.value, head.value
+    ratio = h / b if b else (None if h == b else math.inf)
+    worse, improved = (h > b * (1 + f), h * (1 + f) < b) if better == "lower" else (h * (1 + f) < b, h > b * (1 + f))
+    status = REGRESSED if worse else decision.IMPROVED if improved else "unchanged" if h == b else "changed"
+    return Change(key, base, head, status, ratio)
+
+
+def _numeric(key: tuple, base: Row, head: Row, f: float) -> Change:
+    metric = METRICS[key[5]]
+    if base.value is None:
+        return Change(key, base, head, "unchanged" if head.value is None else "added")
+    if head.value is None:
+        why = (head.detail or {}).get("unsupported")
+        return Change(key, base, head, MISSING, note=f"no value in the head{f': {why}' if why else ''}")
+    if not metric.timed:
+        return _exact(key, base, head, f, metric.better)
+    why = _disturbed(base) or _disturbed(head)
+    if why:
+        return Change(key, base, head, "disturbed", note=f"clock guard: {why}")
+    d = decision.decide(_samples(base), _samples(head), metric.better, f, resolution=metric.resolution)
+    return Change(key, base, head, d.status, d.ratio, d, note=d.note)
+
+
+def _explains(base: ResultsFile, head: ResultsFile) -> str:
+    """The environment fields that differ and may make a strategy unsupported ('' when none)."""
+    b, h = base.environment, head.environment
+    if b is None or h is None:
+        return ""
+    return ", ".join(f"{k} {getattr(b, k)} -> {getattr(h, k)}" for k in ENV_EXPLAINS if getattr(b, k) != getattr(h, k))
+
+
+def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
+    b, h = base.value, head.value
+    if h in BAD_VERDICTS:
+        return Change(key, base, head, FAILING, note="" if b == "pass" else f"{b} in the base too")
+    if b == h:
+        return Change(key, base, head, "unchanged")
+    if h == "pass":
+        return Change(key, base, head, "fixed" if b in BAD_VERDICTS else "changed")
+    if b == "pass":  # pass -> unsupported
+        if explained:
+            return Change(key, base, head, "unsupported", note=f"the head's environment differs: {explained}")
+        why = (head.detail or {}).get("reason") or (head.detail or {}).get("unsupported") or ""
+        return Change(key, base, head, FAILING, note=f"unsupported in the same environment{f': {why}' if why else ''}")
+    return Change(key, base, head, "changed")
+
+
+def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained: str) -> Change:
+    if base is None:
+        return Change(key, None, head, "added")
+    if head is None:
+        return Change(key, base, None, MISSING, note="not in the head")
+    metric = METRICS.get(key[5])
+    if metric is None:
+        return Change(key, base, head, "undeclared", note="metric not in harness/results/metrics.py: not judged")
+    if metric.better is None:
+        return _verdict(key, base, head, explained) if key[5] == "verdict" else Change(key, base, head, "unchanged")
+    return _numeric(key, base, head, f)
+
+
+def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> None:
+    for name in CASE_FIELDS:
+        b, h = getattr(base.case, name), getattr(head.case, name)
+        if b != h:
+            raise HarnessError(f"{names[1]}: case.{name}", f"{h!r} is not the base's {b!r} ({names[0]}): "
+                                                           "only results of the same case compare")
+
+
+def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> None:
+    for key in sorted(b.keys() & h.keys()):
+        if b[key].unit != h[key].unit and None not in (b[key].value, h[key].value):
+            raise HarnessError(f"{head_name}: {key[3]}/{key[5]}.unit",
+                               f"{h[key].unit!r} is not the base's {b[key].unit!r}: values in other units do not compare")
+
+
+def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
+    """Why base and head were measured in environments too different to compare timings, or None:
+    another GPU, or controls apart by the decision rule (the head's copy bandwidth lower or higher)."""
+    bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
+    if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
+        return f"GPU {bgpu} vs {hgpu}"
+    for key in sorted(b.keys() & h.keys()):
+        if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
+            d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
+            if d.status in (REGRESSED, decision.IMPROVED):
+                return (f"control {CONTROL} {b[key].value:.4g} -> {h[key].value:.4g} GB/s "
+                        f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
+    return None
+
+
+def has_control(results: ResultsFile) -> bool:
+    return any(r.metric == CONTROL and r.value is not None for r in results.rows)
+
+
+def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
+                    names: tuple[str, str] = ("base", "head")) -> Comparison:
+    """Compare two results (ResultsFile, or decoded documents) row by row (max_regression: 0.05 = 5%).
+    Bad input (another case, an empty file, a unit change) raises HarnessError."""
+    base, head = (r if isinstance(r, ResultsFile) else parse_results(r, n) for r, n in ((base, names[0]), (head, names[1])))
+    b, h = index_rows(base, names[0]), index_rows(head, names[1])
+    for rows, name in ((b, names[0]), (h, names[1])):
+        if not rows:
+            raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
+    _same_case(base, head, names)
+    _same_units(b, h, names[1])
+    device = device_type(head)
+    device_differs = None if device_type(base) == device else f"device {device_type(base)} vs {device}"
+    explained = _explains(base, head)
+    changes = []
+    for key in sorted(b.keys() | h.keys()):
+        change = _change(key, b.get(key), h.get(key), max_regression, explained)
+        metric = METRICS.get(key[5])
+        gating = metric is not None and metric.gates(device) and change.status != "added"
+        status = WORSE if change.status == REGRESSED and not gating else change.status
+        changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
+                              change.note))
+    differs = device_differs or environment_difference(base, head, b, h, max_regression)
+    return Comparison(changes, max_regression, differs, inconclusive, device_differs)
+
+
+def _fmt(row: Row | None) -> str:
+    if row is None:
+        return "-"
+    metric = METRICS.get(row.metric)
+    if metric is None:
+        return str(row.value)
+    text = metric.format(row.value)
+    return f"{text} {row.unit}" if row.unit and row.value is not None and metric.fmt != "bytes" else text
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    return "" if ratio is None or math.isnan(ratio) else "inf" if math.isinf(ratio) else f"{ratio:.3f}x"
+
+
+def _fmt_interval(c: Change) -> str:
+    d = c.decision
+    interval = "" if d is None or d.low is None else f"{d.low:.3f}-{d.high:.3f} (MDE {d.mde * 100:.1f}%)"
+    return "; ".join(part for part in (interval, c.note) if part)
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    """A rich table of every row whose status is not 'unchanged'."""
+    pct = f"{comparison.max_regression * 100:g}%"
+    table = Table(title=f"results comparison (tolerance {pct}, {decision.CONFIDENCE:.0%} CI on the ratio of medians)")
+    for name in ("preset/scale/scenario", "strategy", "backend", "metric", "base", "head", "ratio", "CI / note",
+                 "status", "gate"):
+        table.add_column(name, justify="right" if name in ("base", "head", "ratio") else "left")
+    for c in comparison.changes:
+        if c.status == "unchanged" and not c.note:
+            continue
+        preset, scale, scenario, strategy, backend, metric = c.key
+        style = STATUS_STYLE.get(c.status)
+        status = f"[{style}]{c.status}[/]" if style else c.status
+        table.add_row(f"{preset}/{scale}/{scenario}", strategy, backend, metric, _fmt(c.base), _fmt(c.head),
+                      _fmt_ratio(c.ratio), _fmt_interval(c), status, "gates" if c.gating else "info")
+    return table
+
+
+def _summary(comparison: Comparison) -> str:
+    counts: dict[str, int] = {}
+    for c in comparison.changes:
+        counts[c.status] = counts.get(c.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    gating = sum(c.gating for c in comparison.changes)
+    return f"{len(comparison.changes)} rows ({gating} gating): {parts}"
+
+
+def report(comparison: Comparison, console: Console, base: ResultsFile, head: ResultsFile) -> None:
+    """The table, the summary and one loud line per outcome that decides the exit code."""
+    if any(c.status != "unchanged" or c.note for c in comparison.changes):
+        console.print(comparison_table(comparison))
+    console.print(_summary(comparison))
+    for side, results in (("base", base), ("head", head)):
+        if not has_control(results):
+            console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
+    pct = f"{comparison.max_regression * 100:g}%"
+    if comparison.environment_differs:
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "no timed metric gates here"
+        console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
+    if comparison.unjudged and not comparison.device_differs:
+        worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
+        mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
+        then = "fails the gate (--inconclusive fail)" if comparison.inconclusive == "fail" else "does not fail the gate"
+        console.print(f"[bold yellow]INCONCLUSIVE[/]: {len(comparison.unjudged)} gating metric(s) could not be judged "
+                      f"against {pct}{mde}; {then}")
+    if comparison.exit_code == 1 and comparison.failures:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in comparison.failures)
+        console.print(f"[bold red]REGRESSION[/]: {len(comparison.failures)} gating row(s) failed: {named} "
+                      f"(regressed: whole CI beyond {pct})")
+
+
+def main_compare(base_path, head_path, max_regression_text, inconclusive: str = "pass") -> int:
+    """CLI body: 0 pass, 1 regression, 2 bad input or cannot judge (one line on stderr for bad input)."""
+    try:
+        factor = parse_factor(max_regression_text)
+        if inconclusive not in INCONCLUSIVE_POLICIES:
+            raise HarnessError("--inconclusive", f"must be pass or fail, got {inconclusive!r}")
+        base, head = load_results(base_path), load_results(head_path)
+        comparison = compare_results(base, head, factor, inconclusive, (str(base_path), str(head_path)))
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report(comparison, Console(width=None if sys.stdout.isatty() else 200), base, head)
+    return comparison.exit_code

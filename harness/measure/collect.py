@@ -1,0 +1,122 @@
+"""Timing one strategy's decode step (the metrics `harness run`, asv and the perf tests report).
+
+cast_us, attn_us: layer 0's cast/gather kernel and attention kernel alone. On CUDA the step is
+replayed the way SGLang's decode runner does it: one CUDA graph per batch-size bucket, the
+step's inputs copied into the captured buffers and the plan refreshed through FlashInfer's
+fast path before each replay (`decode.BucketGraph`). From that:
+  step_device_ms  the graph replay alone (CUDA events around the replay; the GATING step metric)
+  step_host_ms    host time of the replay preparation and the launch (informational)
+  step_ms         end to end: preparation + replay, from an idle GPU (CUDA events)
+  step_eager_ms   the same layer loop launched eagerly, with a full plan (informational)
+On the CPU there is no graph: step_ms is the host time of one eager step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.execute.decode import DecodeSession
+from harness.measure import clocks, timing
+
+WARMUP_REPLAYS = 10
+LAUNCH_COVER_CYCLES = 1_000_000  # ~0.5 ms of GPU spin so the replay is queued before its start event fires
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+def guarded(block, device: torch.device):
+    """(block(), guard): THE single call point of the environment guard around every timing block.
+    harness.measure.clocks reads clocks, temperature, throttle reasons and other GPU processes before and
+    after, and re-runs a disturbed block once; guard (JSON-ready) goes into the metric rows' detail."""
+    return clocks.guarded(block, device)
+
+
+@dataclass
+class Measured:
+    metrics: dict[str, timing.Samples] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it was not measured
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
+
+
+def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, list[float]]:
+    """{step_device_ms, step_host_ms, step_ms} samples of `batch` replayed through its bucket graph."""
+    graph = session.bucket_graph(batch)
+    for _ in range(WARMUP_REPLAYS):
+        graph.load(batch)
+        graph.replay()
+    torch.cuda.synchronize()
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    device, host, whole = [], [], []
+    with timing.no_gc():
+        marks = []
+        for _ in range(repeats):  # device: the GPU is kept busy while the host prepares and launches
+            graph.load(batch)
+            torch.cuda._sleep(LAUNCH_COVER_CYCLES)
+            start, end = ev(), ev()
+            start.record()
+            graph.replay()
+            end.record()
+            marks.append((start, end))
+        torch.cuda.synchronize()
+        device = [s.elapsed_time(e) for s, e in marks]
+        for _ in range(repeats):  # host and end to end: each step starts from an idle GPU
+            torch.cuda.synchronize()
+            start, end = ev(), ev()
+            start.record()
+            t0 = time.perf_counter()
+            graph.load(batch)
+            graph.replay()
+            host.append((time.perf_counter() - t0) * 1e3)
+            end.record()
+            end.synchronize()
+            whole.append(start.elapsed_time(end))
+    return {"step_device_ms": device, "step_host_ms": host, "step_ms": whole}
+
+
+def measure(session: DecodeSession, repeats: int) -> Measured:
+    """Metrics of the last step, each timing block under the clock guard."""
+    s, last = session.strategy, session.schedule.steps[-1]
+    plan = s.begin_step(last)
+    q = (session.data.steps[last.step].q_nope[0], session.data.steps[last.step].q_pe[0])
+    fn, tensors = s.cast_call(0)
+    rows = fn(*tensors)  # layer 0's [rows, 1, 576] buffer the kernel reads (prepare_kv's, before the split)
+    cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
+    blocks = {}  # metric -> block returning {metric: ms samples}
+    if s.device.type != "cuda":
+        if cast_bytes:
+            blocks["cast_us"] = lambda: timing.host_time_ms(lambda: fn(*tensors), repeats)
+        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: s.attend(plan, *q, s.split(rows)), repeats)
+        blocks["step_ms"] = lambda: timing.host_time_ms(lambda: session.step(last), repeats)
+    else:
+        if cast_bytes:
+            blocks["cast_us"] = lambda: timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
+        # the cold-L2 clones are of the whole row buffer, so the kernel reads SGLang's layout (576-byte
+        # rows); clones of the (ckv, kpe) views would be two separate arrays, a layout no server has
+        attend = lambda qn, qp, kv_rows: s.attend(plan, qn, qp, s.split(kv_rows))  # noqa: E731
+        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, rows))
+        blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
+        blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
+    out = Measured(skipped={} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"})
+    for name, block in blocks.items():
+        try:
+            samples, guard = guarded(block, s.device)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:  # only the bucket graph may fail here: a backend or strategy that cannot be captured
+            if name != "step_device_ms":
+                raise
+            out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
+            continue
+        for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
+            unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
+            out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
+            out.guards[metric] = guard
+    if cast_bytes:
+        out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
+    return out

@@ -1,0 +1,1 @@
+"""Printing and rendering: the run table and the HTML/Markdown report."""

@@ -1,0 +1,405 @@
+"""`python -m harness report`: tables (console, Markdown) and plots from results JSON files.
+
+Each (preset, scale, scenario, backend) case gets one table of strategies, taken from the
+latest run that has it. A case seen in several runs also gets a trend table and plot. A file
+named independent.json (written by ci/independent_timing.py) adds a cross-check section.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from harness.datafiles import read_json
+from harness.errors import HarnessError
+from harness.fsio import check_new_dir, write_bytes
+from harness.gate.compare import index_rows, is_number, load_results
+from harness.render.table import STATUS_STYLE
+from harness.strategies import BASELINE
+
+INDEPENDENT = "independent.json"
+COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms",
+           "eager step ms", f"speedup vs {BASELINE}", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
+REPEAT_COLUMNS = ("cast IQR/median", "step IQR/median")
+# (what, strategy, metric, independent.json key): harness figure at prod scale, b1-l4096
+CROSS_CHECKS = (
+    ("full-pool cast, torch .to()", "stock", "cast_us", "torch_cast_us"),
+    ("full-pool cast, vectorized Triton", "stock_vectorized", "cast_us", "triton_cast_us"),
+    ("gather+cast, 4,096 rows", "gather_cast", "cast_us", "gather_cast_4096_us"),
+    ("attention, fa3 BF16", "stock", "attn_us", "fa3_bf16_b1_l4096_us"),
+)
+CROSS_CASE = ("prod", "b1-l4096")
+CROSS_TOLERANCE = 0.10
+
+Cell = tuple  # (row dict, Run): one metric of one strategy, and the run it came from
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results file."""
+
+    path: Path
+    created: datetime
+    env: dict
+    repro: str
+    rows: dict[tuple, dict]
+
+    @property
+    def commit(self) -> str:
+        return (self.env.get("git_commit") or "unknown")[:7]
+
+    @property
+    def ident(self) -> tuple:
+        return self.created, self.env.get("git_commit")
+
+
+def _load_run(path: Path) -> Run:
+    """One results file through the readers' schema (older versions upgraded), rows as plain dicts."""
+    where = str(path)
+    results = load_results(path)
+    if results.environment is None:
+        raise HarnessError(f"{where}: environment", "missing or not an object")
+    if results.repro is None:
+        raise HarnessError(f"{where}: repro", "missing or not a string")
+    try:
+        created = datetime.fromisoformat(results.created)
+    except (TypeError, ValueError):
+        raise HarnessError(f"{where}: created", f"not an ISO timestamp: {results.created!r}") from None
+    created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+    rows = {key: asdict(row) for key, row in index_rows(results, where).items()}
+    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows)
+
+
+def _load_independent(path: Path) -> dict:
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise HarnessError(str(path), f"top level must be an object, got {type(doc).__name__}")
+    for *_, key in CROSS_CHECKS:
+        if key in doc and not is_number(doc[key]):
+            raise HarnessError(f"{path}: {key}", f"must be a finite number, got {doc[key]!r}")
+    return doc
+
+
+# --- cells -----------------------------------------------------------------------------
+
+POOL = "pool"  # the case-level pseudo-strategy that carries the pool's build time
+
+def _value(cell: Cell | None):
+    return cell[0]["value"] if cell and is_number(cell[0]["value"]) else None
+
+
+def _median_iqr(cell: Cell | None, spec: str) -> str:
+    value = _value(cell)
+    if value is None:
+        return "-" if cell is None else "n/a"  # n/a: a row saying why it was not measured
+    iqr = cell[0].get("iqr")
+    return format(value, spec) + (f" ±{iqr:{spec}}" if iqr is not None else "")
+
+
+def _ratio(num, den, spec: str, suffix: str = "") -> str:
+    return "-" if num is None or not den else format(num / den, spec) + suffix
+
+
+def _verdict(cell: Cell | None) -> tuple[str, str]:
+    """(verdict text, norm_rel text)."""
+    if cell is None:
+        return "-", "-"
+    row = cell[0]
+    detail = row.get("detail") or {}
+    norm_rel = (detail.get("stats") or {}).get("norm_rel")
+    text = str(row["value"])
+    if row["value"] != "pass" and detail.get("reason"):
+        text += f": {detail['reason'][:120]}"
+    return text, format(norm_rel, ".2e") if is_number(norm_rel) else "-"
+
+
+def _iqr_pct(cell: Cell | None) -> str:
+    value = _value(cell)
+    return "-" if not value or not is_number(cell[0].get("iqr")) else f"{cell[0]['iqr'] / value * 100:.1f}%"
+
+
+def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> list[list[str]]:
+    stock_step = _value(strategies.get(BASELINE, {}).get("step_ms"))  # the registry's baseline
+    rows = []
+    for name, m in strategies.items():
+        cast_gbps = m.get("cast_gbps")
+        copy_gbps = cast_gbps[1].env.get("copy_gbps") if cast_gbps else None
+        step = _value(m.get("step_ms"))
+        cells = [
+            name, *_verdict(m.get("verdict")),
+            _median_iqr(m.get("cast_us"), ".1f"),
+            _median_iqr(cast_gbps, ".0f"),
+            _ratio(_value(cast_gbps), copy_gbps if is_number(copy_gbps) else None, ".0%"),
+            _median_iqr(m.get("attn_us"), ".1f"),
+            _median_iqr(m.get("step_ms"), ".3f"),
+            _median_iqr(m.get("step_eager_ms"), ".3f"),
+            _ratio(stock_step, step, ".2f", "×"),
+            _ratio(_value(m.get("extra_bytes")), 1024**3, ".2f"),
+            _ratio(_value(m.get("peak_bytes")), 1024**3, ".2f"),
+            _ratio(_value(m.get("bytes_moved")), 1e9, ".3f"),  # roofline (harness/results/roofline.py)
+            _ratio(_value(m.get("floor_us")), 1e3, ".3f"),
+            _ratio(_value(m.get("floor_ratio")), 1, ".2f", "×"),
+        ]
+        if repeatability:
+            cells += [_iqr_pct(m.get("cast_us")), _iqr_pct(m.get("step_ms"))]
+        rows.append(cells)
+    return rows
+
+
+# --- grouping --------------------------------------------------------------------------
+
+def _case_of(key: tuple) -> tuple:
+    preset, scale, scenario, _strategy, backend, _metric = key
+    return preset, scale, scenario, backend
+
+
+def _key(case: tuple, strategy: str, metric: str) -> tuple:
+    preset, scale, scenario, backend = case
+    return preset, scale, scenario, strategy, backend, metric
+
+
+def _cases(runs: list[Run]) -> dict[tuple, dict[str, dict[str, Cell]]]:
+    """case -> strategy -> metric -> latest cell (runs come in `created` order)."""
+    cases: dict = {}
+    for run in runs:
+        for key, row in run.rows.items():
+            cases.setdefault(_case_of(key), {}).setdefault(key[3], {})[key[5]] = (row, run)
+    return cases
+
+
+def _histories(runs: list[Run]) -> dict[tuple, list[Run]]:
+    """case -> the distinct runs (by created, commit) that measured it, where there are several."""
+    history: dict = {}
+    for run in runs:
+        for case in dict.fromkeys(map(_case_of, run.rows)):
+            seen = history.setdefault(case, [])
+            if all(r.ident != run.ident for r in seen):
+                seen.append(run)
+    return {case: h for case, h in history.items() if len(h) > 1}
+
+
+def _run_labels(runs: list[Run]) -> list[str]:
+    commits = [r.commit for r in runs]
+    return [c if commits.count(c) == 1 else f"{c} {r.created:%m-%d %H:%M:%S}" for c, r in zip(commits, runs)]
+
+
+def _trend_value(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    if not is_number(row["value"]):
+        return "n/a" if row["value"] is None else str(row["value"])
+    return f"{row['value']:.4g}" + (f" ±{row['iqr']:.3g}" if is_number(row.get("iqr")) else "")
+
+
+def _cross_rows(runs: list[Run], independent: dict) -> list[list[str]]:
+    """Latest harness figure at CROSS_CASE (first preset/backend by name) vs the independent one."""
+    latest = {key: row for run in runs for key, row in run.rows.items() if key[1:3] == CROSS_CASE}
+    rows = []
+    for what, strategy, metric, ikey in CROSS_CHECKS:
+        ours = next((row["value"] for key, row in sorted(latest.items())
+                     if (key[3], key[5]) == (strategy, metric) and is_number(row["value"])), None)
+        theirs = independent.get(ikey)
+        cells = [what, f"{strategy} {metric}", ikey, _ratio(ours, 1, ".2f"), _ratio(theirs, 1, ".2f")]
+        if ours is None or not theirs:
+            rows.append(cells + ["-", "-"])
+            continue
+        diff = ours / theirs - 1
+        rows.append(cells + [f"{diff:+.1%}", "✓" if abs(diff) <= CROSS_TOLERANCE else "✗"])
+    return rows
+
+
+# --- rendering -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Section:
+    group: str
+    title: str
+    headers: tuple
+    rows: list[list[str]]
+    notes: tuple[str, ...] = ()
+    repro: tuple[str, ...] = ()
+
+
+def _sections(runs: list[Run], independent: dict | None, repeatability: bool) -> list[Section]:
+    headers = COLUMNS + (REPEAT_COLUMNS if repeatability else ())
+    sections = []
+    for case, strategies in _cases(runs).items():
+        used = {id(cell[1]) for m in strategies.values() for cell in m.values()}
+        case_runs = [r for r in runs if id(r) in used]
+        copy = [f"{r.env['copy_gbps']:.0f}" for r in case_runs if is_number(r.env.get("copy_gbps"))]
+        notes = (f"device copy bandwidth (100% in % copy): {', '.join(copy)} GB/s",) if copy else ()
+        pool = strategies.pop(POOL, {})
+        if (build := _value(pool.get("build_s"))) is not None:
+            notes += (f"FP8 pool built in {build:.2f} s",)
+        sections.append(Section("Results", " · ".join(case), headers, _case_rows(strategies, repeatability),
+                                notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
+    for case, history in _histories(runs).items():
+        keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case)
+        rows = [[k[3], k[5], *(_trend_value(r.rows.get(k)) for r in history)] for k in keys]
+        labels = _run_labels(history)
+        notes = tuple(f"{label}: {r.path} (created {r.created.isoformat()})" for label, r in zip(labels, history))
+        sections.append(Section("Trends", " · ".join(case), ("strategy", "metric", *labels), rows, notes))
+    if independent is not None:
+        note = (f"independent figures: {independent.get('tool', '?')}; harness figures: {' '.join(CROSS_CASE)};"
+                f" ✓ within {CROSS_TOLERANCE:.0%}")
+        sections.append(Section("Cross-check", "harness vs independent timing (µs)",
+                                ("check", "harness row", "independent key", "harness", "independent", "difference", "agrees"),
+                                _cross_rows(runs, independent), (note,)))
+    return sections
+
+
+def _env_line(env: dict) -> str:
+    parts = [env.get("gpu") or f"CPU {env.get('cpu') or ''}".strip()]
+    parts += [f"{label} {env[k]}" for k, label in (("capability", "sm"), ("driver", "driver"), ("torch", "torch"),
+                                                      ("flashinfer", "flashinfer"), ("clock_sm", "SM clock")) if env.get(k)]
+    parts.append(f"commit {(env.get('git_commit') or 'unknown')[:7]}")
+    return " · ".join(parts)
+
+
+def _left(header: str) -> bool:
+    return header in ("strategy", "verdict", "metric", "check", "harness row", "independent key")
+
+
+def _rich_table(section: Section) -> Table:
+    table = Table(title=f"{section.group}: {section.title}")
+    for h in section.headers:
+        table.add_column(h, justify="left" if _left(h) else "right")
+    for cells in section.rows:
+        table.add_row(*(Text(c, style=STATUS_STYLE.get(c.split(":")[0], "") if h == "verdict" else "")
+                        for h, c in zip(section.headers, cells)))
+    return table
+
+
+def _markdown(runs: list[Run], sections: list[Section], plots: list[str]) -> str:
+    def row(cells) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    lines = ["# mla-harness report", "", f"{len(runs)} results file(s), created {runs[0].created.isoformat()}"
+             f" to {runs[-1].created.isoformat()}.", "", "## Environment", ""]
+    lines += [f"- {line}" for line in dict.fromkeys(_env_line(r.env) for r in runs)]
+    group = None
+    for s in sections:
+        if s.group != group:
+            group = s.group
+            lines += ["", f"## {group}"]
+        lines += ["", f"### {s.title}", "", row(s.headers), row("---" if _left(h) else "---:" for h in s.headers)]
+        lines += [row(cells) for cells in s.rows]
+        lines += [""] * bool(s.notes or s.repro) + [f"- {n}" for n in s.notes] + [f"- repro: `{r}`" for r in s.repro]
+    if plots:
+        lines += ["", "## Plots", "", *(f"![{Path(p).stem}]({p})" for p in plots)]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(runs: list[Run]) -> dict[str, bytes]:
+    """PNG bytes by file name: grouped bars per case, and step_ms trends. ImportError without matplotlib."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    def png(fig) -> bytes:
+        FigureCanvasAgg(fig)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120)
+        return buf.getvalue()
+
+    def positive(row: dict | None) -> bool:
+        return row is not None and is_number(row["value"]) and row["value"] > 0  # log scale
+
+    def half_iqr(row: dict) -> float:
+        return (row.get("iqr") or 0) / 2
+
+    def finish(ax, ylabel: str) -> None:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+    cases = _cases(runs)
+    varying = [i for i in range(4) if len({c[i] for c in cases}) > 1] or [2]
+    labels = ["\n".join(c[i] for i in varying) for c in cases]
+    plots = {}
+    for metric, unit, what in (("step_ms", "ms", "decode step, all layers"), ("cast_us", "µs", "cast, per layer")):
+        groups = [{s: m[metric][0] for s, m in c.items() if metric in m} for c in cases.values()]
+        strategies = list(dict.fromkeys(s for g in groups for s, row in g.items() if positive(row)))
+        if not strategies:
+            continue
+        fig = Figure(figsize=(max(7.0, 2.5 + len(cases) * (0.3 * len(strategies) + 0.6)), 4.5))
+        ax = fig.add_subplot()
+        width = 0.8 / len(strategies)
+        for i, s in enumerate(strategies):
+            bars = [(x, g[s]) for x, g in enumerate(groups) if positive(g.get(s))]
+            ax.bar([x - 0.4 + width * (i + 0.5) for x, _ in bars], [r["value"] for _, r in bars], width,
+                   yerr=[half_iqr(r) for _, r in bars], capsize=2, label=s)
+        ax.set_title(f"{metric}: {what}", fontsize="medium")
+        ax.set_xticks(range(len(cases)), labels)
+        finish(ax, f"{metric} ({unit}, median; whiskers ±IQR/2)")
+        plots[f"{metric}.png"] = png(fig)
+    if histories := _histories(runs):
+        fig = Figure(figsize=(8.5, 0.5 + 3.2 * len(histories)))
+        for ax, (case, history) in zip(fig.subplots(len(histories), 1, squeeze=False)[:, 0], histories.items()):
+            for s in dict.fromkeys(k[3] for r in history for k in r.rows if _case_of(k) == case and k[5] == "step_ms"):
+                key = _key(case, s, "step_ms")
+                points = [(x, r.rows[key]) for x, r in enumerate(history) if positive(r.rows.get(key))]
+                ax.errorbar([x for x, _ in points], [r["value"] for _, r in points],
+                            yerr=[half_iqr(r) for _, r in points], marker="o", capsize=2, label=s)
+            ax.set_xticks(range(len(history)), _run_labels(history))
+            ax.margins(x=0.1)
+            ax.set_title(" · ".join(case), fontsize="medium")
+            finish(ax, "step_ms (ms, median; whiskers ±IQR/2)")
+        plots["trend_step_ms.png"] = png(fig)
+    return plots
+
+
+REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png")  # every file --out may write
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    """Before rendering: --out is a folder, new or empty unless `force`; never a file."""
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
+    check_new_dir(out_dir, "--out")
+
+
+def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:
+    """Print the report; with out_dir also write report.md and plots there (only once every input loads)."""
+    paths = [Path(p) for p in paths]
+    independent_paths = [p for p in paths if p.name == INDEPENDENT]
+    if len(independent_paths) > 1:
+        raise HarnessError(INDEPENDENT, f"given {len(independent_paths)} times; pass one")
+    runs = sorted((_load_run(p) for p in paths if p.name != INDEPENDENT), key=lambda r: r.created)
+    if not runs:
+        raise HarnessError("report", "no results files given")
+    independent = _load_independent(independent_paths[0]) if independent_paths else None
+
+    for line in dict.fromkeys(_env_line(r.env) for r in runs):
+        console.print(f"environment: {line}", markup=False, highlight=False)
+    for s in _sections(runs, independent, repeatability=False):
+        console.print(_rich_table(s))
+        for line in (*s.notes, *(f"repro: {r}" for r in s.repro)):
+            console.print(line, markup=False, highlight=False)
+    if out_dir is None:
+        return
+
+    try:
+        plots = _plots(runs)
+    except ImportError as exc:
+        plots = {}
+        console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_bytes(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
+        for name, data in plots.items():
+            write_bytes(out_dir / name, data)
+    except OSError as exc:
+        raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None
+    console.print(f"wrote {out_dir / 'report.md'}" + "".join(f", {name}" for name in plots), markup=False, highlight=False)

@@ -1,0 +1,63 @@
+"""Writing results: one row per (case, strategy, metric) of one case, with an environment fingerprint
+(harness.measure.environment) and repro command. The records (Row, Case) are harness/results/schema.py's, which the readers use too."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from harness.fsio import write_text
+from harness.results.metrics import METRICS, validate_rows
+from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
+
+__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "write_results"]
+
+
+def repro_command(argv: list[str] | None = None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", "-m", "harness", *args])
+
+
+def case_record(case, backend: str, kernel: str) -> Case:
+    """The case record of a run: `case` (harness.inputs.cases.Case), the backend its rows name, the kernel choice."""
+    return Case(preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
+                layers=case.num_layers, backend=backend, kernel=kernel)
+
+
+def _plain(value):
+    """numpy scalars as Python numbers (what json writes)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -> dict:
+    """The results document (checked against the schema it will be read with). Every row's metric must
+    be declared in the metric table; each row records whether it gates on this device (`gates_on`).
+    Without `case`, the rows' own case fields are used (slots/layers not recorded)."""
+    validate_rows(rows)
+    if case is None:
+        first = rows[0] if rows else None
+        case = Case(**{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto")
+    device_type = str(env.get("device") or "cpu").split(":")[0]
+    doc = json.loads(json.dumps({
+        "schema": SCHEMA,
+        "case": {f: getattr(case, f) for f in CASE_FIELDS},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": env,
+        "repro": repro,
+        "rows": [{**asdict(r), "gating": METRICS[r.metric].gates(device_type)} for r in rows],
+    }, default=_plain))
+    parse_results(doc, "results being written")  # a writer never writes what the readers refuse
+    return doc
+
+
+def write_results(path: str | Path, rows: list[Row], env: dict, repro: str, case: Case | None = None) -> None:
+    """Write the results document of `rows` (see `document`)."""
+    write_text(path, json.dumps(document(rows, env, repro, case), indent=1) + "\n")

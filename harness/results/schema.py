@@ -1,0 +1,273 @@
+"""The records of the JSON files the harness writes and reads back (results files, golden
+manifests), checked with msgspec: types, bounded numbers, required fields. The same `Row` and
+`Case` are written by `run --json` / `tpot --json` and read by `compare` and `report`. Unknown
+fields are allowed (newer writers may add some); everything a reader uses is declared here.
+
+Results files carry a schema version; an older version is upgraded on read (MIGRATIONS, one
+function per version step, as asv's results files do).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+import msgspec
+
+from harness.datafiles import read_json
+from harness.errors import HarnessError
+from harness.results.metrics import METRICS
+
+SCHEMA = "mla-harness-results/2"
+SCHEMA_V1 = "mla-harness-results/1"
+VERDICTS = ("pass", "fail", "unsupported", "error")
+CASE_FIELDS = ("preset", "scenario", "scale", "slots", "layers", "backend", "kernel")
+ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
+
+BOUND = 1e300  # numbers are finite and well inside float64: 401-digit integers are rejected
+Finite = Annotated[float, msgspec.Meta(ge=-BOUND, le=BOUND)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0, le=BOUND)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class ErrorStats(msgspec.Struct, frozen=True):
+    """A verdict's error statistics against its golden: built by harness.verify.check, read back from results files."""
+
+    max_abs: Annotated[float, msgspec.Meta(ge=0)] | None = None  # inf when outputs were non-finite
+    max_rel: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    norm_rel: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    mismatches: Count | None = None
+    total: Count | None = None
+    matched_ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    worst_index: tuple[Count, ...] | None = None
+    nonfinite: Count | None = None
+
+
+class Detail(msgspec.Struct):
+    """The fields of a row's detail that readers use (a verdict's; other metrics add their own)."""
+
+    status: str | None = None
+    reason: str | None = None
+    stats: ErrorStats | None = None
+    unsupported: str | None = None
+
+
+class Case(msgspec.Struct, forbid_unknown_fields=True):
+    """What a results file measured: two files compare only when every field is equal.
+    slots/layers are None only in a version-1 file whose command line did not give them."""
+
+    preset: str
+    scenario: str
+    scale: str
+    slots: Count | None
+    layers: Count | None
+    backend: str
+    kernel: str
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class Row:
+    """One (case, strategy, metric) result. Unit and direction come from the metric table
+    (harness/results/metrics.py) when not given. Checked on construction and on read: a verdict is one
+    of VERDICTS; a numeric metric's value is a finite number >= 0 (a timing's value and every
+    sample > 0); a verdict's detail matches Detail (its statistics non-negative)."""
+
+    preset: str
+    scale: str
+    scenario: str
+    strategy: str
+    backend: str
+    metric: str
+    value: Finite | str | None
+    unit: str | None = None
+    better: Literal["lower", "higher"] | None = None
+    iqr: NonNegative | None = None
+    samples: list[Finite] = field(default_factory=list)
+    detail: dict | None = None
+    gating: bool | None = None  # written: whether the metric gates on the file's device type
+
+    def __post_init__(self):
+        declared = METRICS.get(self.metric)
+        if declared is None:
+            return  # an undeclared metric: refused when written, reported (never judged) when read
+        self.better = self.better or declared.better
+        self.unit = self.unit or declared.unit
+        if self.metric == "verdict" and self.value not in VERDICTS:
+            raise ValueError(f"value: a verdict is one of {', '.join(VERDICTS)}, got {self.value!r}")
+        if declared.better is not None and self.value is not None:
+            least = "> 0" if declared.timed else ">= 0"
+            for name, v in (("value", self.value), *(("samples", s) for s in self.samples)):
+                if not _number(v) or v < 0 or (declared.timed and v == 0):
+                    raise ValueError(f"{name}: {self.metric} must be a finite number {least}, got {v!r}")
+        if self.detail is not None:
+            try:
+                msgspec.convert(self.detail, Detail)
+            except msgspec.ValidationError as exc:
+                message, _, path = str(exc).rpartition(" - at `$")
+                raise ValueError(f"detail{path.rstrip('`')}: {message or exc}") from None
+
+    @property
+    def key(self) -> tuple:
+        return (self.preset, self.scale, self.scenario, self.strategy, self.backend, self.metric)
+
+
+class Environment(msgspec.Struct):
+    """Where and with what the numbers were made: harness.measure.environment.environment() builds it, readers read it back."""
+
+    git_commit: str | None = None
+    hostname: str | None = None
+    platform: str | None = None
+    device: str | None = None
+    cpu: str | None = None
+    cpu_count: Count | None = None
+    python: str | None = None
+    torch: str | None = None
+    numpy: str | None = None
+    flashinfer: str | None = None
+    gpu: str | None = None  # the GPU fingerprint (CUDA only): properties, then nvidia-smi's readings
+    capability: str | None = None
+    sm_count: Count | None = None
+    gpu_memory_bytes: Count | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    clock_sm: str | None = None
+    clock_mem: str | None = None
+    clock_sm_max: str | None = None
+    power_limit: str | None = None
+    temperature: str | None = None
+    copy_gbps: NonNegative | None = None  # the control copy's bandwidth, set by the command that measured it
+
+
+class ResultsFile(msgspec.Struct):
+    """A results file (report also requires created, environment and repro)."""
+
+    schema: Literal["mla-harness-results/2"]
+    case: Case
+    rows: list[Row]
+    created: str | None = None
+    environment: Environment | None = None
+    repro: str | None = None
+
+    def __post_init__(self):
+        for i, row in enumerate(self.rows):
+            for name in ROW_CASE_FIELDS:
+                if getattr(row, name) != getattr(self.case, name):
+                    raise ValueError(f"rows[{i}].{name}: {getattr(row, name)!r} is not the file's case.{name} "
+                                     f"{getattr(self.case, name)!r}")
+
+
+class PoolScale(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    slots: Count
+    num_layers: Count
+
+
+class GoldenManifest(msgspec.Struct):
+    schema: str
+    case: str
+    preset: dict
+    scale: PoolScale
+    scenario: dict
+    generator: str
+    checked: list[tuple[Count, Count]]
+    checked_request_ids: list[Count]
+    inputs_sha256: Sha256
+    outputs_sha256: Sha256
+    manifest_sha256: Sha256
+
+
+T = TypeVar("T")
+
+
+POST_INIT = re.compile(r"^(?P<field>[\w.\[\]]+): (?P<message>.*) - at `\$(?P<path>[^`]*)`$", re.S)
+MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>\w+)`(?: - at `\$(?P<path>[^`]*)`)?$")
+
+
+def validate(doc, kind: type[T], where: str | Path, name: str | None = None) -> T:
+    """`doc` (decoded JSON) checked against `kind`; a mismatch is one HarnessError whose path names
+    the field (a record's own check says "field: message"; that field, or a missing one, joins the path)."""
+    try:
+        return msgspec.convert(doc, kind)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if m := POST_INIT.match(text):
+            text = f"{m['message']} - at `${m['path']}.{m['field']}`"
+        elif m := MISSING_FIELD.match(text):
+            text = f"missing required field - at `${m['path'] or ''}.{m['field']}`"
+        raise HarnessError(str(where), f"does not match the {name or kind.__name__} schema: {text}") from None
+
+
+def _flag(repro: str, name: str) -> str | None:
+    """The value of `--name V` / `--name=V` in a recorded command line, or None."""
+    try:
+        words = shlex.split(repro)
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        if word == name and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _count(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+class _RowsV1(msgspec.Struct):
+    rows: list[Row]
+
+
+def _v1_to_v2(doc: dict, where: str) -> dict:
+    """Version 1 has no case record: it is read from the rows (which must agree on it) and the
+    recorded command line (--slots, --layers, --kernel; slots/layers None when not given)."""
+    rows = validate(doc, _RowsV1, where, ResultsFile.__name__).rows
+    if not rows:
+        raise HarnessError(f"{where}: rows", "empty: a version-1 file's case is read from its rows")
+    case = {}
+    for name in ROW_CASE_FIELDS:
+        seen = sorted({getattr(r, name) for r in rows})
+        if len(seen) != 1:
+            raise HarnessError(f"{where}: rows[].{name}", f"a version-1 file of several cases ({', '.join(seen)}) cannot be upgraded")
+        case[name] = seen[0]
+    repro = doc.get("repro") if isinstance(doc.get("repro"), str) else ""
+    case.update(slots=_count(_flag(repro, "--slots")), layers=_count(_flag(repro, "--layers")),
+                kernel=_flag(repro, "--kernel") or "auto")
+    return {**doc, "schema": SCHEMA, "case": case}
+
+
+MIGRATIONS = {SCHEMA_V1: _v1_to_v2}  # schema version -> its upgrade to the next version
+
+
+def upgrade(doc, where: str):
+    """A decoded results document at the current schema version (older versions upgraded)."""
+    seen = set()
+    while isinstance(doc, dict) and doc.get("schema") in MIGRATIONS and doc["schema"] not in seen:
+        seen.add(doc["schema"])
+        doc = MIGRATIONS[doc["schema"]](doc, where)
+    if not isinstance(doc, dict):
+        raise HarnessError(where, f"top level must be an object, got {type(doc).__name__}")
+    if doc.get("schema") != SCHEMA:
+        raise HarnessError(f"{where}: schema", f"expected {SCHEMA!r} (or {', '.join(map(repr, MIGRATIONS))}), "
+                                              f"got {doc.get('schema')!r}")
+    return doc
+
+
+def parse_results(doc, where: str | Path) -> ResultsFile:
+    """A decoded results document, upgraded and checked; errors name the file and the field."""
+    return validate(upgrade(doc, str(where)), ResultsFile, where)
+
+
+def read_results(path: str | Path) -> ResultsFile:
+    return parse_results(read_json(path), path)

@@ -1,0 +1,181 @@
+"""`python -m harness tpot`: arguments and the command (kept here so harness/cli.py only registers it)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.backends import BACKENDS
+from harness.errors import HarnessError
+from harness.fsio import check_writable
+
+
+def add_tpot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", action="append",
+                   help="strategy to time (repeatable; default: every registered strategy but those with register(benchmark=False))")
+    p.add_argument("--backend", default="auto", help=f"attention backend: {', '.join(BACKENDS)}")
+    p.add_argument("--shrink", action="store_true", help="CPU/CI size: the [shrink] fields of harness/tpot/models.toml")
+    p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
+    p.add_argument("--allreduce-table", help="TOML of measured all-reduce latency per message size, or 'none' (default on CUDA: "
+                   "harness/tpot/allreduce_h200_tp2.toml, the TP2 NCCL table measured on 2x H200; CPU: none)")
+    p.add_argument("--check-rotation", action="store_true", help="also time the first strategy with every layer's weights distinct")
+    p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
+    p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
+    p.add_argument("--no-breakdown", action="store_true",
+                   help="skip where-the-time-goes (each step component timed as its own CUDA graph, beside its byte floor)")
+    p.add_argument("--json", type=Path, help="write results JSON here")
+    p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
+                   help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
+    p.add_argument("--sglang-python", default=sys.executable, help="--engine sglang: the Python that has sglang")
+    p.add_argument("--sglang-output-len", type=int, default=32, help="--engine sglang: decode steps per run")
+    p.add_argument("--sglang-workdir", type=Path, default=Path("sglang-tpot"), help="--engine sglang: model folder and logs")
+    p.add_argument("--sglang-full-tp", action="store_true", help="--engine sglang: run all tp ranks instead of one shrunk rank")
+
+
+def cmd_tpot(args, console: Console, device, case) -> int:
+    from harness.measure.environment import environment
+    from harness.results.document import case_record, repro_command, write_results
+    from harness.spec.scenario import check_repeats
+    from harness.strategies import BENCHMARKED, REGISTRY, select
+    from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
+    from harness.tpot.config import load_shape
+    from harness.tpot.tpot import build_context, rotation_check, time_strategy, to_rows
+
+    names = select(args.strategy, BENCHMARKED)
+    repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
+    check_repeats("--repeats", repeats, 1)
+    if args.json:
+        check_writable(args.json, "--json")  # before the timing run: a folder or unwritable path is bad input
+    if args.engine == "sglang":
+        _require_sglang(args.sglang_python)
+    from harness.tpot.allreduce import DEFAULT_TABLE
+
+    allreduce = AllReduce()
+    table_arg = args.allreduce_table
+    if table_arg not in (None, "none"):
+        table = load_table(Path(table_arg))
+        if device.type != "cuda":
+            raise HarnessError("--allreduce-table", "the latency stand-in is a GPU spin kernel; CPU runs have no all-reduce")
+        allreduce = LatencyAllReduce(table, device)
+    elif table_arg is None and device.type == "cuda" and args.engine == "harness":
+        allreduce = LatencyAllReduce(load_table(DEFAULT_TABLE), device, default=True)
+    shape = load_shape(case.preset.name, shrink=args.shrink)
+    if args.engine == "sglang":
+        return _sglang(args, console, case, shape, names)
+    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
+    console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
+                  f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
+    results = []
+    for name in names:
+        reason = REGISTRY[name].unsupported_reason(device, ctx.backend)
+        if reason:
+            from harness.tpot.tpot import TpotResult
+
+            results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
+            continue
+        results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
+    rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
+    copy_gbps = None
+    if device.type == "cuda":
+        from harness.measure.control import measure_control
+
+        copy_gbps = measure_control(device).median
+    rows = to_rows(ctx, results, ctx.backend.name, copy_gbps, rotation)
+    console.print(_table(rows))
+    for table in _breakdown_tables(rows):
+        console.print(table)
+    for r in rows:
+        if r.metric == "tpot_ms" and r.detail and r.detail.get("memory_plan"):
+            console.print(f"memory plan: {r.detail['memory_plan']}")
+    if args.json:
+        env = environment(device)
+        env["copy_gbps"] = copy_gbps
+        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto"))
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def _require_sglang(python: str) -> None:
+    """--engine sglang: fail before anything is written when `python` cannot import sglang."""
+    try:
+        proc = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=600)
+    except OSError as exc:
+        raise HarnessError("--sglang-python", f"{python}: {exc.strerror or exc}") from None
+    if proc.returncode != 0:
+        raise HarnessError("--engine sglang", f"{python} cannot import sglang (--sglang-python names the Python that has it)")
+
+
+def _sglang(args, console: Console, case, shape, names) -> int:
+    """TPOT from SGLang's one-batch benchmark per strategy (the driver has not run on a GPU here)."""
+    from harness.measure.environment import environment
+    from harness.results.document import Row, case_record, repro_command, write_results
+    from harness.tpot import sglang_driver
+    from harness.tpot.sglang_plugin import SUPPORTED
+
+    kv_lens = case.scenario.kv_lens
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
+    rows = []
+    for name in names:
+        if name not in SUPPORTED:
+            rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
+            continue
+        out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
+                                python=args.sglang_python, one_rank=not args.sglang_full_tp)
+        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms")
+        rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
+                        detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
+    if args.json:
+        write_results(args.json, rows, environment(torch_device()), repro_command(), case_record(case, ident["backend"], "auto"))
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def torch_device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _breakdown_tables(rows) -> list[Table]:
+    """Where the time goes, per strategy: each component's ms beside its floor."""
+    out = []
+    for r in rows:
+        bd = (r.detail or {}).get("breakdown") if r.metric == "tpot_ms" else None
+        if not bd:
+            continue
+        t = Table(title=f"where the time goes: {r.strategy} (tpot {bd['tpot_ms']:.3f} ms)")
+        for col in ("component", "ms", "share", "floor GB", "floor ms", "ms / floor"):
+            t.add_column(col, justify="right")
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        for name, p in bd["parts"].items():
+            t.add_row(name, fmt(p["ms"], ".3f"), fmt(p["ms"] / bd["tpot_ms"], ".1%"), fmt(p["floor_bytes"] / 1e9, ".3f"),
+                      fmt(p["floor_ms"], ".3f"), fmt(p["over_floor"], ".1f"))
+        t.add_row("sum / unattributed", fmt(bd["sum_ms"], ".3f"), fmt(bd["sum_ms"] / bd["tpot_ms"], ".1%"), "", "",
+                  f"{bd['unattributed_ms']:+.3f} ms")
+        out.append(t)
+    return out
+
+
+def _table(rows) -> Table:
+    by = {}
+    for r in rows:
+        by.setdefault(r.strategy, {})[r.metric] = r.value
+    t = Table(title="TPOT per strategy (one TP rank)")
+    for col in ("strategy", "tpot ms", "attn path ms", "attn share", "roofline ms", "tpot/roofline", "GB moved"):
+        t.add_column(col, justify="right")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    for name, m in by.items():
+        if "tpot_ms" not in m:
+            continue
+        moved = sum(m.get(k) or 0 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")) / 1e9
+        t.add_row(name, fmt(m.get("tpot_ms"), ".3f"), fmt(m.get("attn_path_ms"), ".3f"), fmt(m.get("attn_share"), ".1%"),
+                  fmt(m.get("roofline_ms"), ".3f"), fmt(m.get("tpot_over_roofline"), ".2f"), f"{moved:.3f}")
+    if "rotation_check" in {r.metric for r in rows}:
+        rc = next(r for r in rows if r.metric == "rotation_check").detail
+        t.caption = f"rotation check ({rc['strategy']}, {rc['layers']} layers): rotated {rc['rotated_ms']:.3f} ms vs distinct {rc['distinct_ms']:.3f} ms (x{rc['ratio']:.3f})"
+    return t

@@ -1,0 +1,128 @@
+"""Model shapes as data (models.toml, keyed by preset name) and the per-rank sizes derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from harness.datafiles import read_toml
+from harness.errors import HarnessError
+from harness.spec.presets import ModelPreset
+
+MODELS_FILE = Path(__file__).resolve().parent / "models.toml"
+BLOCK = 128  # FP8 block-quantization tile (128 x 128 weight blocks, 1 x 128 activation groups)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """One model's public config numbers plus the tensor parallelism it is served with."""
+
+    name: str
+    source: str
+    hidden_size: int
+    num_layers: int
+    first_k_dense: int
+    num_heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    n_routed_experts: int
+    num_experts_per_tok: int
+    n_shared_experts: int
+    moe_intermediate_size: int
+    intermediate_size: int
+    vocab_size: int
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
+    tp: int
+    architecture: str  # the architecture and model_type SGLang serves the checkpoint with (sglang 0.5.23 srt/models)
+    model_type: str
+
+    # per-rank sizes (SGLang's TP layout: attention heads, FFN intermediates and vocab split by tp)
+    @property
+    def heads(self) -> int:
+        return self.num_heads // self.tp
+
+    @property
+    def moe_inter(self) -> int:
+        return self.moe_intermediate_size // self.tp
+
+    @property
+    def dense_inter(self) -> int:
+        return self.intermediate_size // self.tp
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size // self.tp
+
+    @property
+    def kv_a_width(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def is_moe(self, layer: int) -> bool:
+        return layer >= self.first_k_dense
+
+    def with_layers(self, num_layers: int) -> "ModelShape":
+        """The first `num_layers` layers (dense layers first, as in the model)."""
+        return replace(self, num_layers=num_layers, first_k_dense=min(self.first_k_dense, num_layers))
+
+    def check_preset(self, preset: ModelPreset) -> None:
+        """The pool and strategies use the preset's attention shape: both must agree."""
+        for ours, theirs, what in (
+            (self.num_heads, preset.num_heads_total, "num_heads"),
+            (self.tp, preset.tp, "tp"),
+            (self.qk_nope_head_dim, preset.qk_nope_head_dim, "qk_nope_head_dim"),
+            (self.kv_lora_rank, preset.kv_lora_rank, "kv_lora_rank"),
+            (self.qk_rope_head_dim, preset.qk_rope_head_dim, "qk_rope_head_dim"),
+        ):
+            if ours != theirs:
+                raise HarnessError(f"{MODELS_FILE}: [{self.name}].{what}", f"{ours} != preset {preset.name}'s {theirs}")
+
+
+_INT_FIELDS = [f.name for f in fields(ModelShape) if f.type == "int"]
+
+
+def _validate(shape: ModelShape, where: str) -> ModelShape:
+    for name in _INT_FIELDS:
+        value = getattr(shape, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "first_k_dense" else 1):
+            raise HarnessError(f"{where}.{name}", f"must be a positive integer, got {value!r}")
+    rules = (
+        (shape.num_heads % shape.tp == 0, "num_heads", "must divide by tp"),
+        (shape.moe_intermediate_size % (shape.tp * BLOCK) == 0, "moe_intermediate_size", f"must divide by tp x {BLOCK}"),
+        (shape.intermediate_size % (shape.tp * BLOCK) == 0, "intermediate_size", f"must divide by tp x {BLOCK}"),
+        (shape.vocab_size % shape.tp == 0, "vocab_size", "must divide by tp"),
+        (shape.hidden_size % BLOCK == 0, "hidden_size", f"must divide by {BLOCK}"),
+        (shape.q_lora_rank % BLOCK == 0, "q_lora_rank", f"must divide by {BLOCK}"),
+        (shape.first_k_dense <= shape.num_layers, "first_k_dense", "must be <= num_layers"),
+        (shape.num_experts_per_tok <= shape.n_routed_experts, "num_experts_per_tok", "must be <= n_routed_experts"),
+        (shape.n_routed_experts % shape.n_group == 0, "n_group", "must divide n_routed_experts"),
+        (shape.topk_group <= shape.n_group, "topk_group", "must be <= n_group"),
+        (shape.num_experts_per_tok <= shape.topk_group * (shape.n_routed_experts // shape.n_group), "num_experts_per_tok", "more than the chosen groups hold"),
+    )
+    for ok, name, message in rules:
+        if not ok:
+            raise HarnessError(f"{where}.{name}", message)
+    return shape
+
+
+def load_shape(preset_name: str, shrink: bool = False, path: Path = MODELS_FILE) -> ModelShape:
+    """The shape of `preset_name` from models.toml; with `shrink`, the [shrink] fields replace its own."""
+    data = read_toml(path)
+    entry = data.get(preset_name)
+    if not isinstance(entry, dict):
+        names = ", ".join(k for k in data if k != "shrink")
+        raise HarnessError(str(path), f"no model shape for preset {preset_name!r} (have {names})")
+    known = {f.name for f in fields(ModelShape)} - {"name"}
+    values = dict(entry)
+    if shrink:
+        values.update(data.get("shrink", {}))
+    unknown, missing = set(values) - known, known - set(values)
+    if unknown or missing:
+        problem = f"unknown field(s) {sorted(unknown)}" if unknown else f"missing field(s) {sorted(missing)}"
+        raise HarnessError(f"{path}: [{preset_name}]", problem)
+    values["routed_scaling_factor"] = float(values["routed_scaling_factor"])
+    return _validate(ModelShape(name=preset_name, **values), f"{path}: [{preset_name}]")

@@ -1,0 +1,175 @@
+"""TPOT report: `python -m harness.tpot.report RESULTS.json... [--tp2 tp2_check.json] --out DIR`.
+
+A Markdown table per case (TPOT, attention path, attention share, roofline) with the articles'
+figures beside it, the rotation-vs-distinct check, the TP2 all-reduce check, and a stacked bar per
+strategy (attention path vs the rest of the step) as tpot.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+from harness.datafiles import read_json
+from harness.errors import HarnessError
+from harness.fsio import write_bytes, write_text
+
+# GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
+# (/work/shared/seeds): the whole-pool FP8->BF16 cast was 64.6 ms of a 95.6 ms TPOT (69%);
+# with a BF16 shadow buffer TPOT went to 74.1 ms.
+ARTICLE = {"tpot_ms": 95.6, "cast_ms": 64.6, "cast_share": 0.69, "tpot_after_fix_ms": 74.1}
+
+
+def _cases(paths: list[Path]) -> dict[tuple, dict[str, dict[str, dict]]]:
+    """{(preset, scale, scenario, file name): {strategy: {metric: row}}}."""
+    cases: dict = {}
+    for path in paths:
+        doc = read_json(path)
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+            raise HarnessError(str(path), "not a results file (no rows)")
+        for row in doc["rows"]:
+            key = (row["preset"], row["scale"], row["scenario"], path.name)
+            cases.setdefault(key, {}).setdefault(row["strategy"], {})[row["metric"]] = row
+    return cases
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _val(metrics: dict, name: str):
+    row = metrics.get(name)
+    return None if row is None else row.get("value")
+
+
+def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, dict]]]:
+    """(markdown, [(case title, {strategy: (attn_ms, rest_ms)})]) of the TPOT results."""
+    lines = ["# End-to-end TPOT (model-shaped decode step, one TP rank)", ""]
+    bars = []
+    for key, strategies in _cases(paths).items():
+        if not any("tpot_ms" in m for m in strategies.values()):
+            continue
+        preset, scale, scenario, fname = key
+        first = next(m["tpot_ms"] for m in strategies.values() if "tpot_ms" in m and m["tpot_ms"].get("detail"))
+        d = first["detail"]
+        title = f"{preset} · {scale} · {scenario} ({fname})"
+        reuse = d.get("reuse_distance_over_l2")
+        reuse_text = "no set is reused" if reuse is None or reuse < 0 else f"reuse distance {reuse:.1f}x L2"
+        lines += [f"## {title}", "",
+                  f"{d.get('layers')} layers, {d.get('weight_sets')} rotated weight sets ({reuse_text}), mean active experts {_fmt(d.get('mean_active_experts'), '.1f')}; "
+                  f"pool {d.get('pool_bytes', 0) / 1e9:.1f} GB; all-reduce: {d.get('allreduce')}.", "",
+                  "| strategy | TPOT ms | attention path ms | attention share | roofline ms | TPOT / roofline | GB moved (weights + KV + cast) | fits beside full rank weights |",
+                  "|---|---|---|---|---|---|---|---|"]
+        case_bars = {}
+        for name, m in strategies.items():
+            tpot = _val(m, "tpot_ms")
+            if tpot is None:
+                why = ((m.get("tpot_ms") or {}).get("detail") or {}).get("unsupported", "not measured")
+                lines.append(f"| {name} | {why} | | | | | | |")
+                continue
+            attn = _val(m, "attn_path_ms")
+            gb = [(_val(m, k) or 0) / 1e9 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")]
+            fits = m["tpot_ms"]["detail"].get("fits_with_full_weights")
+            lines.append(f"| {name} | {tpot:.2f} | {_fmt(attn, '.2f')} | {_fmt(_val(m, 'attn_share'), '.0%')} | "
+                         f"{_fmt(_val(m, 'roofline_ms'), '.2f')} | {_fmt(_val(m, 'tpot_over_roofline'), '.2f')} | "
+                         f"{sum(gb):.2f} ({gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f}) | {'-' if fits is None else ('yes' if fits else 'no, max ' + format(m['tpot_ms']['detail']['max_slots_with_full_weights'], ',') + ' slots')} |")
+            case_bars[name] = (min(attn or 0.0, tpot), max(tpot - (attn or 0.0), 0.0))
+        lines.append(f"| article (GLM-5-NVFP4, 8x RTX PRO 6000, stock) | {ARTICLE['tpot_ms']} | cast alone {ARTICLE['cast_ms']} | cast {ARTICLE['cast_share']:.0%} | | | | |")
+        lines.append(f"| article, BF16 shadow buffer | {ARTICLE['tpot_after_fix_ms']} | | | | | | |")
+        kernels = first["detail"].get("kernels", {})
+        lines += ["", "Kernels: " + "; ".join(f"{k} = {v}" for k, v in kernels.items()), ""]
+        for name, m in strategies.items():
+            prof = ((m.get("tpot_ms") or {}).get("detail") or {}).get("eager_kernels")
+            if prof and "kernel_ms" in prof:
+                top = ", ".join(f"{k['name'][:40]} {k['ms']:.2f} ms x{k['count']}" for k in prof["top"][:6])
+                lines += [f"Where the time goes ({name}, one eager step, torch.profiler): {prof['kernel_ms']:.2f} ms in "
+                          f"{prof['launches']} kernel launches; top: {top}.", ""]
+        for name, m in strategies.items():
+            bd = ((m.get("tpot_ms") or {}).get("detail") or {}).get("breakdown")
+            if bd:
+                lines += [f"Where the time goes ({name}, TPOT {bd['tpot_ms']:.2f} ms; {bd['how']}):", "",
+                          "| component | ms | share of TPOT | floor GB | floor ms | ms / floor |", "|---|---|---|---|---|---|"]
+                for part, v in bd["parts"].items():
+                    lines.append(f"| {part} | {v['ms']:.2f} | {v['ms'] / bd['tpot_ms']:.0%} | {v['floor_bytes'] / 1e9:.2f} | "
+                                 f"{_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
+                lines += [f"| sum (unattributed {bd['unattributed_ms']:+.2f} ms) | {bd['sum_ms']:.2f} | {bd['sum_ms'] / bd['tpot_ms']:.0%} | | | |", ""]
+        plans = [((m.get("tpot_ms") or {}).get("detail") or {}).get("memory_plan") for m in strategies.values()]
+        if any(plans):
+            lines += ["Memory plan (beside the rank's full weights):", ""] + [f"- {p}" for p in plans if p] + [""]
+        for m in strategies.values():
+            if "rotation_check" in m:
+                rc = m["rotation_check"]["detail"]
+                lines += [f"Rotation check ({rc['strategy']}, {rc['layers']} layers): {rc['weight_sets']} rotated sets "
+                          f"{rc['rotated_ms']:.3f} ms vs every layer distinct {rc['distinct_ms']:.3f} ms (ratio {rc['ratio']:.3f}).", ""]
+        bars.append((title, case_bars))
+    if tp2 is not None:
+        doc = read_json(tp2)
+        lines += ["## TP2 all-reduce check (real NCCL on two GPUs)", "",
+                  f"{doc.get('world')}x {doc.get('gpu')}, NCCL_NVLS_ENABLE={doc.get('nvls')}.", "",
+                  "| message bytes | all-reduce µs |", "|---|---|"]
+        lines += [f"| {p['bytes']:,} | {p['us']:.2f} |" for p in doc.get("allreduce_points", [])]
+        lines += ["", "| scenario | layers | real NCCL ms | modeled (latency table) ms | no all-reduce ms | modeled / real |", "|---|---|---|---|---|---|"]
+        for c in doc.get("step_checks", []):
+            lines.append(f"| {c['scenario']} | {c['layers']} | {_fmt(c.get('nccl_ms'), '.3f')} | {_fmt(c.get('modeled_ms'), '.3f')} | "
+                         f"{_fmt(c.get('none_ms'), '.3f')} | {_fmt(c.get('modeled_over_nccl'), '.3f')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n", bars
+
+
+def plot(bars, path: Path) -> bool:
+    """Stacked bars (attention path, rest of the step) per strategy and case; False without matplotlib."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    fig = Figure(figsize=(4 + 3 * len(bars), 4))
+    FigureCanvasAgg(fig)
+    for i, (title, case_bars) in enumerate(bars):
+        ax = fig.add_subplot(1, len(bars) + 1, i + 1)
+        names = list(case_bars)
+        attn = [case_bars[n][0] for n in names]
+        rest = [case_bars[n][1] for n in names]
+        ax.bar(names, attn, label="attention path")
+        ax.bar(names, rest, bottom=attn, label="rest of the step")
+        ax.set_title(title.split(" (")[0], fontsize=8)
+        ax.set_ylabel("ms")
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    ax = fig.add_subplot(1, len(bars) + 1, len(bars) + 1)
+    ax.bar(["article stock", "article shadow"], [ARTICLE["cast_ms"], 0], label="attention path (cast)")
+    ax.bar(["article stock", "article shadow"], [ARTICLE["tpot_ms"] - ARTICLE["cast_ms"], ARTICLE["tpot_after_fix_ms"]],
+           bottom=[ARTICLE["cast_ms"], 0], label="rest of the step")
+    ax.set_title("article: GLM-5-NVFP4, 8x RTX PRO 6000", fontsize=8)
+    ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    write_bytes(path, buf.getvalue())
+    return True
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, nargs="+")
+    ap.add_argument("--tp2", type=Path, help="tp2_check.json from ci/tp2_allreduce.py")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        paths = [p for p in args.results if p.exists()] or args.results
+        text, bars = render(paths, args.tp2 if args.tp2 and args.tp2.exists() else None)
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_text(args.out / "tpot.md", text)
+        plotted = plot(bars, args.out / "tpot.png")
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"written: {args.out / 'tpot.md'}" + (f", {args.out / 'tpot.png'}" if plotted else " (no plot: matplotlib missing)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

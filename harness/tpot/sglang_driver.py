@@ -1,0 +1,106 @@
+"""`harness tpot --engine sglang`: SGLang's one-batch benchmark on a config-only model folder, with
+the strategy installed into SGLang (harness/tpot/sglang_plugin.py), its decode latency parsed into
+the results JSON. Needs SGLang on a GPU box; this driver has not run on a GPU here.
+
+The folder holds only config.json (weights are SGLang's `--load-format dummy`), FP8 block-quantized
+as the real checkpoints. `one_rank` shrinks the model to one TP rank through
+`--json-model-override-args` (heads, FFN/MoE intermediates and vocab divided by tp) and runs tp 1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.tpot.config import ModelShape
+
+# GLM-5's DSA indexer fields: assumed (DeepSeek-V3.2's values), not read from GLM-5's own config
+DSA_INDEXER = {"index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
+DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
+
+
+def model_config(shape: ModelShape) -> dict:
+    """config.json of the full model (as the public checkpoint describes it)."""
+    arch, model_type = shape.architecture, shape.model_type  # models.toml: what SGLang serves it as
+    cfg = {
+        "architectures": [arch], "model_type": model_type, "torch_dtype": "bfloat16",
+        "hidden_size": shape.hidden_size, "num_hidden_layers": shape.num_layers, "first_k_dense_replace": shape.first_k_dense,
+        "num_attention_heads": shape.num_heads, "num_key_value_heads": shape.num_heads,
+        "q_lora_rank": shape.q_lora_rank, "kv_lora_rank": shape.kv_lora_rank,
+        "qk_nope_head_dim": shape.qk_nope_head_dim, "qk_rope_head_dim": shape.qk_rope_head_dim, "v_head_dim": shape.v_head_dim,
+        "n_routed_experts": shape.n_routed_experts, "num_experts_per_tok": shape.num_experts_per_tok,
+        "n_shared_experts": shape.n_shared_experts, "moe_intermediate_size": shape.moe_intermediate_size,
+        "intermediate_size": shape.intermediate_size, "vocab_size": shape.vocab_size,
+        "n_group": shape.n_group, "topk_group": shape.topk_group, "routed_scaling_factor": shape.routed_scaling_factor,
+        "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 163840, "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1,
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+    }
+    if model_type == "glm_moe_dsa":
+        cfg.update(DSA_INDEXER)
+    return cfg
+
+
+def one_rank_overrides(shape: ModelShape) -> dict:
+    """Fields that make a tp-1 model the size of one rank of the tp-`shape.tp` deployment."""
+    return {"num_attention_heads": shape.heads, "num_key_value_heads": shape.heads,
+            "moe_intermediate_size": shape.moe_inter, "intermediate_size": shape.dense_inter, "vocab_size": shape.vocab}
+
+
+def write_model_folder(shape: ModelShape, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(model_config(shape), indent=1) + "\n")
+    return folder
+
+
+def one_batch_args(folder: Path, shape: ModelShape, batch_size: int, input_len: int, output_len: int,
+                   result_file: Path, one_rank: bool = True) -> list[str]:
+    """Arguments of `python -m sglang.benchmark.one_batch` (sglang 0.5.23's bench_one_batch)."""
+    args = ["--model-path", str(folder), "--load-format", "dummy", "--kv-cache-dtype", "fp8_e4m3",
+            "--attention-backend", "flashinfer", "--skip-tokenizer-init", "--trust-remote-code",
+            "--batch-size", str(batch_size), "--input-len", str(input_len), "--output-len", str(output_len),
+            "--result-filename", str(result_file)]
+    if one_rank:
+        args += ["--tp-size", "1", "--json-model-override-args", json.dumps(one_rank_overrides(shape))]
+    else:
+        args += ["--tp-size", str(shape.tp)]
+    return args
+
+
+def launch_command(python: str, strategy: str, args: list[str]) -> list[str]:
+    return [python, "-m", "harness.tpot.sglang_launch", "--strategy", strategy, "--", *args]
+
+
+def parse_decode_ms(result_file: Path, stdout: str) -> float:
+    """Median decode latency in ms: from the benchmark's result JSONL, else from its log line."""
+    if result_file.exists():
+        for line in reversed(result_file.read_text().splitlines()):
+            try:
+                value = json.loads(line).get("median_decode_latency")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if value is not None:
+                return float(value) * 1e3
+    found = DECODE_LINE.findall(stdout)
+    if not found:
+        raise HarnessError("sglang one_batch", f"no decode latency in {result_file} or the log")
+    return float(found[-1]) * 1e3
+
+
+def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, output_len: int, workdir: Path,
+        python: str = sys.executable, one_rank: bool = True, timeout_s: int = 3600) -> dict:
+    """Run the benchmark once for `strategy`; {tpot_ms, command, log_tail}."""
+    folder = write_model_folder(shape, workdir / "model")
+    result_file = workdir / f"one_batch-{strategy}.jsonl"
+    result_file.unlink(missing_ok=True)
+    cmd = launch_command(python, strategy, one_batch_args(folder, shape, batch_size, input_len, output_len, result_file, one_rank))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise HarnessError("sglang one_batch", f"exit {proc.returncode}: {log.strip().splitlines()[-1] if log.strip() else 'no output'}")
+    return {"tpot_ms": parse_decode_ms(result_file, log), "command": cmd, "log_tail": log[-2000:]}

@@ -1,0 +1,1 @@
+"""Checking outputs: tolerance policy and verdicts, goldens, negative controls."""

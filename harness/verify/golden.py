@@ -1,0 +1,361 @@
+"""Golden files: float64-reference outputs in safetensors plus a JSON manifest per case.
+
+golden/<case>/outputs.safetensors holds, for each checked (step, layer):
+  s{step}.l{layer}.out_bf16 / .out_fp32 [R, H, 512] and .lse [R, H] (natural log),
+and s{step}.positions [R] (the checked requests' positions in that step's batch).
+The manifest records the case spec, generator version, sha256 of the inputs read
+and of the outputs file, and manifest_sha256 over every other manifest field: a verdict
+depends on nothing that no hash covers. Inputs are never stored: the generator recreates them.
+
+A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
+refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
+next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, which the
+next refresh or verify removes.
+
+`run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
+reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from harness.datafiles import read_json
+from harness.errors import HarnessError
+from harness.fsio import share_folder, write_bytes, write_text
+from harness.inputs.cases import Case, checked_positions, golden_dir
+from harness.inputs.reference import mla_decode_f64, step_inputs
+from harness.results.schema import GoldenManifest, validate
+from harness.spec import synth
+from harness.spec.scenario import SCENARIO_DIR
+
+MANIFEST = "manifest.json"
+OUTPUTS = "outputs.safetensors"
+SCHEMA = "mla-harness-golden/2"
+LOCK = ".refresh.lock"
+LOCK_TIMEOUT_S = 600
+# Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
+RECOMPUTE_RTOL = 2.5e-7
+RECOMPUTE_ATOL = 1e-9
+
+
+@dataclass
+class GoldenData:
+    tensors: dict[str, torch.Tensor]
+    manifest: dict
+
+    def out(self, step: int, layer: int) -> torch.Tensor:
+        return self.tensors[f"s{step}.l{layer}.out_fp32"]
+
+    def lse(self, step: int, layer: int) -> torch.Tensor:
+        return self.tensors[f"s{step}.l{layer}.lse"]
+
+    def positions(self, step: int) -> np.ndarray:
+        return self.tensors[f"s{step}.positions"].numpy()
+
+    def keys(self) -> list[tuple[int, int]]:
+        return [tuple(k) for k in self.manifest["checked"]]
+
+
+def _root(root: Path | None) -> Path:
+    """The golden folder: `root`, else the configured one (read at call time)."""
+    return golden_dir() if root is None else root
+
+
+def case_dir(case_name: str, root: Path | None = None) -> Path:
+    return _root(root) / case_name
+
+
+def _checked_inputs(case: Case):
+    """(step, layer, positions, inputs) of every checked (step, layer), in the golden's order."""
+    request_ids = case.checked_request_ids()
+    for batch in case.schedule().steps:
+        positions = checked_positions(batch, request_ids)
+        for layer in case.checked_layers():
+            yield batch.step, layer, positions, step_inputs(case.preset, case.scenario.seed, batch, layer, positions)
+
+
+def _hash_inputs(h, inputs) -> None:
+    for t in (inputs.q_nope, inputs.q_pe, *inputs.rows):
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def inputs_digest(case: Case) -> str:
+    """sha256 of the inputs the case's checked (step, layer)s read: the manifest's inputs_sha256."""
+    h = hashlib.sha256()
+    for *_, inputs in _checked_inputs(case):
+        _hash_inputs(h, inputs)
+    return h.hexdigest()
+
+
+def compute(case: Case, progress=None) -> GoldenData:
+    """Run the float64 reference for the case's checked layers and requests."""
+    tensors: dict[str, torch.Tensor] = {}
+    inputs_hash = hashlib.sha256()
+    checked = []
+    for step, layer, positions, inputs in _checked_inputs(case):
+        tensors[f"s{step}.positions"] = torch.from_numpy(positions.astype(np.int64))
+        _hash_inputs(inputs_hash, inputs)
+        out, lse = mla_decode_f64(inputs, case.preset.kv_lora_rank, case.preset.sm_scale)
+        key = f"s{step}.l{layer}"
+        tensors[f"{key}.out_bf16"] = out.to(torch.bfloat16)
+        tensors[f"{key}.out_fp32"] = out.to(torch.float32)
+        tensors[f"{key}.lse"] = lse.to(torch.float32)
+        checked.append([step, layer])
+        if progress is not None:
+            progress()
+    manifest = {
+        "schema": SCHEMA,
+        "case": case.name,
+        "preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale},
+        "scale": {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers},
+        "scenario": case.scenario.to_dict(),
+        "generator": synth.GENERATOR_VERSION,
+        "seed": case.scenario.seed,
+        "reference_precision": "float64",
+        "checked": checked,
+        "checked_request_ids": case.checked_request_ids().tolist(),
+        "inputs_sha256": inputs_hash.hexdigest(),
+        "versions": {"torch": torch.__version__, "numpy": np.__version__, "safetensors": safetensors.__version__},
+    }
+    return GoldenData(tensors, manifest)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of the canonical JSON of every manifest field but manifest_sha256 itself."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@contextmanager
+def refresh_lock(root: Path | None = None):
+    """One refresh (or recovery) at a time per golden folder."""
+    from filelock import FileLock, Timeout
+
+    root = _root(root)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(root / LOCK, timeout=LOCK_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise HarnessError(str(root / LOCK), f"another refresh held the lock for {LOCK_TIMEOUT_S} s") from None
+
+
+def _stranded(case_name: str, root: Path) -> list[Path]:
+    """Previous goldens a swap left behind: .<case>.old-*/<case>."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if p.is_dir())
+
+
+def _half_written(case_name: str, root: Path) -> list[Path]:
+    """New goldens a killed refresh left half written: .<case>.new-*."""
+    return sorted(p for p in root.glob(f".{case_name}.new-*") if p.is_dir())
+
+
+def recover(case_name: str, root: Path | None = None) -> None:
+    """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
+    the previous golden back; with it present, drop the leftovers; drop half-written new folders."""
+    folder = case_dir(case_name, root)
+    for old in _stranded(case_name, _root(root)):
+        if not folder.exists():
+            os.replace(old, folder)
+        shutil.rmtree(old.parent, ignore_errors=True)
+    for new in _half_written(case_name, _root(root)):
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def _leftovers(case_name: str, root: Path) -> list[Path]:
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
+
+
+def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
+    """What a killed refresh left of this case (.<case>.new-*, .<case>.old-*), recovered and
+    removed under the lock; their names (empty: nothing was left, and the lock was not taken)."""
+    root = _root(root)
+    if not _leftovers(case_name, root):
+        return []
+    with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
+        left = _leftovers(case_name, root)
+        recover(case_name, root)
+    return [p.name for p in left]
+
+
+def load(case_name: str, root: Path | None = None) -> GoldenData:
+    """Load and integrity-check a stored golden; any problem is one HarnessError line."""
+    folder = case_dir(case_name, root)
+    if not folder.exists() and _stranded(case_name, _root(root)):
+        with refresh_lock(root):
+            recover(case_name, root)
+    manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
+    if not manifest_path.is_file():
+        raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
+    manifest = read_json(manifest_path)
+    if not isinstance(manifest, dict):
+        raise HarnessError(str(manifest_path), "manifest must be a JSON object")
+    if manifest.get("schema") != SCHEMA:
+        raise HarnessError(f"{manifest_path}: schema", f"expected {SCHEMA!r}, got {manifest.get('schema')!r}; "
+                           "run `python -m harness golden refresh --force`")
+    if manifest_digest(manifest) != manifest.get("manifest_sha256"):
+        raise HarnessError(f"{manifest_path}: manifest_sha256", "does not match the manifest: it was edited or corrupted")
+    validate(manifest, GoldenManifest, manifest_path)
+    if manifest["case"] != case_name:
+        raise HarnessError(f"{manifest_path}: case", f"holds {manifest['case']!r}, not {case_name!r}: case folders swapped?")
+    if not outputs_path.is_file():
+        raise HarnessError(str(outputs_path), "golden outputs missing")
+    digest = _sha256_file(outputs_path)
+    if digest != manifest["outputs_sha256"]:
+        raise HarnessError(
+            f"{manifest_path}: outputs_sha256",
+            f"does not match {outputs_path.name} (sha256 {digest[:12]}...): the golden was modified or corrupted",
+        )
+    try:
+        tensors = safetensors.torch.load_file(outputs_path)
+    except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        raise HarnessError(str(outputs_path), f"unreadable safetensors ({exc})") from None
+    if not manifest["checked"]:
+        raise HarnessError(f"{manifest_path}: checked", "empty: the golden checks nothing")
+    for step, layer in manifest["checked"]:
+        for name in (f"s{step}.positions", *(f"s{step}.l{layer}.{suffix}" for suffix in ("out_fp32", "out_bf16", "lse"))):
+            if name not in tensors:
+                raise HarnessError(f"{outputs_path}: {name}", "tensor missing")
+    return GoldenData(tensors, manifest)
+
+
+def differences(old: GoldenData, new: GoldenData) -> list[str]:
+    """What changed between a stored golden and a recomputed one (empty: equivalent)."""
+    changes = []
+    for field in ("case", "preset", "scale", "scenario", "generator", "checked", "checked_request_ids"):
+        if old.manifest.get(field) != new.manifest.get(field):
+            changes.append(f"{field}: {old.manifest.get(field)!r} -> {new.manifest.get(field)!r}")
+    if old.manifest.get("inputs_sha256") != new.manifest["inputs_sha256"]:
+        changes.append("inputs_sha256: the generated pool rows or queries changed (generator drift)")
+    for name, tensor in new.tensors.items():
+        stored = old.tensors.get(name)
+        if stored is None or stored.shape != tensor.shape:
+            changes.append(f"{name}: missing or reshaped")
+        elif name.endswith("positions") or name.endswith("out_bf16"):
+            if not torch.equal(stored, tensor):
+                changes.append(f"{name}: {int((stored != tensor).sum())} elements differ")
+        elif not torch.allclose(stored, tensor, rtol=RECOMPUTE_RTOL, atol=RECOMPUTE_ATOL):
+            changes.append(f"{name}: max |diff| {float((stored - tensor).abs().max()):.3g}")
+    return changes
+
+
+def _builtin(scenario) -> bool:
+    return Path(scenario.source).resolve().parent == SCENARIO_DIR.resolve()
+
+
+def spec_mismatch(gold: GoldenData, case: Case) -> str:
+    """'' when the golden was made for this case, else why it is another case: its scale, or the
+    definition of a scenario read from the user's own file (a built-in's is case_mismatch's)."""
+    m = gold.manifest
+    if m.get("scale") != {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}:
+        return f"scale ({m.get('scale')})"
+    if m.get("scenario") != case.scenario.to_dict() and not _builtin(case.scenario):
+        return "scenario definition"
+    return ""
+
+
+def case_mismatch(gold: GoldenData, case: Case) -> str:
+    """'' when the manifest's case spec is the case's (preset with sm_scale, generator, seed, a
+    built-in scenario's definition, the inputs' sha256), else the first field that differs: a
+    stale or re-signed golden never checks a run."""
+    m = gold.manifest
+    want = {"preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale}, "generator": synth.GENERATOR_VERSION,
+            "seed": case.scenario.seed, "scenario": case.scenario.to_dict()}
+    for field, value in json.loads(json.dumps(want)).items():
+        got = m.get(field)
+        if got != value:
+            if isinstance(got, dict) and isinstance(value, dict):
+                key = next(k for k in sorted({*got, *value}) if got.get(k) != value.get(k))
+                field, got, value = f"{field}.{key}", got.get(key), value.get(key)
+            return f"{field} is {got!r}, the case's is {value!r}"
+    if m.get("inputs_sha256") != inputs_digest(case):
+        return "inputs_sha256 is not the sha256 of the inputs this case generates"
+    return ""
+
+
+def coverage_gap(gold: GoldenData, case: Case) -> str:
+    """'' when the golden checks every (step, layer) and request the case selects at the positions
+    the schedule gives them, else what is missing: a disarmed golden must not pass."""
+    schedule = case.schedule()
+    want = [[b.step, layer] for b in schedule.steps for layer in case.checked_layers()]
+    if [list(k) for k in gold.manifest["checked"]] != want:
+        return f"checked {gold.manifest['checked']} != the case's {want}"
+    ids = case.checked_request_ids()
+    if gold.manifest["checked_request_ids"] != ids.tolist():
+        return "checked_request_ids differ from the case's"
+    for batch in schedule.steps:
+        if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):
+            return f"s{batch.step}.positions differ from the schedule's"
+    return ""
+
+
+def obtained_path(case_name: str, name: str, root: Path | None = None) -> Path:
+    """Where `name` (a strategy of `run`, or OUTPUTS' stem for `golden verify`) leaves what it obtained when it
+    misses this golden: beside it, keyed as the golden's outputs (pytest-regressions' obtained file)."""
+    return case_dir(case_name, root) / f"{name}.obtained.safetensors"
+
+
+def write_obtained(case_name: str, name: str, tensors: dict[str, torch.Tensor], root: Path | None = None) -> str:
+    """Write the obtained outputs beside the golden (replacing only an earlier obtained file, never through a
+    link); returns where, or why not (a read-only golden folder does not fail the run)."""
+    path = obtained_path(case_name, name, root)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return f"obtained outputs not written: {path} is not a regular file"
+    try:
+        write_bytes(path, safetensors.torch.save({k: v.contiguous() for k, v in sorted(tensors.items())}))
+    except OSError as exc:
+        return f"obtained outputs not written to {path} ({exc.strerror or exc})"
+    return f"obtained outputs: {path}"
+
+
+def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
+    """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
+    is never half updated, and a failed swap puts the previous golden back (a killed one is put
+    back by the next load or refresh)."""
+    root = _root(root)
+    folder = case_dir(case_name, root)
+    with refresh_lock(root):
+        recover(case_name, root)
+        new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
+        try:
+            share_folder(new)
+            write_bytes(new / OUTPUTS, safetensors.torch.save({k: v.contiguous() for k, v in sorted(data.tensors.items())}))
+            data.manifest["outputs_sha256"] = _sha256_file(new / OUTPUTS)
+            data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            data.manifest["manifest_sha256"] = manifest_digest(data.manifest)
+            write_text(new / MANIFEST, json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
+            if not folder.exists():
+                os.replace(new, folder)
+                return
+            old = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.old-"))
+            os.replace(folder, old / case_name)
+            try:
+                os.replace(new, folder)
+            except OSError as exc:
+                os.replace(old / case_name, folder)
+                old.rmdir()
+                raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
+            shutil.rmtree(old)
+        finally:
+            shutil.rmtree(new, ignore_errors=True)
