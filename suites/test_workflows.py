@@ -59,7 +59,7 @@ def _self_hosted_jobs(doc: dict):
 
 def test_expected_workflows_exist():
     assert set(_workflows()) == {"gpu-correctness.yml", "perf-gate.yml", "asv-publish.yml", "golden-refresh.yml",
-                                 "cpu-ci.yml"}
+                                 "cpu-ci.yml", "sglang-gate.yml"}
 
 
 @needs_actionlint
@@ -143,9 +143,19 @@ def test_golden_refresh_is_manual_and_main_only():
 
 def test_perf_runs_share_one_node_wide_concurrency_group():
     docs = _workflows()
-    groups = {docs[n]["concurrency"]["group"] for n in ("perf-gate.yml", "asv-publish.yml")}
+    perf = ("perf-gate.yml", "asv-publish.yml", "sglang-gate.yml")
+    groups = {docs[n]["concurrency"]["group"] for n in perf}
     assert len(groups) == 1 and "${{" not in groups.pop()
-    assert all(docs[n]["concurrency"]["cancel-in-progress"] is False for n in ("perf-gate.yml", "asv-publish.yml"))
+    assert all(docs[n]["concurrency"]["cancel-in-progress"] is False for n in perf)
+
+
+def test_sglang_gate_is_manual_and_passes_inputs_through_the_environment():
+    """workflow_dispatch only (no fork code reaches the runner) and no `${{ inputs.* }}` inside a shell line."""
+    doc = _workflows()["sglang-gate.yml"]
+    assert _triggers(doc) == {"workflow_dispatch"}
+    steps = doc["jobs"]["sglang-gate"]["steps"]
+    assert all("${{" not in step.get("run", "") for step in steps)
+    assert any("python -m ci.sglang_gate" in step.get("run", "") for step in steps)
 
 
 def _marks_gpu(source: str) -> bool:

@@ -13,7 +13,6 @@ On the CPU there is no graph: step_ms is the host time of one eager step.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -50,32 +49,13 @@ def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, l
     for _ in range(WARMUP_REPLAYS):
         graph.load(batch)
         graph.replay()
-    torch.cuda.synchronize()
-    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    device, host, whole = [], [], []
-    with timing.no_gc():
-        marks = []
-        for _ in range(repeats):  # device: the GPU is kept busy while the host prepares and launches
-            graph.load(batch)
-            torch.cuda._sleep(LAUNCH_COVER_CYCLES)
-            start, end = ev(), ev()
-            start.record()
-            graph.replay()
-            end.record()
-            marks.append((start, end))
-        torch.cuda.synchronize()
-        device = [s.elapsed_time(e) for s, e in marks]
-        for _ in range(repeats):  # host and end to end: each step starts from an idle GPU
-            torch.cuda.synchronize()
-            start, end = ev(), ev()
-            start.record()
-            t0 = time.perf_counter()
-            graph.load(batch)
-            graph.replay()
-            host.append((time.perf_counter() - t0) * 1e3)
-            end.record()
-            end.synchronize()
-            whole.append(start.elapsed_time(end))
+
+    def load_behind_busy_gpu():  # device: the GPU is kept busy while the host prepares and launches
+        graph.load(batch)
+        torch.cuda._sleep(LAUNCH_COVER_CYCLES)
+
+    device = timing.event_time_ms(graph.replay, repeats, warmup=0, queued=True, before=load_behind_busy_gpu)
+    host, whole = timing.idle_start_ms(lambda: (graph.load(batch), graph.replay()), repeats)  # each from an idle GPU
     return {"step_device_ms": device, "step_host_ms": host, "step_ms": whole}
 
 

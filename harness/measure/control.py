@@ -7,12 +7,10 @@ tell a changed environment (a throttled GPU, a loaded CPU runner) from a changed
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from harness.measure import clocks
-from harness.measure.timing import Samples, no_gc
+from harness.measure.timing import Samples, event_time_ms, host_time_ms
 from harness.results.document import Row
 
 CUDA_BYTES = 1 << 30  # 1 GiB: far past L2, ~0.5 ms per copy on an H200
@@ -24,25 +22,10 @@ WARMUP = 3
 def _copy_ms(device: torch.device, nbytes: int, repeats: int) -> list[float]:
     src = torch.full((nbytes,), 7, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    out = []
-    with no_gc():
-        if device.type == "cuda":
-            for _ in range(WARMUP):
-                dst.copy_(src)
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-            for start, end in events:
-                start.record()
-                dst.copy_(src)
-                end.record()
-            torch.cuda.synchronize(device)
-            out = [start.elapsed_time(end) for start, end in events]
-        else:
-            for i in range(WARMUP + repeats):
-                t0 = time.perf_counter()
-                dst.copy_(src)
-                if i >= WARMUP:
-                    out.append((time.perf_counter() - t0) * 1e3)
-    return out
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return event_time_ms(lambda: dst.copy_(src), repeats, WARMUP, queued=True)
+    return host_time_ms(lambda: dst.copy_(src), repeats, WARMUP)
 
 
 def measure_control(device: torch.device, repeats: int = REPEATS) -> Samples:

@@ -63,6 +63,52 @@ def host_time_ms(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
+def event_time_ms(fn, repeats: int, warmup: int = 3, *, queued: bool = False, before=None) -> list[float]:
+    """Device time of fn() in ms between two CUDA events, one sample per call (host work inside fn included).
+
+    queued: every sample's events are recorded back to back and the GPU is synchronized once at the end
+    (the host stays ahead, so launch latency hides behind the previous call); otherwise each sample waits
+    for its end event. `before()` runs before each call, warm-up included, outside the timed region.
+    """
+    for _ in range(warmup):
+        if before:
+            before()
+        fn()
+    torch.cuda.synchronize()
+    marks = []
+    with no_gc():
+        for _ in range(repeats):
+            if before:
+                before()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            if not queued:
+                end.synchronize()
+            marks.append((start, end))
+        torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in marks]
+
+
+def idle_start_ms(fn, repeats: int) -> tuple[list[float], list[float]]:
+    """(host ms, end-to-end device ms) of fn() per call, each call starting from an idle GPU: host is the
+    time fn() takes to return (planning, copies, launches), end to end the CUDA events around it."""
+    host, whole = [], []
+    with no_gc():
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t0 = time.perf_counter()
+            fn()
+            host.append((time.perf_counter() - t0) * 1e3)
+            end.record()
+            end.synchronize()
+            whole.append(start.elapsed_time(end))
+    return host, whole
+
+
 def device_time_ms(fn, repeats: int, *, use_cuda_graph: bool = False, input_args: tuple = ()) -> list[float]:
     """GPU time of fn(*input_args) in ms via flashinfer.testing.bench_gpu_time.
 

@@ -12,6 +12,7 @@ import torch
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.measure.timing import event_time_ms
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,5 @@ class LatencyAllReduce(AllReduce):
 def _spin_rate(device: torch.device, cycles: int = 2_000_000) -> float:
     """Clock cycles of torch.cuda._sleep per µs on this GPU (calibrated with CUDA events)."""
     with torch.cuda.device(device):
-        torch.cuda._sleep(cycles)  # warm-up
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-    return cycles / (start.elapsed_time(end) * 1e3)
+        (ms,) = event_time_ms(lambda: torch.cuda._sleep(cycles), 1, warmup=1)
+    return cycles / (ms * 1e3)

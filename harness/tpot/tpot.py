@@ -24,7 +24,7 @@ from harness.execute.decode import DecodeSession, make_step_data
 from harness.inputs.cases import Case
 from harness.inputs.memory import GIB, free_bytes
 from harness.inputs.pool import KVPool, PoolGeometry
-from harness.measure.timing import host_time_ms, no_gc
+from harness.measure.timing import event_time_ms, host_time_ms
 from harness.results.document import Row
 from harness.strategies import REGISTRY
 from harness.tpot import bytes as nbytes
@@ -52,23 +52,6 @@ class TpotResult:
     @property
     def attn_share(self) -> float:
         return statistics.median(self.attn_path_ms) / self.tpot
-
-
-def event_time_ms(fn, repeats: int, warmup: int = 3) -> list[float]:
-    """Device time of fn() (host work inside it included) with CUDA events, one sample per call."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    with no_gc():
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
-    return out
 
 
 def hidden_states(shape: ModelShape, batch_size: int, seed: int, device) -> torch.Tensor:

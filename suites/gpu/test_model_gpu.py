@@ -100,8 +100,8 @@ def test_stock_and_gather_cast_attention_bitwise_in_the_model(ctx):
 
 
 def test_latency_stand_in_lasts_the_table_latency():
+    from harness.measure.timing import event_time_ms
     from harness.tpot.allreduce import LatencyAllReduce, LatencyTable
-    from harness.tpot.tpot import event_time_ms
 
     table = LatencyTable("test", (1024, 1 << 20), (20.0, 60.0))
     ar = LatencyAllReduce(table, torch.device("cuda"))

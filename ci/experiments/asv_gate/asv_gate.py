@@ -42,15 +42,9 @@ def _planted_copy(bucket_graph) -> None:
     plant = getattr(bucket_graph, "_plant", None)
     if plant is None:
         from harness.measure.control import copy_bytes_per_ms
+        from harness.measure.timing import event_time_ms
 
-        times = []
-        for _ in range(7):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            bucket_graph.graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
+        times = event_time_ms(bucket_graph.graph.replay, 7, warmup=0)
         step_ms = sorted(times)[len(times) // 2]
         src = torch.empty(max(1, int(FRACTION * step_ms * copy_bytes_per_ms(torch.device("cuda")))),
                           dtype=torch.uint8, device="cuda")

@@ -24,11 +24,12 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.inputs.cases import Case  # noqa: E402
+from harness.measure.timing import event_time_ms  # noqa: E402
 from harness.spec.presets import get_preset, get_scale  # noqa: E402
 from harness.spec.scenario import load_scenario  # noqa: E402
 from harness.tpot.allreduce import AllReduce, LatencyAllReduce, NcclAllReduce, load_table  # noqa: E402
 from harness.tpot.config import load_shape  # noqa: E402
-from harness.tpot.tpot import build_context, event_time_ms, time_strategy  # noqa: E402
+from harness.tpot.tpot import build_context, time_strategy  # noqa: E402
 
 CALLS_PER_GRAPH = 20
 

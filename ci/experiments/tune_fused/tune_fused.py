@@ -29,6 +29,7 @@ from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
 from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, load_table  # noqa: E402
 from harness.measure.control import measure_control  # noqa: E402
+from harness.measure.timing import event_time_ms  # noqa: E402
 from harness.spec.presets import get_preset  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
@@ -132,15 +133,7 @@ def time_graph(fn, replays: int = REPLAYS) -> float:
         fn()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return statistics.median(event_time_ms(graph.replay, replays, warmup=0))
 
 
 def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False, search="tiles"):
