@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Issue 26's H200 evidence on ONE H200, from a checkout holding .bundle/flashinfer-0.7.2.post1-py312.tar.xz,
 # .bundle/sglang-0.5.23-py312.tar.xz (ci/build_sglang_bundle.sh) and .whl/msgspec-*.whl:
-#   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|runs]...   (default: env tests runs)
+#   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|suite|runs]...   (default: env tests runs)
 # env    the environment: GPU, torch, the time `import flashinfer_mla_backend` takes, the sgl_kernel stand-in
 # tests  python -m pytest suites/gpu -m gpu -k sglang  (junit: OUT/gpu-sglang-junit.xml)
+# suite  the whole GPU suite, SGLang-backed tests included, in one process (no xdist: one worker per GPU is the
+#        rule, and on one GPU several workers each building a production pool ran out of memory; junit:
+#        OUT/gpu-junit.xml). JIT_TAR= / TRITON_TAR= name packed FlashInfer JIT and Triton caches (cold: minutes)
 # runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
 #        REPEATS= override its --runs and --repeats)
 set -uo pipefail
@@ -11,7 +14,7 @@ OUT=${1:?usage: run.sh OUT [env|tests|runs]...}
 shift
 steps=${*:-env tests runs}
 mkdir -p "$OUT"
-. ci/gpu_env.sh .bundle/flashinfer-0.7.2.post1-py312.tar.xz "" "" .bundle/sglang-0.5.23-py312.tar.xz
+. ci/gpu_env.sh .bundle/flashinfer-0.7.2.post1-py312.tar.xz "${JIT_TAR:-}" "${TRITON_TAR:-}" .bundle/sglang-0.5.23-py312.tar.xz
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-msgspec .whl/msgspec-*.whl
 export PYTHONPATH=/tmp/site-msgspec:$PYTHONPATH
 for step in $steps; do
@@ -27,6 +30,8 @@ print('sglang', runtime.version(), 'sgl_kernel stand-in:', stand_in.is_stand_in(
 print('fa3 backend:', runtime.import_reason(runtime.FA3_BACKEND))"; } 2>&1 | tee "$OUT/env.txt" ;;
     tests) timeout -k 5 "${TESTS_TIMEOUT:-300}" python3 -m pytest suites/gpu -m gpu -k sglang -q -rs -p no:cacheprovider \
              --junitxml="$OUT/gpu-sglang-junit.xml" 2>&1 | tee "$OUT/gpu-sglang-pytest.log" | tail -40 ;;
+    suite) timeout -k 5 "${SUITE_TIMEOUT:-480}" python3 -m pytest suites/gpu -m gpu -q -rfEs -p no:cacheprovider \
+             --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-pytest.log" | tail -40 ;;
     runs) timeout -k 5 "${RUNS_TIMEOUT:-500}" python3 -m ci.experiments.sglang_h200 /tmp/sglang-runs --repeats "${REPEATS:-20}" \
              ${RUNS:+--runs $RUNS} 2>&1 | tee "$OUT/runs.log" | grep -v '^\s*$' | tail -60
           tar -czf "$OUT/runs.tar.gz" -C /tmp sglang-runs ;;  # one file back (a device call returns at most 8)
