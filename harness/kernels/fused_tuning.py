@@ -1,6 +1,6 @@
 """Launch configuration of the fused FP8 MLA decode per (batch, KV length).
 
-`fused_tuning.toml` (written by `ci/tune_fused.py` on a GPU) maps a bucket, the nearest powers
+`fused_tuning.toml` (written by `python -m ci.experiments.tune_fused` on a GPU) maps a bucket, the nearest powers
 of two of the batch size and of the longest request, to the fastest measured Config. A
 shape with no entry gets `default_config`.
 """

@@ -2,7 +2,7 @@
 
 Each (preset, scale, scenario, backend) case gets one table of strategies, taken from the
 latest run that has it. A case seen in several runs also gets a trend table and plot. A file
-named independent.json (written by ci/independent_timing.py) adds a cross-check section.
+named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section.
 """
 
 from __future__ import annotations

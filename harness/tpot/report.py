@@ -154,7 +154,7 @@ def plot(bars, path: Path) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+")
-    ap.add_argument("--tp2", type=Path, help="tp2_check.json from ci/tp2_allreduce.py")
+    ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     try:
