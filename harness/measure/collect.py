@@ -59,27 +59,44 @@ def bucket_replay_ms(session: DecodeSession, batch, repeats: int) -> dict[str, l
     return {"step_device_ms": device, "step_host_ms": host, "step_ms": whole}
 
 
-def measure(session: DecodeSession, repeats: int) -> Measured:
-    """Metrics of the last step, each timing block under the clock guard."""
+@dataclass(frozen=True)
+class Layer0:
+    """Layer 0's kernels of the last step, as `measure` times them (and a profiler replays them): the cast
+    or gather (fn, tensors) and the attention (fn, args), each called as fn(*args)."""
+
+    cast: tuple
+    attend: tuple
+    cast_bytes: int
+
+
+def layer0(session: DecodeSession) -> Layer0:
+    """Plan the last step and make layer 0's calls; the attention reads the cast's output buffer."""
     s, last = session.strategy, session.schedule.steps[-1]
     plan = s.begin_step(last)
     q = (session.data.steps[last.step].q_nope[0], session.data.steps[last.step].q_pe[0])
     fn, tensors = s.cast_call(0)
     rows = fn(*tensors)  # layer 0's [rows, 1, 576] buffer the kernel reads (prepare_kv's, before the split)
-    cast_bytes = type(s).cast_bytes(s.pool.geometry, last)
+    # the cold-L2 clones are of the whole row buffer, so the kernel reads SGLang's layout (576-byte
+    # rows); clones of the (ckv, kpe) views would be two separate arrays, a layout no server has
+    attend = lambda qn, qp, kv_rows: s.attend(plan, qn, qp, s.split(kv_rows))  # noqa: E731
+    return Layer0((fn, tensors), (attend, (*q, rows)), type(s).cast_bytes(s.pool.geometry, last))
+
+
+def measure(session: DecodeSession, repeats: int) -> Measured:
+    """Metrics of the last step, each timing block under the clock guard."""
+    s, last = session.strategy, session.schedule.steps[-1]
+    calls = layer0(session)
+    (fn, tensors), (attend, attend_args), cast_bytes = calls.cast, calls.attend, calls.cast_bytes
     blocks = {}  # metric -> block returning {metric: ms samples}
     if s.device.type != "cuda":
         if cast_bytes:
             blocks["cast_us"] = lambda: timing.host_time_ms(lambda: fn(*tensors), repeats)
-        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: s.attend(plan, *q, s.split(rows)), repeats)
+        blocks["attn_us"] = lambda: timing.host_time_ms(lambda: attend(*attend_args), repeats)
         blocks["step_ms"] = lambda: timing.host_time_ms(lambda: session.step(last), repeats)
     else:
         if cast_bytes:
             blocks["cast_us"] = lambda: timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
-        # the cold-L2 clones are of the whole row buffer, so the kernel reads SGLang's layout (576-byte
-        # rows); clones of the (ckv, kpe) views would be two separate arrays, a layout no server has
-        attend = lambda qn, qp, kv_rows: s.attend(plan, qn, qp, s.split(kv_rows))  # noqa: E731
-        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=(*q, rows))
+        blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=attend_args)
         blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
         blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
     out = Measured(skipped={} if cast_bytes else {"cast_us": f"{s.name} has no per-step cast kernel"})

@@ -1,0 +1,5 @@
+import sys
+
+from ci.experiments.ncu_fused.ncu_fused import main
+
+sys.exit(main())

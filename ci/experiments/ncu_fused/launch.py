@@ -1,0 +1,66 @@
+"""One case's layer-0 attention, in a process of its own (GPU): `measure` times it the harness's way and writes
+attn_us, the attention's byte floor and the control copy bandwidth; `profile` calls it inside the NVTX range
+"attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range.
+
+    python -m ci.experiments.ncu_fused.launch {measure,profile} --preset P --scenario S [--strategy fused_fp8]
+        [--repeats 20] [--launches 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from harness.execute.prepared import PreparedCase
+from harness.inputs.cases import Case
+from harness.measure.collect import layer0, measure
+from harness.measure.control import measure_control
+from harness.results import roofline
+from harness.spec.presets import get_preset, get_scale
+from harness.spec.scenario import load_scenario
+
+NVTX_RANGE = "attn"
+WARMUP = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.experiments.ncu_fused.launch", description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("measure", "profile"))
+    parser.add_argument("--preset", default="glm5-tp8")
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--strategy", default="fused_fp8")
+    parser.add_argument("--scale", default="prod")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    case = Case(get_preset(args.preset), get_scale(args.scale), load_scenario(args.scenario))
+    prepared = PreparedCase(case, torch.device("cuda")).build()
+    with prepared.session(args.strategy) as session:
+        session.run_all(())
+        if args.mode == "measure":
+            attn = measure(session, args.repeats).metrics["attn_us"]
+            last = session.schedule.steps[-1]
+            nbytes = roofline.step_bytes(args.strategy, session.strategy.pool.geometry, last, case.preset.heads_per_rank).attn
+            doc = {"attn_us": list(attn.values), "attn_bytes": nbytes, "copy_gbps": measure_control(torch.device("cuda")).median,
+                   "kernel": prepared.backend.name}
+            args.out.write_text(json.dumps(doc) + "\n")
+        else:
+            fn, fn_args = layer0(session).attend
+            for _ in range(WARMUP):
+                fn(*fn_args)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(NVTX_RANGE)
+            for _ in range(args.launches):
+                fn(*fn_args)
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

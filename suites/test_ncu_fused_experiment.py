@@ -1,0 +1,56 @@
+"""ci/experiments/ncu_fused (issue 28's cross-check) on CPU: reading ncu's raw CSV, one launch's figures and the
+agreement criterion, with their twins (a disagreement beyond the tolerance, an unfiltered range)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.experiments.ncu_fused import ncu_fused as exp
+
+HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",' \
+         '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"'
+UNITS = '"","","","","","","","","","","","byte","byte","nsecond"'
+
+
+def kernel_row(i: int, name: str, ns: str, read: str = "1,000", write: str = "100") -> str:
+    return f'"{i}","42","python3","h","{name}","1","7","(256, 1, 1)","(8, 30, 1)","0","9.0","{read}","{write}","{ns}"'
+
+
+def log(launches: int, decode_ns=(26000, 26400, 25800, 26200, 26100)) -> str:
+    rows = []
+    for i in range(launches):  # each call: the decode kernel, then the combine
+        rows += [kernel_row(2 * i, "fused_mla_decode<8, 2, 8>", f"{decode_ns[i]:,}"), kernel_row(2 * i + 1, "combine", "1500")]
+    return "\n".join(["==PROF== Connected to process 42", "step 0 ...", HEADER, UNITS, *rows, "==PROF== Disconnected"])
+
+
+def test_one_launch_is_the_sum_of_each_kernels_median():
+    kernels = exp.parse_ncu_csv(log(5))
+    assert len(kernels) == 10 and kernels[0]["ns"] == 26000.0 and kernels[0]["read"] == 1000.0
+    one = exp.per_launch(kernels, 5)
+    assert one["us"] == pytest.approx((26100 + 1500) / 1e3) and one["dram_bytes"] == 2 * 1100
+
+
+def test_an_unfiltered_range_is_refused():
+    """Twin: a kernel seen a different number of times than the launches (the NVTX filter let others in)."""
+    kernels = exp.parse_ncu_csv(log(5))
+    with pytest.raises(ValueError, match="expected each kernel 5 times"):
+        exp.per_launch(kernels[:-1], 5)
+    with pytest.raises(ValueError, match="no ncu CSV header"):
+        exp.parse_ncu_csv("==PROF== No kernels were profiled.")
+
+
+@pytest.mark.parametrize("ncu_us, agree", [(27.0, True), (28.7, False), (25.7, True), (25.6, False)])
+def test_agreement_is_within_the_tolerance(ncu_us, agree):
+    measured = {"attn_us": [26.9, 27.0, 27.1], "attn_bytes": 70_000_000, "copy_gbps": 4200.0}
+    r = exp.judge("b32-l4096", measured, {"us": ncu_us, "dram_bytes": 71_600_000, "kernels": {}}, 0.05)
+    assert r["agree"] is agree and r["floor_us"] == pytest.approx(70e6 / 4200e9 * 1e6)
+    assert r["harness_floor_ratio"] == pytest.approx(27.0 / r["floor_us"])
+
+
+def test_ncu_runs_the_launcher_in_the_nvtx_range_with_base_units(tmp_path):
+    cmd = exp.ncu_command("ncu", tmp_path / "x.csv", ["--scenario", "b32-l4096"])
+    assert cmd[:3] == ["ncu", "--clock-control", "none"] and "--nvtx-include" in cmd and "attn/" in cmd
+    assert cmd[cmd.index("--print-units") + 1] == "base" and cmd[-3:] == ["profile", "--scenario", "b32-l4096"]
+    from ci.experiments.ncu_fused import launch
+
+    assert launch.NVTX_RANGE + "/" == cmd[cmd.index("--nvtx-include") + 1]
