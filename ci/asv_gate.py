@@ -199,6 +199,10 @@ def stored_results(base: str, head: str, machine: str | None, extra: list[str]) 
     return _by_benchmark(results_dir, machine, hashes[0]), _by_benchmark(results_dir, machine, hashes[1])
 
 
+def _skipped(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
 def lost(base: dict, head: dict) -> list[str]:
     """Benchmarks the head lost, however asv words them (`asv continuous` does not even list a vanished
     or skipped one): one the base measured that the head lacks, or one that failed (None) or was
@@ -209,8 +213,9 @@ def lost(base: dict, head: dict) -> list[str]:
             out.append(f"{name} (vanished: in the base's results, not in the head's)")
         elif head[name][0] is None:
             out.append(f"{name} (failed in the head)")
-        elif isinstance(head[name][0], float) and math.isnan(head[name][0]):
-            out.append(f"{name} (n/a in the head: skipped)")
+        elif _skipped(head[name][0]):
+            both = name in base and _skipped(base[name][0])
+            out.append(f"{name} (n/a in the head: skipped{' at both commits: this runner cannot run it' if both else ''})")
     return out
 
 

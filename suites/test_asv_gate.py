@@ -418,3 +418,14 @@ def test_asv_exit_2_is_a_failure_whatever_its_output_says(runs, head):
     status, output = _asv_part(runs[head][1])
     assert asv_gate.classify(2, output).code == asv_gate.FAILURE
     assert asv_gate.classify(status, output).code != asv_gate.FAILURE
+
+
+def test_na_at_both_commits_still_fails_and_says_the_runner_cannot_run_it():
+    """n/a in the head is lost whatever the base had (a benchmark asked for and run nowhere never passes); when
+    the base was n/a too, the line says this runner cannot run it (seen on the H200: sglang_fa3 without sgl_kernel)."""
+    nan = float("nan")
+    both = asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (nan, None, None)})
+    head_only = asv_gate.lost({"b.x": (1.0, None, None)}, {"b.x": (nan, None, None)})
+    assert both == ["b.x (n/a in the head: skipped at both commits: this runner cannot run it)"]
+    assert head_only == ["b.x (n/a in the head: skipped)"]
+    assert asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (1.0, None, None)}) == []  # twin: measured in the head
