@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness import cli
+from harness.cli.common import case_from
 from harness.errors import HarnessError
 from harness.spec import synth
 from harness.spec.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SCHEDULE_ROWS, MAX_SEED, MAX_STEPS, builtin_names, load_scenario, parse_scenario
@@ -37,7 +38,7 @@ def test_cpu_pool_grows_in_whole_pages(tmp_path):
     (it used to grow to 100,000 slots = 1,562 pages and exit 2)."""
     path = _scenario_file(tmp_path, "kv_lens = [100000]")
     args = cli.build_parser().parse_args(["run", "--scenario-file", str(path), "--device", "cpu"])
-    case = cli._case(args, torch.device("cpu"))
+    case = case_from(args, torch.device("cpu"))
     assert case.scale.slots == 1563 * 64
     schedule = compile_schedule(case.scenario, case.scale.slots, case.preset.page_size)
     assert schedule.steps[0].kv_indices.size == 100_000

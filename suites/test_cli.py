@@ -305,7 +305,7 @@ def test_ctrl_c_is_one_line_exit_130(monkeypatch):
     def interrupted(args, console):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_compare", interrupted)
+    monkeypatch.setitem(cli.COMMANDS, "compare", interrupted)
     proc = harness("compare", "a.json", "b.json")
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted"
 
@@ -327,13 +327,13 @@ def test_help_lists_names_and_does_not_import_torch():
 def test_headline_scenarios_fit_the_cpu_pool():
     import argparse
 
-    from harness.cli import _case
+    from harness.cli.common import case_from
 
     args = argparse.Namespace(preset="glm5-tp8", scale=None, slots=None, layers=None, scenario="b32-l4096", scenario_file=None)
-    assert _case(args, torch.device("cpu")).scale.slots >= 32 * 4096
+    assert case_from(args, torch.device("cpu")).scale.slots >= 32 * 4096
     args.scale = "ci"  # an explicit scale is kept: the scenario does not fit it
     with pytest.raises(Exception, match="--slots"):
-        _case(args, torch.device("cpu")).schedule()
+        case_from(args, torch.device("cpu")).schedule()
 
 
 def test_narrow_terminal_gets_two_tables():

@@ -257,7 +257,7 @@ def test_run_help_does_not_import_torch_and_lists_every_strategy():
             "print('torch' in sys.modules, ' '.join(buf.getvalue().split()))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("False "), proc.stdout[:200] + proc.stderr
-    from harness.cli import strategy_names
+    from harness.cli.common import strategy_names
     from harness.strategies import ORDER
 
     assert strategy_names() == list(ORDER) and f"(repeatable): {', '.join(ORDER)}" in proc.stdout

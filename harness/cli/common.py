@@ -1,0 +1,151 @@
+"""What the commands share: lazy help texts (no torch for `--help`), the device and case from the arguments,
+and the refusal to write over an input or into a golden folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import HarnessError
+
+HOST_MEMORY_PER_SLOT = 64  # bytes of host memory the schedule's free list takes per pool slot
+
+
+class LazyHelp(str):
+    """A help text computed only when help is printed (listing names must not import torch)."""
+
+    def __new__(cls, render):
+        obj = super().__new__(cls, "(computed)")
+        obj.render = render
+        return obj
+
+
+class Formatter(argparse.HelpFormatter):
+    def _get_help_string(self, action):
+        return action.help.render() if isinstance(action.help, LazyHelp) else action.help
+
+
+def strategy_names() -> list[str]:
+    """The registered strategies in run order, read from the @register(...) calls of their modules
+    (importing the registry imports torch, which `--help` must not)."""
+    import ast
+
+    found = []
+    for path in (Path(__file__).parents[1] / "strategies").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" and node.args:
+                order = next((k.value.value for k in node.keywords if k.arg == "order"), float("inf"))
+                found.append((order, node.args[0].value))
+    return [name for _, name in sorted(found)]
+
+
+def strategy_help() -> str:
+    return f"run only this strategy (repeatable): {', '.join(strategy_names())}"
+
+
+def preset_help() -> str:
+    from harness.spec.presets import PRESETS
+
+    return f"model preset (default glm5-tp8): {', '.join(PRESETS)}"
+
+
+def scenario_help() -> str:
+    from harness.spec.scenario import builtin_names
+
+    return f"built-in scenario (default b1-l4096): {', '.join(builtin_names())}"
+
+
+def fault_help() -> str:
+    from harness.spec.faults import Fault
+
+    return f"plant a fault (negative control; repeatable): {', '.join(f.value for f in Fault)}"
+
+
+def device_from(text: str):
+    import torch
+
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise HarnessError("--device", f"not a device: {text!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device", "CUDA requested but no CUDA GPU is visible")
+    if device.type not in ("cpu", "cuda"):
+        raise HarnessError("--device", f"unsupported device type {device.type!r}")
+    if device.type == "cuda":
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise HarnessError("--device", f"{device} does not exist: {torch.cuda.device_count()} CUDA device(s) visible")
+        device = torch.device("cuda", device.index or 0)
+        torch.cuda.set_device(device)  # kernels launched without an explicit device go here too
+    return device
+
+
+def add_case_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="glm5-tp8", help=LazyHelp(preset_help))
+    p.add_argument("--scale", default=None, help="pool scale: prod (495,552 slots) or ci; default prod on CUDA, ci on CPU")
+    p.add_argument("--slots", type=int, default=None, help="override the scale's slot count")
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers materialized")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scenario", default=None, help=LazyHelp(scenario_help))
+    g.add_argument("--scenario-file", type=Path, default=None, help="a scenario TOML file")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+
+def case_from(args, device, console: Console | None = None):
+    """The case to run. On the default CPU scale a scenario larger than its pool gets a pool that
+    fits (said on the console); the pool must fit host memory before its free list is built."""
+    import torch
+
+    from harness.inputs.cases import Case
+    from harness.inputs.memory import MemoryPlan
+    from harness.spec.presets import get_preset, get_scale
+    from harness.spec.scenario import load_scenario, load_scenario_file
+    from harness.spec.schedule import pages_needed, slots_needed
+
+    scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
+    scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
+    preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
+    if scale.layers_for(preset) > preset.num_layers:
+        raise HarnessError("--layers", f"must be <= {preset.num_layers} ({preset.name}'s layers), got {scale.layers_for(preset):,}")
+    need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)  # whole pages
+    if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
+        scale = get_scale(scale_name, need, args.layers)
+        if console is not None:
+            console.print(f"[yellow]{scenario.name} needs {need:,} slots: the {scale_name} pool grows to {need:,} (--slots {need})[/]")
+    case = Case(preset, scale, scenario)
+    row_bytes = case.num_layers * preset.row_width
+    host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT
+    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"))
+    MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device)
+    return case
+
+
+def golden_folders() -> list[Path]:
+    """The golden folders no output may go into: the configured one and the checkout's."""
+    from harness.inputs.cases import CHECKOUT_GOLDEN_DIR, golden_dir
+
+    folders = [CHECKOUT_GOLDEN_DIR]
+    try:
+        folders.append(golden_dir())
+    except HarnessError:  # none configured: the commands that read goldens say so themselves
+        pass
+    return [f for f in dict.fromkeys(folders) if f.is_dir()]
+
+
+def inputs_of(case) -> list[tuple[str, Path]]:
+    return [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
+
+
+def refuse_clobbering(outputs, inputs) -> None:
+    """Before any work: no output (option, path) may be an input, a golden file, or inside a golden
+    folder (only `golden refresh` writes there). Options not given (None) are skipped."""
+    from harness.fsio import refuse_overwriting_inputs
+
+    folders = golden_folders()
+    golden_files = [("the golden file", p) for g in folders for p in (*g.glob("*"), *g.glob("*/*")) if p.is_file()]
+    refuse_overwriting_inputs([(flag, path) for flag, path in outputs if path is not None], [*inputs, *golden_files],
+                              [("the golden folder", g) for g in folders])

@@ -1,0 +1,83 @@
+"""`harness golden refresh|verify`: recompute every golden; write new or changed ones, or report them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import CheckFailed, HarnessError
+
+
+def cmd_golden(args, console: Console) -> int:
+    """Every case is checked: an unreadable one does not stop the others (the exit-2 line names the first)."""
+    from harness.inputs.cases import golden_case_names, load_case
+    from harness.progress import progress_bar
+    from harness.verify import golden
+
+    names = [args.case] if args.case else golden_case_names()
+    cases = [load_case(n) for n in names]
+    failures, unreadable = [], []
+    for case in cases:
+        for name in golden.clean_leftovers(case.name):
+            console.print(f"{case.name}: removed {name}, left by a killed refresh", markup=False, highlight=False)
+        t0 = time.perf_counter()
+        n = len(case.checked_layers()) * case.scenario.steps
+        if args.action == "verify":
+            try:
+                stored = golden.load(case.name)
+            except HarnessError as exc:
+                unreadable.append(_unreadable(console, case.name, exc))
+                continue
+            with progress_bar(console, f"verify {case.name}", n) as advance:
+                fresh = golden.compute(case, progress=advance)
+            changes = golden.differences(stored, fresh)
+            status = "[green]ok[/]" if not changes else "[bold red]MISMATCH[/]"
+        else:
+            with progress_bar(console, f"refresh {case.name}", n) as advance:
+                fresh = golden.compute(case, progress=advance)
+            if not (golden.case_dir(case.name) / golden.MANIFEST).exists():
+                stored = None
+            else:
+                try:
+                    stored = golden.load(case.name)
+                except HarnessError as exc:
+                    if not args.force:
+                        kept = HarnessError(exc.where, f"{exc.message}; not overwritten (refresh --force replaces it)")
+                        unreadable.append(_unreadable(console, case.name, kept))
+                        continue
+                    stored = golden.GoldenData({}, {})
+            changes = golden.differences(stored, fresh) if stored is not None else []
+            if stored is None:
+                golden.write(fresh, case.name)
+                status = "[green]written[/] (new case)"
+            elif not changes:
+                status = "[green]unchanged[/]"
+            elif args.force:
+                golden.write(fresh, case.name)
+                status = "[yellow]overwritten (--force)[/]; what changed:"
+                for change in changes:
+                    status += f"\n  {change}"
+                changes = []
+            else:
+                status = "[bold red]CHANGED, not written (use --force)[/]"
+        console.print(f"{case.name}: {status} in {time.perf_counter() - t0:.1f}s")
+        for change in changes:
+            console.print(f"  {change}")
+        if changes:
+            failures.append(case.name)
+            console.print(f"  {golden.write_obtained(case.name, Path(golden.OUTPUTS).stem, fresh.tensors)}", markup=False,
+                          highlight=False, soft_wrap=True)
+    if unreadable:
+        first, more = unreadable[0], len(unreadable) - 1
+        also = [f"{more} more unreadable"] * bool(more) + [f"{len(failures)} differ"] * bool(failures)
+        raise HarnessError(first.where, first.message + (f" (also {' and '.join(also)}: listed above)" if also else ""))
+    if failures:
+        raise CheckFailed(f"golden {args.action}: {len(failures)} case(s) differ: {', '.join(failures)}")
+    return 0
+
+
+def _unreadable(console: Console, case_name: str, exc: HarnessError) -> HarnessError:
+    console.print(f"{case_name}: UNREADABLE: {exc}", markup=False, highlight=False)
+    return exc

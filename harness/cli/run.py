@@ -1,0 +1,76 @@
+"""`harness run`: arguments -> harness.api.run -> the run table, the results file and the summary line."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+
+from harness.cli.common import case_from, device_from, inputs_of, refuse_clobbering
+from harness.errors import CheckFailed
+from harness.fsio import check_writable, check_writable_dir
+
+
+def cmd_run(args, console: Console) -> int:
+    from harness.api import RunConfig, run, to_rows
+    from harness.measure.environment import environment
+    from harness.render.table import results_table
+    from harness.results.document import case_record, repro_command, write_results
+    from harness.spec.faults import parse_faults
+    from harness.spec.scenario import check_repeats
+    from harness.strategies import BASELINE, RUN_DEFAULT
+    from harness.strategies import select as select_strategies
+    from harness.verify.negative_controls import cannot_fire, did_not_fire
+
+    device = device_from(args.device)
+    strategies = select_strategies(args.strategy, RUN_DEFAULT)
+    repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
+    check_repeats("--repeats", repeats, 0)
+    faults = parse_faults(args.plant_fault)
+    case = case_from(args, device, console)
+    dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
+    refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
+    if args.json:
+        check_writable(args.json, "--json")
+    if args.dump_outputs:
+        check_writable_dir(args.dump_outputs, "--dump-outputs")
+        for path in dumps:
+            check_writable(path, "--dump-outputs")
+    cannot_fire(faults, strategies, case)
+    cfg = RunConfig(
+        case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=faults,
+        repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
+    )
+    console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
+    outcome = run(cfg, console)
+    console.print(results_table(f"{case.name} · backend {outcome.backend}", outcome.results,
+                                host_timed=device.type != "cuda", width=console.width))
+    did_not_fire(faults, outcome.results)
+    if args.json:
+        from harness.measure.control import control_row
+        from harness.results import roofline
+
+        ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
+        control = control_row(ident, device)
+        env = environment(device)
+        if device.type == "cuda":
+            env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
+        rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
+        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
+        console.print(f"results written to {args.json}")
+    failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
+    ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]
+    console.print(_summary(outcome.results, 1 if failed or not ran else 0, args), markup=False, highlight=False)
+    if failed:
+        raise CheckFailed(f"check failed: {', '.join(failed)}")
+    if not ran:
+        raise CheckFailed(f"nothing requested was checked: {', '.join(strategies)} cannot run on {device}")
+    return 0
+
+
+def _summary(results, code: int, args) -> str:
+    """The run's last line: verdict counts, the exit code, where the results went."""
+    counts = Counter(r.verdict.status.value for r in results)
+    written = ", ".join(f"{flag} {path}" for flag, path in (("--json", args.json), ("--dump-outputs", args.dump_outputs)) if path)
+    return (f"summary: {counts['pass']} pass, {counts['fail']} fail, {counts['unsupported']} unsupported, "
+            f"{counts['error']} error; exit {code}; results: {written or 'not written (no --json)'}")
