@@ -58,3 +58,26 @@ def test_quick_run_in_a_per_commit_environment(clone):
     builds = data["results"]["benchmarks.PoolBuilds.track_pool_builds"][0]
     print(f"asv pool builds per scenario: {builds}")
     assert builds == [1], builds  # every metric of every strategy came from one pool build
+
+
+def test_benchmarks_import_the_flat_layout_of_older_commits(monkeypatch):
+    """asv times older commits with these files: a module of the pipeline layout falls back to its earlier flat
+    name; the twin: a name with no earlier one still fails."""
+    import importlib
+    import types
+
+    from suites.asv import benchmarks
+
+    flat = types.ModuleType("harness.prepared")
+    real = importlib.import_module
+
+    def old_tree(name, *args):
+        if name == "harness.execute.prepared":
+            raise ModuleNotFoundError(name)
+        return flat if name == "harness.prepared" else real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", old_tree)
+    assert benchmarks.harness_module("harness.execute.prepared") is flat
+    assert set(benchmarks.LAYOUT_MOVE) >= {"harness.measure.collect", "harness.tpot.tpot"}
+    with pytest.raises(ModuleNotFoundError):
+        benchmarks.harness_module("harness.no_such_module")

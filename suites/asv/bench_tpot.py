@@ -59,13 +59,17 @@ ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad 
 
 def _measure(scenario: str, strategy: str) -> dict:
     from harness.backends import make_backend
-    from harness.inputs.cases import Case
-    from harness.spec.presets import get_preset, get_scale
-    from harness.spec.scenario import load_scenario
     from harness.strategies import REGISTRY
-    from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
-    from harness.tpot.config import load_shape
-    from harness.tpot.tpot import build_context, time_strategy
+
+    from .benchmarks import harness_module
+
+    Case = harness_module("harness.inputs.cases").Case
+    presets, load_scenario = harness_module("harness.spec.presets"), harness_module("harness.spec.scenario").load_scenario
+    get_preset, get_scale = presets.get_preset, presets.get_scale
+    allreduce = harness_module("harness.tpot.allreduce")
+    AllReduce, LatencyAllReduce, load_table = allreduce.AllReduce, allreduce.LatencyAllReduce, allreduce.load_table
+    load_shape = harness_module("harness.tpot.config").load_shape
+    build_context, time_strategy = harness_module("harness.tpot.tpot").build_context, harness_module("harness.tpot.tpot").time_strategy
 
     if BAD_ENV:
         raise ValueError(f"bad asv environment: {BAD_ENV[0]}")

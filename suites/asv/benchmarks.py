@@ -36,6 +36,25 @@ try:
 except ImportError:  # a base commit from before harness/envvars.py (the perf gate benchmarks it too)
     envvars = None
 
+LAYOUT_MOVE = {"harness.execute.prepared": "harness.prepared", "harness.inputs.cases": "harness.cases",  # new: before
+               "harness.measure.collect": "harness.measure", "harness.spec.presets": "harness.presets",
+               "harness.spec.scenario": "harness.scenario", "harness.tpot.allreduce": "harness.model.allreduce",
+               "harness.tpot.config": "harness.model.config", "harness.tpot.tpot": "harness.model.tpot"}
+
+
+def harness_module(name: str):
+    """A harness module by its name in the pipeline layout, or by its earlier flat name (harness/<module>.py,
+    harness/model/): asv runs these files against older commits too (the perf gate's base, `asv run` history)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        if name not in LAYOUT_MOVE:
+            raise
+        return importlib.import_module(LAYOUT_MOVE[name])
+
+
 BAD_ENV: list[str] = []  # a bad MLA_ASV_* value: setup_cache raises it (at import it would be a discovery traceback)
 
 
@@ -84,11 +103,11 @@ def _measure_all() -> str:
     check_env()
     import torch
 
-    from harness.execute.prepared import PreparedCase
-    from harness.inputs.cases import Case
-    from harness.measure.collect import measure
-    from harness.spec.presets import get_preset, get_scale
-    from harness.spec.scenario import load_scenario
+    PreparedCase = harness_module("harness.execute.prepared").PreparedCase
+    Case = harness_module("harness.inputs.cases").Case
+    measure = harness_module("harness.measure.collect").measure
+    presets, load_scenario = harness_module("harness.spec.presets"), harness_module("harness.spec.scenario").load_scenario
+    get_preset, get_scale = presets.get_preset, presets.get_scale
 
     CUDA = cuda()
     device = torch.device("cuda" if CUDA else "cpu")
