@@ -58,6 +58,8 @@ ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad 
 
 
 def _measure(scenario: str, strategy: str) -> dict:
+    if BAD_ENV:
+        raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
     from harness.backends import make_backend
     from harness.strategies import REGISTRY
 
@@ -71,8 +73,6 @@ def _measure(scenario: str, strategy: str) -> dict:
     load_shape = harness_module("harness.tpot.config").load_shape
     build_context, time_strategy = harness_module("harness.tpot.tpot").build_context, harness_module("harness.tpot.tpot").time_strategy
 
-    if BAD_ENV:
-        raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
     device = torch.device("cuda" if CUDA else "cpu")
     if reason := REGISTRY[strategy].unsupported_reason(device, make_backend("auto", device)):
         print(f"skipped {strategy}: {reason}", file=sys.stderr)
