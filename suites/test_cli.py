@@ -305,7 +305,7 @@ def test_ctrl_c_is_one_line_exit_130(monkeypatch):
     def interrupted(args, console):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli.COMMANDS, "compare", interrupted)
+    monkeypatch.setattr(cli.compare, "command", interrupted)
     proc = harness("compare", "a.json", "b.json")
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted"
 

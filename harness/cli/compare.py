@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from rich.console import Console
 
+HELP = "compare two results JSON files; exit 1 on regression"
 
-def cmd_compare(args, console: Console) -> int:
+
+def command(args, console: Console) -> int:
     from harness.gate.compare import main_compare
 
     return main_compare(args.base, args.head, args.max_regression, args.inconclusive)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", type=Path)
+    p.add_argument("head", type=Path)
+    p.add_argument("--max-regression", default="5%", help="tolerance: a gating metric regresses when its whole 99%% CI lies beyond it")
+    p.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
+                   help="what an inconclusive or clock-disturbed gating metric does: pass (loud line, exit 0) or fail (exit 1)")

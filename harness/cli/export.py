@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from rich.console import Console
 
-from harness.cli.common import case_from, device_from, inputs_of, refuse_clobbering
+from harness.cli.common import add_case_args, case_from, device_from, inputs_of, refuse_clobbering
 from harness.errors import HarnessError
 from harness.fsio import check_writable
 
+HELP = "write the rows, indices and queries one step reads (repro bundle)"
 
-def cmd_export_inputs(args, console: Console) -> int:
+
+def command(args, console: Console) -> int:
     from harness.inputs.export import export_inputs
 
     if args.out.suffix != ".safetensors":
@@ -20,3 +25,10 @@ def cmd_export_inputs(args, console: Console) -> int:
     path = export_inputs(case, args.step, args.layer, args.out)
     console.print(f"wrote {path}")
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_case_args(p)
+    p.add_argument("--step", type=int, default=0)
+    p.add_argument("--layer", type=int, action="append", help="layer(s) to export (default: 0)")
+    p.add_argument("--out", type=Path, required=True, help="output .safetensors file")

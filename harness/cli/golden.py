@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -9,8 +10,10 @@ from rich.console import Console
 
 from harness.errors import CheckFailed, HarnessError
 
+HELP = "golden files: refresh or verify"
 
-def cmd_golden(args, console: Console) -> int:
+
+def command(args, console: Console) -> int:
     """Every case is checked: an unreadable one does not stop the others (the exit-2 line names the first)."""
     from harness.inputs.cases import golden_case_names, load_case
     from harness.progress import progress_bar
@@ -81,3 +84,10 @@ def cmd_golden(args, console: Console) -> int:
 def _unreadable(console: Console, case_name: str, exc: HarnessError) -> HarnessError:
     console.print(f"{case_name}: UNREADABLE: {exc}", markup=False, highlight=False)
     return exc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("refresh", "verify"))
+    p.add_argument("--case", help="one case '<preset>.<scale>.<scenario>' (default: all in golden/cases.toml)")
+    p.add_argument("--force", action="store_true", help="refresh: overwrite goldens that changed")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")

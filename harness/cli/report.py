@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from rich.console import Console
 
 from harness.cli.common import refuse_clobbering
 
+HELP = "render tables and plots from results JSON files"
 
-def cmd_report(args, console: Console) -> int:
+
+def command(args, console: Console) -> int:
     from harness.render.report import REPORT_FILES, check_out_dir, render_report
 
     if args.out is not None:
@@ -16,3 +21,9 @@ def cmd_report(args, console: Console) -> int:
         check_out_dir(args.out, args.force)
     render_report(args.results, args.out, console)
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, help="folder for report.md and plots (new or empty, unless --force)")
+    p.add_argument("--force", action="store_true", help="--out: write into a folder that already holds files")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
+from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import case_from, device_from, inputs_of, refuse_clobbering
+from harness.backends import BACKENDS, KERNEL_CHOICES
+from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, refuse_clobbering, strategy_help
 from harness.errors import CheckFailed
 from harness.fsio import check_writable, check_writable_dir
 
+HELP = "run every strategy on one case, check against golden, time"
 
-def cmd_run(args, console: Console) -> int:
+
+def command(args, console: Console) -> int:
     from harness.api import RunConfig, run, to_rows
     from harness.measure.environment import environment
     from harness.render.table import results_table
@@ -74,3 +79,19 @@ def _summary(results, code: int, args) -> str:
     written = ", ".join(f"{flag} {path}" for flag, path in (("--json", args.json), ("--dump-outputs", args.dump_outputs)) if path)
     return (f"summary: {counts['pass']} pass, {counts['fail']} fail, {counts['unsupported']} unsupported, "
             f"{counts['error']} error; exit {code}; results: {written or 'not written (no --json)'}")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_case_args(p)
+    p.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (auto: flashinfer on CUDA, torch on CPU)")
+    p.add_argument("--kernel", choices=KERNEL_CHOICES, default="auto",
+                   help="FlashInfer kernel: auto (the arch policy: fa3 on SM90, fa2 on SM120), or force fa3/fa2 "
+                        "(fa2 on an H200 runs the kernel SGLang picks on SM120)")
+    p.add_argument("--strategy", action="append", help=LazyHelp(strategy_help))
+    p.add_argument("--repeats", type=int, default=None, help="timing samples per metric (default 40 on CUDA, 5 on CPU; 0: no timing)")
+    p.add_argument("--reference", choices=("auto", "golden", "live"), default="auto",
+                   help="golden: the case's golden file; live: a float64 reference computed now; auto: golden when one matches")
+    p.add_argument("--plant-fault", action="append", help=LazyHelp(fault_help))
+    p.add_argument("--json", type=Path, help="write results JSON here")
+    p.add_argument("--dump-outputs", type=Path, help="write each strategy's outputs as safetensors into this folder")
+    p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")

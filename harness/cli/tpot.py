@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import case_from, device_from, inputs_of, refuse_clobbering
+from harness.cli.common import add_case_args, case_from, device_from, inputs_of, refuse_clobbering
+
+HELP = "time a model-shaped decode step (one TP rank) per strategy"
 
 
-def cmd_tpot(args, console: Console) -> int:
+def command(args, console: Console) -> int:
     from harness.tpot.cli import cmd_tpot as run_tpot
 
     device = device_from(args.device)
@@ -18,3 +21,10 @@ def cmd_tpot(args, console: Console) -> int:
     workdir = [("--sglang-workdir", args.sglang_workdir)] if args.engine == "sglang" else []
     refuse_clobbering([("--json", args.json), *workdir], [*inputs_of(case), *table])
     return run_tpot(args, console, device, case)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_case_args(p)
+    from harness.tpot.cli import add_tpot_args
+
+    add_tpot_args(p)
