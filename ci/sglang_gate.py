@@ -34,19 +34,22 @@ DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
 INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-compile --ignore-installed --quiet"
 
 
+def _runner_reasons() -> dict[str, str | None]:
+    """{SGLang-backed strategy: why no commit can run it on this runner, or None}, in the registry's order."""
+    from harness.strategies import ORDER, REGISTRY
+
+    return {name: REGISTRY[name].runner_reason() for name in ORDER if REGISTRY[name].runs_sglang}
+
+
 def sglang_strategies() -> list[str]:
     """The registry's strategies that run the installed SGLang and can run on this runner at some commit:
     MLA_ASV_STRATEGIES / --strategy unless given (one no commit can run would be n/a at both, and fail the gate)."""
-    from harness.strategies import ORDER, REGISTRY
-
-    return [name for name in ORDER if REGISTRY[name].runs_sglang and not REGISTRY[name].runner_reason()]
+    return [name for name, reason in _runner_reasons().items() if not reason]
 
 
 def left_out() -> list[str]:
     """Why each SGLang-backed strategy left out of the default list cannot run here."""
-    from harness.strategies import ORDER, REGISTRY
-
-    return [reason for name in ORDER if REGISTRY[name].runs_sglang and (reason := REGISTRY[name].runner_reason())]
+    return [reason for reason in _runner_reasons().values() if reason]
 
 
 class BadInput(Exception):

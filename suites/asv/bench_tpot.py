@@ -71,7 +71,8 @@ def _measure(scenario: str, strategy: str) -> dict:
     allreduce = harness_module("harness.tpot.allreduce")
     AllReduce, LatencyAllReduce, load_table = allreduce.AllReduce, allreduce.LatencyAllReduce, allreduce.load_table
     load_shape = harness_module("harness.tpot.config").load_shape
-    build_context, time_strategy = harness_module("harness.tpot.tpot").build_context, harness_module("harness.tpot.tpot").time_strategy
+    tpot = harness_module("harness.tpot.tpot")
+    build_context, time_strategy = tpot.build_context, tpot.time_strategy
 
     device = torch.device("cuda" if CUDA else "cpu")
     if reason := REGISTRY[strategy].unsupported_reason(device, make_backend("auto", device)):

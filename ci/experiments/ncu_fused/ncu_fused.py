@@ -76,8 +76,10 @@ def per_launch(kernels: list[dict], launches: int) -> dict:
 
 def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
     """The harness's attn_us median beside ncu's per-launch time, and both against the attention's byte floor."""
+    from harness.results.roofline import floor_us as roofline_floor_us
+
     harness_us = statistics.median(measured["attn_us"])
-    floor_us = measured["attn_bytes"] / (measured["copy_gbps"] * 1e9) * 1e6
+    floor_us = roofline_floor_us(measured["attn_bytes"], measured["copy_gbps"])
     ratio = ncu["us"] / harness_us
     return {"scenario": scenario, "harness_attn_us": harness_us, "ncu_us": ncu["us"], "ratio": ratio,
             "agree": abs(ratio - 1) <= tolerance, "floor_us": floor_us, "harness_floor_ratio": harness_us / floor_us,
