@@ -383,10 +383,52 @@ def test_every_search_times_the_committed_entry():
     table = fused_tuning.load_table()
     for batch, kv_len in ((32, 4096), (128, 2048)):
         for search in ("tiles", "split", "tokens_m", "cuda"):
-            space = tune.search_space(search, batch, kv_len, 132)
+            space = tune.search_space(search, batch, kv_len, 8, 132)
             assert space[0] == table[(batch, kv_len)] and len(space) == len(set(space))
-        space = tune.search_space("tokens_m", batch, kv_len, 132)
+        space = tune.search_space("tokens_m", batch, kv_len, 8, 132)
         assert len(space) <= 24 and sum(c.tokens_m for c in space) >= len(space) // 2
+
+
+def test_an_entry_for_a_head_count_wins_for_those_heads_only(tmp_path):
+    """heads = 16 (DeepSeek-V3's 16 heads per rank) is chosen for 16 heads; 8 heads keep the entry without
+    heads (twin); a second entry for the same key is refused."""
+    from harness.kernels import fused_tuning
+    from harness.kernels.fused_mla_decode import Config
+
+    entry = "[[entry]]\nbatch = 32\nkv_len = 4096\n{}num_splits = {}\nblock_n = 64\nnum_warps = 8\nnum_stages = 2\n" \
+            "pv_fp16 = true\ncuda = true\n"
+    path = tmp_path / "heads.toml"
+    path.write_text(entry.format("", 8) + "\n" + entry.format("heads = 16\n", 4))
+    table = fused_tuning.load_table(path)
+    h200 = 232448
+    assert fused_tuning.choose(32, 4096, 16, 132, table=table, cuda_smem=h200) == Config(4, 64, 8, 2, pv_fp16=True, cuda=True)
+    assert fused_tuning.choose(32, 4096, 8, 132, table=table, cuda_smem=h200) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
+    twice = tmp_path / "twice.toml"
+    twice.write_text(entry.format("heads = 16\n", 8) + "\n" + entry.format("heads = 16\n", 4))
+    with pytest.raises(HarnessError, match="entry\\[1\\].*second entry for batch 32, kv_len 4096, heads 16"):
+        fused_tuning.load_table(twice)
+
+
+def test_the_tuner_replaces_its_own_entries_and_keeps_the_rest(tmp_path):
+    """write_table: the tuned shapes' entries (for the preset's heads) replace those with the same key; every
+    other entry of the file is kept as written, comments included."""
+    from ci.experiments.tune_fused import tune_fused as tune
+    from harness.kernels import fused_tuning
+    from harness.kernels.fused_mla_decode import Config
+
+    path = tmp_path / "table.toml"
+    path.write_text(fused_tuning.TABLE_FILE.read_text())
+    before = fused_tuning.load_table(path)
+    tuned = Config(4, 64, 8, 2, pv_fp16=True, cuda=True)
+    entries = [dict(batch=32, kv_len=4096, heads=16, best_us=40.0, floor_us=18.0, config=tuned.__dict__)]
+    tune.write_table(path, entries, "H200", "deepseek-v3-tp8")
+    after = fused_tuning.load_table.__wrapped__(path)
+    assert after[(32, 4096, 16)] == tuned and {k: v for k, v in after.items() if len(k) == 2} == before
+    assert "# 27.4 us/layer" in path.read_text() and "deepseek-v3-tp8 on H200: 40.0 us/layer" in path.read_text()
+    tune.write_table(path, [dict(entries[0], best_us=39.0, config=Config(2, 64, 8, 2, pv_fp16=True, cuda=True).__dict__)],
+                     "H200", "deepseek-v3-tp8")
+    again = fused_tuning.load_table.__wrapped__(path)
+    assert again[(32, 4096, 16)].num_splits == 2 and len(again) == len(after)  # replaced, not appended
 
 
 def test_roofline_bytes():

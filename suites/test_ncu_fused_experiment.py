@@ -23,28 +23,43 @@ def log(launches: int, decode_ns=(26000, 26400, 25800, 26200, 26100)) -> str:
     return "\n".join(["==PROF== Connected to process 42", "step 0 ...", HEADER, UNITS, *rows, "==PROF== Disconnected"])
 
 
-def test_one_launch_is_the_sum_of_each_kernels_median():
+def test_one_call_is_the_median_over_calls_of_its_kernels_sum():
     kernels = exp.parse_ncu_csv(log(5))
     assert len(kernels) == 10 and kernels[0]["ns"] == 26000.0 and kernels[0]["read"] == 1000.0
     one = exp.per_launch(kernels, 5)
     assert one["us"] == pytest.approx((26100 + 1500) / 1e3) and one["dram_bytes"] == 2 * 1100
+    assert [k["us"] for k in one["kernels"]] == pytest.approx([26.1, 1.5]) and one["longest_us"] == pytest.approx(26.1)
 
 
 def test_an_unfiltered_range_is_refused():
-    """Twin: a kernel seen a different number of times than the launches (the NVTX filter let others in)."""
+    """Twin: a kernel count that is not a multiple of the calls, or calls that launched different kernels
+    (the NVTX filter let others in)."""
     kernels = exp.parse_ncu_csv(log(5))
-    with pytest.raises(ValueError, match="expected each kernel 5 times"):
+    with pytest.raises(ValueError, match="expected a multiple of 5"):
         exp.per_launch(kernels[:-1], 5)
+    swapped = kernels[:2] + [kernels[3], kernels[2]] + kernels[4:]
+    with pytest.raises(ValueError, match="did not launch the same kernels"):
+        exp.per_launch(swapped, 5)
     with pytest.raises(ValueError, match="no ncu CSV header"):
         exp.parse_ncu_csv("==PROF== No kernels were profiled.")
 
 
 @pytest.mark.parametrize("ncu_us, agree", [(27.0, True), (28.7, False), (25.7, True), (25.6, False)])
 def test_agreement_is_within_the_tolerance(ncu_us, agree):
+    """One kernel a call: agreement is |harness / ncu - 1| within the tolerance, on both sides."""
     measured = {"attn_us": [26.9, 27.0, 27.1], "attn_bytes": 70_000_000, "copy_gbps": 4200.0}
-    r = exp.judge("b32-l4096", measured, {"us": ncu_us, "dram_bytes": 71_600_000, "kernels": {}}, 0.05)
+    r = exp.judge("b32-l4096", measured, {"us": ncu_us, "longest_us": ncu_us, "dram_bytes": 71_600_000, "kernels": []}, 0.05)
     assert r["agree"] is agree and r["floor_us"] == pytest.approx(70e6 / 4200e9 * 1e6)
     assert r["harness_floor_ratio"] == pytest.approx(27.0 / r["floor_us"])
+
+
+@pytest.mark.parametrize("harness_us, agree", [(43.7, True), (35.0, False), (71.0, False)])
+def test_overlapping_kernels_bound_the_call(harness_us, agree):
+    """Two kernels run beside each other (ncu times them alone): the harness lies between the longest
+    (37.9 us) and the sum (67.0 us), widened by the tolerance; twins below and above."""
+    measured = {"attn_us": [harness_us], "attn_bytes": 72_000_000, "copy_gbps": 4200.0}
+    ncu = {"us": 67.0, "longest_us": 37.9, "dram_bytes": 74_600_000, "kernels": []}
+    assert exp.judge("b32-l4096", measured, ncu, 0.05)["agree"] is agree
 
 
 def test_ncu_runs_the_launcher_in_the_nvtx_range_with_base_units(tmp_path):

@@ -1,8 +1,9 @@
 """Launch configuration of the fused FP8 MLA decode per (batch, KV length).
 
 `fused_tuning.toml` (written by `python -m ci.experiments.tune_fused` on a GPU) maps a bucket, the nearest powers
-of two of the batch size and of the longest request, to the fastest measured Config. A
-shape with no entry gets `default_config`.
+of two of the batch size and of the longest request, to the fastest measured Config. An entry with
+`heads` (query heads per rank) is for that head count only and wins over the entry without; a shape
+with no entry gets `default_config`.
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> C
 
 
 @functools.cache
-def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
-    """{(batch bucket, length bucket): Config} from the tuning file."""
+def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
+    """{(batch bucket, length bucket): Config, (batch bucket, length bucket, heads): Config} from the tuning file."""
     doc = read_toml(path)
     table = {}
     for i, entry in enumerate(doc.get("entry", [])):
         where = f"{path.name}: entry[{i}]"
         try:
-            key = (int(entry["batch"]), int(entry["kv_len"]))
+            key = (int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
             config = Config(int(entry["num_splits"]), int(entry["block_n"]), int(entry["num_warps"]),
                             int(entry["num_stages"]), bool(entry.get("reload_v", False)),
                             bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),
@@ -59,20 +60,28 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, int], Config]:
                             bool(entry.get("pdl_merge", False)), bool(entry.get("cluster_merge", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
-        if key != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1:
-            raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1")
+        if key[:2] != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1 or key[2:3] == (0,):
+            raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1, heads >= 1")
+        if key in table:
+            raise HarnessError(where, f"a second entry for batch {key[0]}, kv_len {key[1]}{f', heads {key[2]}' if key[2:] else ''}")
         table[key] = config
     return table
 
 
+def entry_for(table: dict, batch: int, max_len: int, num_heads: int) -> Config | None:
+    """The table's Config for this shape's bucket: the entry for these heads, else the one for any."""
+    key = (bucket(batch), bucket(max_len))
+    return table.get((*key, num_heads), table.get(key))
+
+
 def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_smem: int = 0,
            clusters: bool = True) -> Config:
-    """The table's Config for this shape's bucket, else the default heuristic. An entry of the CUDA
+    """The table's Config for this shape's bucket (entry_for), else the default heuristic. An entry of the CUDA
     kernel needs `cuda_smem` (the device's shared memory per block; 0 where the kernel cannot run):
     where its ring does not fit, the 2-stage 8-warp ring with the same splits, else the default;
     a cluster merge needs `clusters` (sm_90+), else its splits are merged by their last CTA."""
     table = load_table() if table is None else table
-    found = table.get((bucket(batch), bucket(max_len)))
+    found = entry_for(table, batch, max_len, num_heads)
     if found is not None and found.cluster_merge and not clusters:
         found = dataclasses.replace(found, cluster_merge=False)
     if found is not None and found.cuda:

@@ -10,9 +10,15 @@ Per scenario, two processes on the same production case (ci/experiments/ncu_fuse
    `ncu --clock-control none --nvtx --nvtx-include attn/` collecting gpu__time_duration.sum and
    dram__bytes_{read,write}.sum of every kernel in the range (ncu flushes the caches before each kernel:
    cold L2, as the harness times it).
-One launch's ncu time is the sum, over the kernels one call launches, of each kernel's median duration.
+ncu replays each kernel alone, so it times a call of several kernels serialized. When they run one after
+the other (decode, then a merge kernel) the call is their sum; when they run beside each other (the
+cluster-merge launch and the launch for the requests past its wave, which waits for it at its end) the
+call lies between the longest kernel and the sum. The harness's attn_us median H agrees when
+longest <= H * (1 + tolerance) and sum >= H * (1 - tolerance): for a call of one kernel, |ncu / H - 1| <= tolerance.
+(Range replay, `--replay-mode range`, keeps the overlap but times each NVTX range from its start on the
+host side: 187-324 us for these 5-65 us calls on the H200, so it is not used.)
 Writes OUT_DIR/summary.json and summary.md (and each scenario's measure JSON and ncu CSV); exits 0 when
-every scenario's ncu time lies within the tolerance of the harness's attn_us median, 1 otherwise.
+every scenario agrees, 1 otherwise. `--judge-only` judges the files already in OUT_DIR again (no GPU).
 """
 
 from __future__ import annotations
@@ -62,39 +68,47 @@ def parse_ncu_csv(text: str) -> list[dict]:
 
 
 def per_launch(kernels: list[dict], launches: int) -> dict:
-    """One call's ncu figures: per kernel name, the median over the launches; summed over the names."""
-    by_name: dict[str, list[dict]] = {}
-    for k in kernels:
-        by_name.setdefault(k["name"], []).append(k)
-    uneven = {n: len(ks) for n, ks in by_name.items() if len(ks) != launches}
-    if uneven:
-        raise ValueError(f"expected each kernel {launches} times, got {uneven}")
-    med = {n: {f: statistics.median(k[f] for k in ks) for f in ("ns", "read", "write")} for n, ks in by_name.items()}
-    return {"us": sum(m["ns"] for m in med.values()) / 1e3, "dram_bytes": sum(m["read"] + m["write"] for m in med.values()),
-            "kernels": {n: {"us": m["ns"] / 1e3, "dram_bytes": m["read"] + m["write"]} for n, m in med.items()}}
+    """One call's ncu figures: the kernels in launch order are `launches` equal calls (a call may launch several
+    kernels); per call the sum over its kernels and its longest kernel, the medians over the calls, and each
+    kernel's medians."""
+    if not kernels or len(kernels) % launches:
+        raise ValueError(f"expected a multiple of {launches} kernels (the same ones each call), got {len(kernels)}")
+    n = len(kernels) // launches
+    calls = [kernels[i * n:(i + 1) * n] for i in range(launches)]
+    if any([k["name"] for k in c] != [k["name"] for k in calls[0]] for c in calls):
+        raise ValueError("the calls inside the NVTX range did not launch the same kernels")
+    med = [{f: statistics.median(c[p][f] for c in calls) for f in ("ns", "read", "write")} for p in range(n)]
+    return {"us": statistics.median(sum(k["ns"] for k in c) for c in calls) / 1e3,
+            "longest_us": statistics.median(max(k["ns"] for k in c) for c in calls) / 1e3,
+            "dram_bytes": statistics.median(sum(k["read"] + k["write"] for k in c) for c in calls),
+            "kernels": [{"name": calls[0][p]["name"].split("(")[0], "us": m["ns"] / 1e3, "dram_bytes": m["read"] + m["write"]}
+                        for p, m in enumerate(med)]}
 
 
 def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
-    """The harness's attn_us median beside ncu's per-launch time, and both against the attention's byte floor."""
+    """The harness's attn_us median against ncu's bounds of the call (its longest kernel .. the sum of its
+    kernels), and both against the attention's byte floor."""
     from harness.results.roofline import floor_us as roofline_floor_us
 
     harness_us = statistics.median(measured["attn_us"])
     floor_us = roofline_floor_us(measured["attn_bytes"], measured["copy_gbps"])
-    ratio = ncu["us"] / harness_us
-    return {"scenario": scenario, "harness_attn_us": harness_us, "ncu_us": ncu["us"], "ratio": ratio,
-            "agree": abs(ratio - 1) <= tolerance, "floor_us": floor_us, "harness_floor_ratio": harness_us / floor_us,
-            "ncu_floor_ratio": ncu["us"] / floor_us, "attn_bytes": measured["attn_bytes"], "dram_bytes": ncu["dram_bytes"],
+
+    return {"scenario": scenario, "harness_attn_us": harness_us, "ncu_us": ncu["us"], "ncu_longest_us": ncu["longest_us"],
+            "ratio": ncu["us"] / harness_us, "agree": ncu["longest_us"] <= harness_us * (1 + tolerance) and ncu["us"] >= harness_us * (1 - tolerance), "floor_us": floor_us,
+            "harness_floor_ratio": harness_us / floor_us, "ncu_floor_ratio": ncu["longest_us"] / floor_us,
+            "attn_bytes": measured["attn_bytes"], "dram_bytes": ncu["dram_bytes"],
             "dram_over_floor_bytes": ncu["dram_bytes"] / measured["attn_bytes"], "kernels": ncu["kernels"]}
 
 
 def markdown(doc: dict) -> str:
     lines = [f"# Nsight Compute vs the harness's attn_us ({doc['preset']}, {doc['strategy']}, tolerance {doc['tolerance']:.0%})", "",
-             "| scenario | harness attn_us | ncu us (one launch) | ncu / harness | agree | floor us | harness / floor | "
-             "ncu / floor | DRAM bytes / floor bytes |", "|---|---|---|---|---|---|---|---|---|"]
+             "| scenario | harness attn_us | ncu kernels (us each, alone) | ncu longest / harness | ncu sum / harness | agree | "
+             "floor us | harness / floor | DRAM bytes / floor bytes |", "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["scenarios"]:
-        lines.append(f"| {r['scenario']} | {r['harness_attn_us']:.1f} | {r['ncu_us']:.1f} | {r['ratio']:.3f} | "
-                     f"{'yes' if r['agree'] else 'NO'} | {r['floor_us']:.1f} | {r['harness_floor_ratio']:.2f} | "
-                     f"{r['ncu_floor_ratio']:.2f} | {r['dram_over_floor_bytes']:.3f} |")
+        h = r["harness_attn_us"]
+        lines.append(f"| {r['scenario']} | {h:.1f} | {' + '.join(format(k['us'], '.1f') for k in r['kernels'])} | "
+                     f"{r['ncu_longest_us'] / h:.3f} | {r['ncu_us'] / h:.3f} | {'yes' if r['agree'] else 'NO'} | "
+                     f"{r['floor_us']:.1f} | {r['harness_floor_ratio']:.2f} | {r['dram_over_floor_bytes']:.3f} |")
     lines += ["", f"Agree: {doc['agree']}. Command: `{doc['command']}`."]
     return "\n".join(lines) + "\n"
 
@@ -109,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--ncu", default="ncu")
+    parser.add_argument("--judge-only", action="store_true", help="judge the measure JSONs and ncu CSVs already in OUT_DIR")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"preset": args.preset, "strategy": args.strategy, "tolerance": args.tolerance, "scenarios": [],
@@ -116,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in args.scenario or HEADLINE:
         common = ["--preset", args.preset, "--scenario", scenario, "--strategy", args.strategy]
         measured_path, csv_path = args.out / f"{scenario}-measure.json", args.out / f"{scenario}-ncu.csv"
-        subprocess.run([sys.executable, "-m", "ci.experiments.ncu_fused.launch", "measure", *common, "--repeats",
-                        str(args.repeats), "--out", str(measured_path)], check=True)
-        subprocess.run(ncu_command(args.ncu, csv_path, [*common, "--launches", str(args.launches)]), check=True)
+        if not args.judge_only:
+            subprocess.run([sys.executable, "-m", "ci.experiments.ncu_fused.launch", "measure", *common, "--repeats",
+                            str(args.repeats), "--out", str(measured_path)], check=True)
+            subprocess.run(ncu_command(args.ncu, csv_path, [*common, "--launches", str(args.launches)]), check=True)
         ncu = per_launch(parse_ncu_csv(csv_path.read_text()), args.launches)
         doc["scenarios"].append(judge(scenario, json.loads(measured_path.read_text()), ncu, args.tolerance))
         print(f"{scenario}: harness {doc['scenarios'][-1]['harness_attn_us']:.1f} us, ncu {ncu['us']:.1f} us", flush=True)

@@ -1,14 +1,16 @@
 """Autotune the fused FP8 MLA decode on this GPU and write harness/kernels/fused_tuning.toml.
 
-For each (batch, kv_len) shape: a production-size FP8 pool (glm5-tp8: 495,552 slots, 78 layers,
-8 heads), token-level indices laid out as GLM-5's 64-slot pages (random pages, consecutive tokens
-inside one), and every Config of the search space (splits x TILES). Each candidate is timed as a CUDA graph of all 78 layers' attention
-(each layer its own pool and queries, so nothing stays in L2 across layers, as in a decode
-step); the figure is the median replay time / 78. The fastest Config per shape bucket goes to
-the table, with its time and byte-floor ratio in the comments. The full search takes about
-one to two minutes per shape on an H200 (compiles included).
-  python -m ci.experiments.tune_fused [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...] [--compare-p-split]
-                          [--search tiles|split|tokens_m|cuda] [--layers N]
+For each (batch, kv_len) shape: a production-size FP8 pool (the preset at prod scale: glm5-tp8 495,552
+slots, 78 layers, 8 heads, 64-slot pages; deepseek-v3-tp8 61 layers, 16 heads, page size 1), token-level
+indices laid out as the preset's pages (random pages, consecutive tokens inside one; page size 1: random
+rows), and every Config of the search space (splits x TILES). Each candidate is timed as a CUDA graph of
+every layer's attention (each layer its own pool and queries, so nothing stays in L2 across layers, as in a
+decode step); the figure is the median replay time / layers. The fastest Config per shape bucket goes to
+the table as an entry for the preset's head count, with its time and byte-floor ratio in the comments;
+the table's other entries are kept as they are. The full search takes about one to two minutes per shape
+on an H200 (compiles included).
+  python -m ci.experiments.tune_fused [--preset glm5-tp8] [--out PATH] [--json PATH] [--shapes 1x512,32x4096,...]
+                          [--compare-p-split] [--search tiles|split|tokens_m|cuda] [--layers N]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import torch
@@ -27,13 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
-from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, load_table  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, load_table  # noqa: E402
 from harness.measure.control import measure_control  # noqa: E402
 from harness.measure.timing import event_time_ms  # noqa: E402
-from harness.spec.presets import get_preset  # noqa: E402
+from harness.spec.presets import get_preset, get_scale  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
-SLOTS, LAYERS, PAGE = 495_552, 78, 64
 # (block_n, num_warps, num_stages, reload_v, prefetch, pv_fp16): the tile variants searched. Only
 # reload_v's K^T load is pipelined by Triton's cp.async stages (checked in the sm_90 PTX), so only
 # it is searched over num_stages.
@@ -100,11 +102,11 @@ def cuda_candidates(batch: int, kv_len: int, sm_count: int):
             yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, pdl_merge=pdl_merge, cluster_merge=cluster_merge)
 
 
-def search_space(search: str, batch: int, kv_len: int, sm_count: int) -> list[Config]:
-    """The Configs a search times for one shape: the committed table's entry for its bucket first
+def search_space(search: str, batch: int, kv_len: int, heads: int, sm_count: int) -> list[Config]:
+    """The Configs a search times for one shape: the committed table's entry for its bucket and heads first
     (the reference to beat, whatever the search), then the search's own candidates."""
     space = list(dict(split=split_candidates, tokens_m=tokens_m_candidates, cuda=cuda_candidates).get(search, candidates)(batch, kv_len, sm_count))
-    committed = load_table().get((bucket(batch), bucket(kv_len)))
+    committed = entry_for(load_table(), batch, kv_len, heads)
     return space if committed is None else [committed] + [c for c in space if c != committed]
 
 
@@ -115,12 +117,12 @@ def candidates(batch: int, kv_len: int, sm_count: int):
         yield Config(splits, block_n, warps, stages, reload_v, pv_fp16, prefetch)
 
 
-def page_indices(batch: int, kv_len: int, generator, device) -> torch.Tensor:
+def page_indices(batch: int, kv_len: int, page: int, slots: int, generator, device) -> torch.Tensor:
     """Token-level indices as the paged allocator lays them out: each request on whole random
-    pages of PAGE slots (page 0 never handed out), its tokens consecutive inside a page."""
-    per_req = -(-kv_len // PAGE)
-    pages = torch.randperm(SLOTS // PAGE, generator=generator, device=device)[:batch * per_req] + 1
-    rows = (pages[:, None] * PAGE + torch.arange(PAGE, device=device)).reshape(batch, -1)[:, :kv_len]
+    pages of `page` slots (page 0 never handed out), its tokens consecutive inside a page."""
+    per_req = -(-kv_len // page)
+    pages = torch.randperm(slots // page, generator=generator, device=device)[:batch * per_req] + 1
+    rows = (pages[:, None] * page + torch.arange(page, device=device)).reshape(batch, -1)[:, :kv_len]
     return rows.reshape(-1).to(torch.int32)
 
 
@@ -140,7 +142,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     dev = pools[0].device
     heads = preset.heads_per_rank
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
-    indices = page_indices(batch, kv_len, g, dev)
+    indices = page_indices(batch, kv_len, preset.page_size, pools[0].shape[0] - preset.page_size, g, dev)
     indptr = torch.arange(0, batch * kv_len + 1, kv_len, dtype=torch.int32, device=dev)
     qs = [(torch.randn(batch, heads, 512, device=dev).to(torch.bfloat16),
            torch.randn(batch, heads, 64, device=dev).to(torch.bfloat16)) for _ in pools]
@@ -148,7 +150,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
-    for config, p_split in itertools.product(search_space(search, batch, kv_len, sm_count), p_splits):
+    for config, p_split in itertools.product(search_space(search, batch, kv_len, heads, sm_count), p_splits):
         parts = partial_buffers(batch, heads, config, 512, dev)
 
         def step():
@@ -170,36 +172,57 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     best_us, best = results[0]
     log(f"b{batch}-l{kv_len}: best {best} {best_us:.1f} us/layer, floor {floor_us:.1f} us "
         f"(x{best_us / floor_us:.2f}); default {default} {default_us}")
-    return dict(batch=batch, kv_len=kv_len, best_us=best_us, floor_us=floor_us, config=best.__dict__,
+    return dict(batch=batch, kv_len=kv_len, heads=heads, best_us=best_us, floor_us=floor_us, config=best.__dict__,
                 default=default.__dict__, default_us=default_us,
                 other_p_split=dict(p_split=not P_SPLIT, us=other[0][0], **other[0][1].__dict__) if other else None,
                 top=[dict(us=us, **c.__dict__) for us, c in results[:8]])
 
 
-def write_table(path: Path, entries: list[dict], env: str) -> None:
-    lines = ["# Fused FP8 MLA decode launch table, written by `python -m ci.experiments.tune_fused` on a GPU.",
-             "# Keys: batch and kv_len buckets (nearest powers of two); values: the fastest measured Config.",
-             "# Shapes with no entry use harness.kernels.fused_tuning.default_config.",
-             f"# Measured on {env}: per-layer attention (78-layer CUDA graph / 78), glm5-tp8, 8 heads.", ""]
+HEADER = ["# Fused FP8 MLA decode launch table, written by `python -m ci.experiments.tune_fused` on a GPU.",
+          "# Keys: batch and kv_len buckets (nearest powers of two), and heads (query heads per rank) where an entry",
+          "# is for one head count only; values: the fastest measured Config. Shapes with no entry use",
+          "# harness.kernels.fused_tuning.default_config. Each entry's comment: where and how it was measured."]
+
+
+def entry_blocks(text: str) -> list[str]:
+    """The [[entry]] blocks of a table file, each as written (comments included)."""
+    return ["[[entry]]" + part.rstrip("\n") for part in text.split("[[entry]]")[1:]]
+
+
+def block_key(block: str) -> tuple[int, ...]:
+    entry = tomllib.loads(block)["entry"][0]
+    return (entry["batch"], entry["kv_len"]) + ((entry["heads"],) if "heads" in entry else ())
+
+
+def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
+    """The table at `path` with an entry per tuned shape for its heads; the file's other entries are kept as written."""
+    blocks = {}
     for e in entries:
         c = e["config"]
-        lines += ["[[entry]]", f"batch = {bucket(e['batch'])}", f"kv_len = {bucket(e['kv_len'])}",
-                  f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
-                  f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
-                  f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
-                  f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
-                  f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
-                  f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
-                  f"# {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us (x{e['best_us'] / e['floor_us']:.2f})", ""]
-    path.write_text("\n".join(lines))
+        key = (bucket(e["batch"]), bucket(e["kv_len"]), e["heads"])
+        blocks[key] = "\n".join([
+            "[[entry]]", f"batch = {key[0]}", f"kv_len = {key[1]}", f"heads = {key[2]}",
+            f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
+            f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
+            f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
+            f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
+            f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
+            f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
+            f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
+            f"(x{e['best_us'] / e['floor_us']:.2f})"])
+    kept = [b for b in entry_blocks(path.read_text()) if block_key(b) not in blocks] if path.exists() else []
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n\n".join(["\n".join(HEADER), *kept, *blocks.values()]) + "\n")
+    tmp.replace(path)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="glm5-tp8")
     ap.add_argument("--out", type=Path, default=TABLE_FILE)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--layers", type=int, help="default: the preset's")
     ap.add_argument("--search", choices=("tiles", "split", "tokens_m", "cuda"), default="tiles",
                     help="tiles: TILES x SPLITS (the run2-run4 space); split: SPLIT_TILES x SPLIT_SPLITS "
                          "(deep pipelines, V column parts, QK chunks, contiguous runs); tokens_m: TOKM_TILES x "
@@ -208,14 +231,15 @@ def main() -> int:
     ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
     args = ap.parse_args()
     dev = torch.device("cuda")
-    preset = get_preset("glm5-tp8")
+    preset = get_preset(args.preset)
+    slots, page = get_scale("prod").slots, preset.page_size
     props = torch.cuda.get_device_properties(dev)
     gbps = measure_control(dev).median
     env = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs), copy {gbps:.0f} GB/s"
     print(env, flush=True)
     pools = []
-    for layer in range(args.layers):
-        pool = torch.randint(0, 0x7E, (SLOTS + PAGE, 1, 576), dtype=torch.uint8, device=dev)  # finite e4m3 codes
+    for layer in range(args.layers or preset.num_layers):
+        pool = torch.randint(0, 0x7E, (slots + page, 1, 576), dtype=torch.uint8, device=dev)  # finite e4m3 codes
         pools.append(pool)
     entries = []
     for shape in args.shapes.split(","):
@@ -224,7 +248,7 @@ def main() -> int:
         entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
                                   lambda m: print(m, flush=True), args.compare_p_split, args.search))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
-        write_table(args.out, entries, env)  # after every shape: a cut-short run keeps what it measured
+        write_table(args.out, entries, env, preset.name)  # after every shape: a cut-short run keeps what it measured
         if args.json:
             args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
     print(f"wrote {args.out}")
