@@ -195,7 +195,8 @@ def block_key(block: str) -> tuple[int, ...]:
 
 
 def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
-    """The table at `path` with an entry per tuned shape for its heads; the file's other entries are kept as written."""
+    """The table at `path` with an entry per tuned shape for its heads; the file's preamble and other entries are
+    kept as written (a new file gets HEADER)."""
     blocks = {}
     for e in entries:
         c = e["config"]
@@ -210,9 +211,10 @@ def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
             f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
             f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
             f"(x{e['best_us'] / e['floor_us']:.2f})"])
-    kept = [b for b in entry_blocks(path.read_text()) if block_key(b) not in blocks] if path.exists() else []
+    text = path.read_text() if path.exists() else "\n".join(HEADER)
+    kept = [b for b in entry_blocks(text) if block_key(b) not in blocks]
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n\n".join(["\n".join(HEADER), *kept, *blocks.values()]) + "\n")
+    tmp.write_text("\n\n".join([text.split("[[entry]]")[0].rstrip("\n"), *kept, *blocks.values()]) + "\n")
     tmp.replace(path)
 
 
