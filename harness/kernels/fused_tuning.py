@@ -43,6 +43,11 @@ def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> C
     return Config(splits)
 
 
+def entry_key(entry: dict) -> tuple[int, ...]:
+    """A table entry's key: (batch, kv_len), or (batch, kv_len, heads) for an entry of one head count."""
+    return (int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
+
+
 @functools.cache
 def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
     """{(batch bucket, length bucket): Config, (batch bucket, length bucket, heads): Config} from the tuning file."""
@@ -51,7 +56,7 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
     for i, entry in enumerate(doc.get("entry", [])):
         where = f"{path.name}: entry[{i}]"
         try:
-            key = (int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
+            key = entry_key(entry)
             config = Config(int(entry["num_splits"]), int(entry["block_n"]), int(entry["num_warps"]),
                             int(entry["num_stages"]), bool(entry.get("reload_v", False)),
                             bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),

@@ -92,9 +92,9 @@ def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
 
     harness_us = statistics.median(measured["attn_us"])
     floor_us = roofline_floor_us(measured["attn_bytes"], measured["copy_gbps"])
-
+    agree = ncu["longest_us"] <= harness_us * (1 + tolerance) and ncu["us"] >= harness_us * (1 - tolerance)
     return {"scenario": scenario, "harness_attn_us": harness_us, "ncu_us": ncu["us"], "ncu_longest_us": ncu["longest_us"],
-            "ratio": ncu["us"] / harness_us, "agree": ncu["longest_us"] <= harness_us * (1 + tolerance) and ncu["us"] >= harness_us * (1 - tolerance), "floor_us": floor_us,
+            "ratio": ncu["us"] / harness_us, "agree": agree, "floor_us": floor_us,
             "harness_floor_ratio": harness_us / floor_us, "ncu_floor_ratio": ncu["longest_us"] / floor_us,
             "attn_bytes": measured["attn_bytes"], "dram_bytes": ncu["dram_bytes"],
             "dram_over_floor_bytes": ncu["dram_bytes"] / measured["attn_bytes"], "kernels": ncu["kernels"]}

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
-from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, load_table  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, entry_key, load_table  # noqa: E402
 from harness.measure.control import measure_control  # noqa: E402
 from harness.measure.timing import event_time_ms  # noqa: E402
 from harness.spec.presets import get_preset, get_scale  # noqa: E402
@@ -184,14 +184,10 @@ HEADER = ["# Fused FP8 MLA decode launch table, written by `python -m ci.experim
           "# harness.kernels.fused_tuning.default_config. Each entry's comment: where and how it was measured."]
 
 
-def entry_blocks(text: str) -> list[str]:
-    """The [[entry]] blocks of a table file, each as written (comments included)."""
-    return ["[[entry]]" + part.rstrip("\n") for part in text.split("[[entry]]")[1:]]
-
-
-def block_key(block: str) -> tuple[int, ...]:
-    entry = tomllib.loads(block)["entry"][0]
-    return (entry["batch"], entry["kv_len"]) + ((entry["heads"],) if "heads" in entry else ())
+def split_table(text: str) -> tuple[str, list[str]]:
+    """A table file's preamble (the text before its first entry) and its [[entry]] blocks, each as written."""
+    preamble, *parts = text.split("[[entry]]")
+    return preamble.rstrip("\n"), ["[[entry]]" + part.rstrip("\n") for part in parts]
 
 
 def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
@@ -211,10 +207,10 @@ def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
             f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
             f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
             f"(x{e['best_us'] / e['floor_us']:.2f})"])
-    text = path.read_text() if path.exists() else "\n".join(HEADER)
-    kept = [b for b in entry_blocks(text) if block_key(b) not in blocks]
+    preamble, old = split_table(path.read_text() if path.exists() else "\n".join(HEADER))
+    kept = [b for b in old if entry_key(tomllib.loads(b)["entry"][0]) not in blocks]
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n\n".join([text.split("[[entry]]")[0].rstrip("\n"), *kept, *blocks.values()]) + "\n")
+    tmp.write_text("\n\n".join([preamble, *kept, *blocks.values()]) + "\n")
     tmp.replace(path)
 
 
