@@ -327,6 +327,16 @@ def test_cuda_kernel_config_and_table(tmp_path):
         with pytest.raises(ValueError, match="cluster_merge"):
             Config(**(dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True,
                            cluster_merge=True) | bad))
+    # grid_merge: CUDA only, not with another merge; a launch past one wave or whose splits do not divide 128 merges
+    # the last-CTA way
+    assert Config(32, 64, 16, 3, pv_fp16=True, cuda=True, grid_merge=True).merge_by == "grid"
+    for bad in (dict(pdl_merge=True), dict(cluster_merge=True, num_splits=4), dict(cuda=False, num_stages=2)):
+        with pytest.raises(ValueError, match="grid_merge"):
+            Config(**(dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True,
+                           grid_merge=True) | bad))
+    assert fused_mla_cuda.grid_merges(32, 32, 132) and fused_mla_cuda.grid_merges(128, 128, 132)
+    assert not fused_mla_cuda.grid_merges(32, 288, 132)  # two waves: the first would wait for the second forever
+    assert not fused_mla_cuda.grid_merges(3, 3, 132) and not fused_mla_cuda.grid_merges(1, 1, 132)
     for bad in (dict(block_n=32), dict(num_warps=4), dict(pv_fp16=False), dict(num_stages=6), dict(reload_v=True),
                 dict(dv_split=2), dict(tokens_m=True)):
         fields = dict(num_splits=4, block_n=64, num_warps=8, num_stages=4, pv_fp16=True, cuda=True) | bad

@@ -23,10 +23,13 @@
 //            byte permute per register splitting even and odd channels into two M-tiles.
 // Q is bf16 in global memory and fp16 in shared memory (exact for |q| in [2^-14, 65504]).
 // Output: with one split the final bf16 out and natural-log LSE. Otherwise the splits are merged
-// one of three ways (merge_mode; the tuning table picks): MERGE_CTA: each split writes its
+// one of four ways (merge_mode; the tuning table picks): MERGE_CTA: each split writes its
 // normalized output (fp16, before kv_scale: |o| <= 448) and base-2 LSE (fp32), and the last split
 // of a (request, head group) to arrive (an atomic counter in arrivals, re-armed to 0 by that CTA)
-// merges them, overlapped with other requests' splits; MERGE_KERNEL: the same partials, merged by
+// merges them, overlapped with other requests' splits; MERGE_GRID (a launch of one wave, checked by
+// the host): the same partials, and once all of a request's splits have arrived each merges a
+// 512 / num_splits channel slice (one CTA pulling every split's partials took 7.3 of b1-l4096's
+// 12.7 us); MERGE_KERNEL: the same partials, merged by
 // fused_mla_merge, launched right after as a programmatic dependent launch on sm_90+ (resident
 // early, it waits for this grid); MERGE_CLUSTER (sm_90+): the request's splits are one
 // thread-block cluster and merge their fp32 outputs through distributed shared memory (requests
@@ -50,10 +53,19 @@ typedef long long i64;
 #define MERGE_KERNEL 0   // merge_mode: fused_mla_merge merges the splits' partials (launched after)
 #define MERGE_CTA 1      // the last CTA of each request merges them
 #define MERGE_CLUSTER 2  // the request's CTAs, one thread-block cluster, merge in distributed shared memory
+#define MERGE_GRID 3     // every split merges 512 / num_splits channels once all have arrived (the launch is one wave)
 #define CLUSTER_MAX 8    // the most CTAs in a cluster merge (portable cluster size)
 #define WAIT_PRIOR 4     // merge_mode flag: wait for the grid this one was launched behind before exiting
 #define INDICES_READY 8  // merge_mode flag: kv_indptr / kv_indices were written before the previous kernel started
 #define IAHEAD 8   // index tiles fetched ahead of the gather that needs them (>= STAGES - 1)
+// Diagnostics for ci/experiments/fused_variants (outputs wrong, never set by the harness): bounds on what the
+// tile math and the merge cost a launch (docs/evidence/fused/grid-merge.json, "variants").
+#ifndef DIAG_STREAM_ONLY
+#define DIAG_STREAM_ONLY 0  // the ring's loads and barriers without phases A-C
+#endif
+#ifndef DIAG_NO_MERGE
+#define DIAG_NO_MERGE 0  // splits end before they are merged
+#endif
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -115,6 +127,10 @@ __device__ __forceinline__ int cluster_ctarank() {
 
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 __device__ __forceinline__ u32 mapa(u32 a, int rank) {
@@ -237,6 +253,12 @@ __device__ __forceinline__ uint2 ld_cg2(const u16* p) {
   return v;
 }
 
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Split u into an online-softmax merge: m, l the running max and sum (base 2), acc the weighted sum
 // of CPT float4 chunks; ls the split's LSE, v its chunks.
 template <int CPT>
@@ -253,6 +275,37 @@ __device__ __forceinline__ void merge_split(float& m, float& l, float4* acc, flo
     acc[k].w = acc[k].w * alpha + w * v[k].w;
   }
   m = m_new;
+}
+
+// out[b, head, d0 .. d0+3] (and lse[b, head] for d0 = 0) from the splits' partial outputs weighted by
+// exp2(their LSE): an online softmax over the splits, MB splits' loads in flight at a time (read past L1:
+// other CTAs wrote them).
+template <int MB>
+__device__ __forceinline__ void merge_chunk(const u16* part_out, const float* part_lse, u16* out, float* lse, int so_b,
+                                            int so_h, int sl_b, int b, int head, int d0, int num_heads, int num_splits,
+                                            float kv_scale) {
+  const float NEG_INF = __int_as_float(0xff800000);
+  const i64 row0 = (i64)b * num_splits * num_heads + head;  // (request b, split 0, head)
+  float m = NEG_INF, l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int sp0 = 0; sp0 < num_splits; sp0 += MB) {
+    float ls[MB];
+    float4 v[MB];
+#pragma unroll
+    for (int u = 0; u < MB; ++u) {
+      const bool ok = sp0 + u < num_splits;
+      const i64 row = row0 + (i64)(sp0 + u) * num_heads;
+      ls[u] = ok ? ld_cg(part_lse + row) : NEG_INF;
+      v[u] = f16x4_to_f32(ok ? ld_cg2(part_out + row * D_CKV + d0) : make_uint2(0, 0));
+    }
+#pragma unroll
+    for (int u = 0; u < MB; ++u) merge_split<1>(m, l, &acc, ls[u], &v[u]);
+  }
+  const bool empty = m == NEG_INF;
+  const float inv = empty ? 0.f : kv_scale / l;
+  *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0) =
+      make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
+  if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
 }
 
 __device__ __forceinline__ int pool_row(const int* indices, int tok, int end) { return tok < end ? indices[tok] : -1; }
@@ -518,6 +571,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       cp_async_commit();
     }
 
+    if (DIAG_STREAM_ONLY) { __syncthreads(); continue; }
     {  // phase A: partial logits^T of 16 tokens over one channel part: 64-channel blocks kq, kq + KQ, ...
        // of the latent and a 64 / KQ-channel share of the RoPE part
       const int tg = warp & 3, kq = warp >> 2;
@@ -653,6 +707,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     __syncthreads();
   }
   const bool direct = num_splits == 1;
+  if (DIAG_NO_MERGE && !direct) return;
 #if __CUDA_ARCH__ >= 900
   if (!direct && merge_mode == MERGE_CLUSTER) {
     // Cluster merge: the num_splits CTAs of (request, head group) are one thread-block cluster. Each
@@ -713,7 +768,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         if (d == 0) lse[(i64)b * sl_b + head] = m == NEG_INF ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
       }
     }
-    cluster_sync();
+    cluster_sync_relaxed();  // publishes nothing: only keeps this CTA's shared memory alive for the others' loads
     return;
   }
 #endif
@@ -751,7 +806,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
     }
   }
-  if (direct || merge_mode != MERGE_CTA) return;  // one split, or fused_mla_merge merges
+  if (direct || (merge_mode != MERGE_CTA && merge_mode != MERGE_GRID)) return;  // one split, or fused_mla_merge merges
 
   // CTA merge: the last split of (request, head group) to finish merges all of them, then re-arms
   // the arrival counter for the next launch.
@@ -759,6 +814,26 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   __threadfence();
   __syncthreads();
   int* arrived = arrivals + b * gridDim.z + blockIdx.z;
+  if (merge_mode == MERGE_GRID) {
+    // Grid merge: once every split of (request, head group) has written its partials (an arrival count;
+    // the launch is one wave, so they all run at once), split s merges channels [s, s + 1) * 512 /
+    // num_splits of every head; the count goes on to 2 * num_splits as they finish, and the last re-arms it.
+    if (tid == 0) {
+      atomicAdd(arrived, 1);
+      while (ld_acquire(arrived) < num_splits) __nanosleep(64);
+    }
+    __syncthreads();
+    const int cw = D_CKV / num_splits;
+    for (int e = tid; e < NH * cw / 4; e += THREADS) {
+      const int head = h0 + e / (cw / 4);
+      if (head < num_heads)
+        merge_chunk<16>(part_out, part_lse, out, lse, so_b, so_h, sl_b, b, head, split * cw + 4 * (e % (cw / 4)),
+                        num_heads, num_splits, kv_scale);
+    }
+    __syncthreads();
+    if (tid == 0 && atomicAdd(arrived, 1) == 2 * num_splits - 1) *arrived = 0;
+    return;
+  }
   if (tid == 0) is_last = atomicAdd(arrived, 1) == num_splits - 1;
   __syncthreads();
   if (!is_last) return;
@@ -799,8 +874,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (tid == 0) *arrived = 0;
 }
 
-// Stage 2 of a split launch: out[b, head] = the splits' partial outputs weighted by exp2(their LSE),
-// one CTA per (request, head), each thread 4 channels, MB splits' loads in flight at a time.
+// Stage 2 of a split launch: out[b, head] = the splits' partial outputs merged (merge_chunk), one CTA per
+// (request, head), each thread 4 channels.
 template <int MB>
 __global__ void __launch_bounds__(D_CKV / 4)
 fused_mla_merge(const u16* __restrict__ part_out, const float* __restrict__ part_lse, u16* __restrict__ out,
@@ -808,27 +883,6 @@ fused_mla_merge(const u16* __restrict__ part_out, const float* __restrict__ part
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // fused_mla_decode has finished and its writes are visible
 #endif
-  const float NEG_INF = __int_as_float(0xff800000);
-  const int b = blockIdx.x, head = blockIdx.y, d0 = 4 * threadIdx.x;
-  const i64 row0 = (i64)b * num_splits * num_heads + head;  // (request b, split 0, head)
-  float m = NEG_INF, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int sp0 = 0; sp0 < num_splits; sp0 += MB) {
-    float ls[MB];
-    float4 v[MB];
-#pragma unroll
-    for (int u = 0; u < MB; ++u) {
-      const bool ok = sp0 + u < num_splits;
-      const i64 row = row0 + (i64)(sp0 + u) * num_heads;
-      ls[u] = ok ? part_lse[row] : NEG_INF;
-      v[u] = f16x4_to_f32(ok ? *(const uint2*)(part_out + row * D_CKV + d0) : make_uint2(0, 0));
-    }
-#pragma unroll
-    for (int u = 0; u < MB; ++u) merge_split<1>(m, l, &acc, ls[u], &v[u]);
-  }
-  const bool empty = m == NEG_INF;
-  const float inv = empty ? 0.f : (float)kv_scale_d / l;
-  *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0) =
-      make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
-  if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
+  merge_chunk<MB>(part_out, part_lse, out, lse, so_b, so_h, sl_b, blockIdx.x, blockIdx.y, 4 * threadIdx.x, num_heads,
+                  num_splits, (float)kv_scale_d);
 }

@@ -4,7 +4,8 @@
 streams 64-token tiles through a `stages`-deep shared-memory ring, a tile whose rows are one run
 of consecutive pool rows (a page) by one bulk copy, any other by cp.async row gathers; see the .cu
 file for the data flow. The splits are merged (MERGES) by the last CTA of each request (given
-arrival counters), inside a thread-block cluster of the request's CTAs through distributed shared
+arrival counters), by all of them at once, each a slice of the channels, once they have all arrived
+(a launch of one wave: `grid`), inside a thread-block cluster of the request's CTAs through distributed shared
 memory (sm_90+; requests past one wave of clusters run in a launch beside it, `wave_split`), or
 by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
 (cuLaunchKernelEx) whose CTAs are resident before the first kernel drains and only wait for its
@@ -33,7 +34,7 @@ PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch), thread-bloc
 MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
 _CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-MERGES = ("kernel", "cta", "cluster")  # the .cu file's merge_mode values 0, 1, 2
+MERGES = ("kernel", "cta", "cluster", "grid")  # the .cu file's merge_mode values 0, 1, 2, 3
 WAIT_PRIOR = 4  # merge_mode flag: the launch waits for the one it runs beside before it exits
 INDICES_READY = 8  # merge_mode flag: the indices were written before the previous kernel started
 MAX_REST_SPLITS = 16  # splits per request of the launch beside a wave of clusters (wave_split)
@@ -196,20 +197,40 @@ def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slot
 
 
 @functools.cache
+def _slots(nh: int, stages: int, warps: int, device_index: int) -> int:
+    """CTAs of the decode kernel the device holds at once."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    cu, kernel, per_sm = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index), ctypes.c_int(0)
+    with torch.cuda.device(device_index):
+        err = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, 32 * warps,
+                                                             smem_bytes(nh, stages, warps))
+    if err:
+        raise RuntimeError(f"the decode kernel's occupancy query failed with CUDA error {err}")
+    return per_sm.value * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.cache
 def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) -> tuple[int, int]:
     """(clusters of num_splits CTAs, CTAs) of the decode kernel the device holds at once."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
     cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index)
-    smem, block = smem_bytes(nh, stages, warps), 32 * warps
-    config = _launch_config((num_splits, 1, 1), block, smem, ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
-    clusters, per_sm = ctypes.c_int(0), ctypes.c_int(0)
+    config = _launch_config((num_splits, 1, 1), 32 * warps, smem_bytes(nh, stages, warps),
+                            ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
+    clusters = ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))
-        err = err or cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, block, smem)
     if err:
-        raise RuntimeError(f"the decode kernel's occupancy query failed with CUDA error {err}")
-    return clusters.value, per_sm.value * torch.cuda.get_device_properties(device_index).multi_processor_count
+        raise RuntimeError(f"the decode kernel's cluster occupancy query failed with CUDA error {err}")
+    return clusters.value, _slots(nh, stages, warps, device_index)
+
+
+def grid_merges(num_splits: int, ctas: int, slots: int) -> bool:
+    """Whether a launch of `ctas` CTAs, `num_splits` per request and head group, can merge them all at once
+    (merge_by "grid"): every split takes 512 / num_splits channels (whole 4-channel chunks) and, since each
+    waits for its request's other splits, every CTA of the launch must be resident at once (one wave)."""
+    return num_splits > 1 and D_CKV % (4 * num_splits) == 0 and ctas <= slots
 
 
 def whole_rows(ckv2, kpe2) -> bool:
@@ -223,7 +244,9 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
            indices_ready: bool = False) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
-    (counting in `arrivals`: `arrival_slots` zeros, left at zero), "cluster" the request's CTAs as
+    (counting in `arrivals`: `arrival_slots` zeros, left at zero), "grid" all of them, a slice of the
+    channels each, once they have all arrived (the same counters; a launch that is not one wave, see
+    `grid_merges`, is merged the "cta" way instead), "cluster" the request's CTAs as
     one thread-block cluster (sm_90+, num_splits in CLUSTER_SPLITS; requests past one wave of
     clusters in a launch beside it, see `wave_split`), "kernel" `merge` after it.
     On sm_90+ each launch is a programmatic dependent of the stream's previous kernel and waits for
@@ -265,6 +288,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
         else:
             kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=kernel_args)
 
+    if merge_by == "grid" and not grid_merges(num_splits, num_splits * batch * groups, _slots(nh, stages, warps, device_index)):
+        merge_by = "cta"
     if not cluster:
         launch((num_splits, batch, groups), args(0, batch, num_splits, MERGES.index(merge_by)))
         if num_splits > 1 and merge_by == "kernel":

@@ -74,10 +74,13 @@ class Config:
     # kernel, a programmatic dependent launch on sm_90+ (cheaper at many splits per request), or with
     # cluster_merge (sm_90+, 2, 4 or 8 splits) by the request's CTAs as one thread-block cluster,
     # through distributed shared memory (no partials in global memory, no second kernel); requests
-    # past one wave of clusters run beside it, merged by their last CTA (fused_mla_cuda.wave_split).
+    # past one wave of clusters run beside it, merged by their last CTA (fused_mla_cuda.wave_split); or
+    # with grid_merge by all of the request's CTAs at once, each a slice of the channels, once all have
+    # arrived (a launch of one wave whose splits divide 128; else the last-CTA merge: fused_mla_cuda.grid_merges).
     cuda: bool = False
     pdl_merge: bool = False
     cluster_merge: bool = False
+    grid_merge: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -93,17 +96,17 @@ class Config:
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
-        if (self.pdl_merge or self.cluster_merge) and not self.cuda:
-            raise ValueError(f"pdl_merge and cluster_merge are CUDA kernel options: {self}")
-        if self.pdl_merge and self.cluster_merge:
-            raise ValueError(f"pdl_merge and cluster_merge are two ways of merging the splits: pick one: {self}")
+        if (self.pdl_merge or self.cluster_merge or self.grid_merge) and not self.cuda:
+            raise ValueError(f"pdl_merge, cluster_merge and grid_merge are CUDA kernel options: {self}")
+        if self.pdl_merge + self.cluster_merge + self.grid_merge > 1:
+            raise ValueError(f"pdl_merge, cluster_merge and grid_merge are ways of merging the splits: pick one: {self}")
         if self.cluster_merge and self.num_splits not in fused_mla_cuda.CLUSTER_SPLITS:
             raise ValueError(f"cluster_merge takes {fused_mla_cuda.CLUSTER_SPLITS} splits (one cluster of them): {self}")
 
     @property
     def merge_by(self) -> str:
         """Who merges a CUDA launch's splits (harness.kernels.fused_mla_cuda.MERGES)."""
-        return "cluster" if self.cluster_merge else "kernel" if self.pdl_merge else "cta"
+        return "cluster" if self.cluster_merge else "kernel" if self.pdl_merge else "grid" if self.grid_merge else "cta"
 
     @property
     def split_kernel(self) -> bool:

@@ -62,7 +62,8 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
                             bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),
                             int(entry.get("dv_split", 1)), int(entry.get("qk_chunk", 0)), bool(entry.get("contig", False)),
                             bool(entry.get("tokens_m", False)), bool(entry.get("cuda", False)),
-                            bool(entry.get("pdl_merge", False)), bool(entry.get("cluster_merge", False)))
+                            bool(entry.get("pdl_merge", False)), bool(entry.get("cluster_merge", False)),
+                            bool(entry.get("grid_merge", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
         if key[:2] != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1 or key[2:3] == (0,):

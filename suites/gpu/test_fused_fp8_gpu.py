@@ -98,13 +98,17 @@ def tokens_m_configs(*which):
     return [Config(**TOKENS_M_FIELDS[i], tokens_m=True) for i in (which or range(len(TOKENS_M_FIELDS)))]
 
 
-# The CUDA kernel (Config.cuda): direct and split (in-kernel merge), 8 and 16 warps, ring depths 2-5.
+# The CUDA kernel (Config.cuda): direct and split (each in-kernel merge and the merge kernel), 8 and 16 warps,
+# ring depths 2-5.
 CUDA_FIELDS = [dict(num_splits=1, num_warps=8, num_stages=4), dict(num_splits=3, num_warps=8, num_stages=2),
                dict(num_splits=5, num_warps=16, num_stages=4), dict(num_splits=64, num_warps=16, num_stages=3),
                dict(num_splits=8, num_warps=8, num_stages=5), dict(num_splits=3, num_warps=8, num_stages=2, pdl_merge=True),
                dict(num_splits=64, num_warps=16, num_stages=3, pdl_merge=True),
                dict(num_splits=8, num_warps=8, num_stages=2, cluster_merge=True),
-               dict(num_splits=2, num_warps=16, num_stages=4, cluster_merge=True)]
+               dict(num_splits=2, num_warps=16, num_stages=4, cluster_merge=True),
+               dict(num_splits=4, num_warps=8, num_stages=2, grid_merge=True),
+               dict(num_splits=16, num_warps=8, num_stages=2, grid_merge=True),
+               dict(num_splits=32, num_warps=8, num_stages=3, grid_merge=True)]
 
 
 def cuda_configs(*which):
@@ -226,23 +230,39 @@ def test_scale_error_is_detected():
 
 
 def test_cuda_kernel_merges_in_one_launch_and_rearms():
-    """The split CUDA kernel's last CTA per request (CTA merge) merges the splits and re-arms the arrival
-    counters: they are zero after a launch, and a second launch on the same buffers agrees
-    bit for bit. A counter one short (planted) makes no CTA merge and stays non-zero."""
+    """The split CUDA kernel's in-kernel merges (the last CTA per request; with grid_merge all of them, a
+    channel slice each, once every split has arrived) merge the splits and re-arm the arrival counters:
+    they are zero after a launch, and a second launch on the same buffers agrees bit for bit; the grid
+    merge also eagerly and from a replayed graph with the partials poisoned (NaN) before every run, so a
+    split that merged before the others had written would show. Planted faults: a counter one short
+    makes no CTA merge and stays non-zero; for the grid merge a counter past every split's arrival makes
+    no split wait and none re-arm it. (Both grid-merge launches here are one wave: 32 and 128 CTAs of two
+    per SM; launches past one wave merge the last-CTA way, as the hidden-shape tests' larger cases do.)"""
     from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
 
     q_nope, q_pe, pool, indptr, indices = problem([700, 3, 1500, 64], 20, rows=4000, seed=11)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
-    for config in cuda_configs(1, 2):
+    for config in cuda_configs(1, 2, 9, 10):
         parts = partial_buffers(4, 20, config, 512, "cuda")
         runs = [fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
                                  partials=parts) for _ in range(2)]
         assert int(parts[2].abs().sum()) == 0, config
         assert torch.equal(runs[0][0].view(torch.int16), runs[1][0].view(torch.int16)), config
         assert norm_rel(runs[0][0].cpu(), ref_out) < 3e-3, config
-        parts[2].fill_(-1)  # negative control: one arrival short, no CTA merges and the counter is not re-armed
-        fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config, partials=parts)
-        assert parts[2].tolist()[:4] == [config.num_splits - 1] * 4, config
+        n = config.num_splits
+        if config.grid_merge:
+            eager, captured = eager_and_replayed(q_nope, q_pe, pool, indptr, indices, config, parts)
+            assert norm_rel(eager[0].cpu(), ref_out) < 3e-3, config
+            assert torch.equal(eager[0].view(torch.int16), runs[0][0].view(torch.int16)), config
+            assert torch.equal(eager[0].view(torch.int16), captured[0].view(torch.int16)), config
+            assert torch.equal(eager[1], captured[1]), config
+            parts[2].fill_(2 * n)  # negative control: every split counts as arrived: none waits, none re-arms
+            fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config, partials=parts)
+            assert parts[2].tolist()[:4] == [4 * n] * 4, config
+        else:
+            parts[2].fill_(-1)  # negative control: one arrival short, no CTA merges and the counter is not re-armed
+            fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config, partials=parts)
+            assert parts[2].tolist()[:4] == [n - 1] * 4, config
 
 
 def eager_and_replayed(q_nope, q_pe, pool, indptr, indices, config, parts):

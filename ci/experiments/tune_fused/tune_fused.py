@@ -65,7 +65,7 @@ TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
 TOKM_SPLITS = (1, 2, 4, 8)
 # --search cuda: the CUDA kernel (Config.cuda: 64-token tiles) over (ring depth, warps) and the
 # splits that keep every CTA in one wave: one CTA per SM, two for the 2-stage 8-warp ring; a split
-# launch with each merge (the last CTA of each request, Config.pdl_merge, Config.cluster_merge).
+# launch with each merge (the last CTA of each request, Config.pdl_merge, Config.cluster_merge, Config.grid_merge).
 CUDA_TILES = ((2, 8), (3, 8), (4, 8), (3, 16), (4, 16))
 CUDA_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -95,11 +95,11 @@ def cuda_candidates(batch: int, kv_len: int, sm_count: int):
         per_sm = 2 if (stages, warps) == (2, 8) else 1
         if splits > 1 and (batch * splits > per_sm * sm_count or kv_len < 64 * splits):
             continue
-        merges = [(False, False)]
+        merges = [{}]
         if splits > 1:
-            merges += [(True, False)] + ([(False, True)] if splits in CLUSTER_SPLITS else [])
-        for pdl_merge, cluster_merge in merges:
-            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, pdl_merge=pdl_merge, cluster_merge=cluster_merge)
+            merges += [dict(pdl_merge=True), dict(grid_merge=True)] + ([dict(cluster_merge=True)] if splits in CLUSTER_SPLITS else [])
+        for merge in merges:
+            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, **merge)
 
 
 def search_space(search: str, batch: int, kv_len: int, heads: int, sm_count: int) -> list[Config]:
@@ -205,6 +205,7 @@ def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
             f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
             f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
             f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
+            f"grid_merge = {str(c['grid_merge']).lower()}",
             f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
             f"(x{e['best_us'] / e['floor_us']:.2f})"])
     preamble, old = split_table(path.read_text() if path.exists() else "\n".join(HEADER))

@@ -1,0 +1,182 @@
+"""Variants of harness/kernels/fused_mla_cuda.cu (compile-time #defines) timed side by side on the tuner's
+production pools, and Nsight Compute's per-instruction profile of one launch (GPU; issue 28).
+
+  python -m ci.experiments.fused_variants time OUT.json [--preset glm5-tp8] [--shapes 32x4096,128x2048]
+      [--variant NAME:DEF=V,DEF=V ...] [--rounds 5] [--layers N]
+  python -m ci.experiments.fused_variants profile OUT_DIR [--preset P] [--shapes 32x4096] [--variant ...] [--ncu ncu]
+
+`time`: per shape, the committed table entry's Config (harness.kernels.fused_tuning) as the tuner times it
+(a CUDA graph of every layer's attention over its own pool, median replay / layers), each variant in turn,
+`--rounds` rounds interleaved (base, v1, v2, base, v1, ...): each variant's per-round ratio to base is
+measured side by side; the JSON has every sample, the medians and the ratios' spread.
+`profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
+then the report's details and SASS source pages as CSV (stall reasons per instruction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ci.experiments.tune_fused.tune_fused import page_indices, time_graph
+from harness.kernels import fused_mla_cuda
+from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+from harness.kernels.fused_tuning import default_config, entry_for, load_table
+from harness.spec.presets import get_preset, get_scale
+
+BASE = "base"
+NVTX_RANGE = "attn"
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """NAME:DEF=V,DEF=V -> (NAME, {DEF: V}); NAME alone is the unmodified kernel."""
+    name, _, defs = text.partition(":")
+    return name, dict(d.split("=", 1) for d in defs.split(",") if d)
+
+
+def use_variant(defines: dict[str, str], workdir: Path, name: str) -> None:
+    """Point fused_mla_cuda at the kernel source with `defines` prepended and give it fresh kernel caches
+    (kept per variant, so each compiles once)."""
+    src = workdir / f"{name}.cu"
+    if not src.exists():
+        src.write_text("".join(f"#define {k} {v}\n" for k, v in defines.items()) + fused_mla_cuda.SOURCE_TEXT)
+    caches = _CACHES.setdefault(name, {})
+    for fn in ("_kernel", "_wave", "_merge_kernel"):
+        if fn not in caches:
+            wrapped = getattr(_ORIGINAL[fn], "__wrapped__")
+
+            def with_source(*a, _w=wrapped, _src=src):
+                fused_mla_cuda.SOURCE = _src
+                return _w(*a)
+            caches[fn] = functools.cache(with_source)
+        setattr(fused_mla_cuda, fn, caches[fn])
+    fused_mla_cuda.SOURCE = src
+
+
+_ORIGINAL = {fn: getattr(fused_mla_cuda, fn) for fn in ("_kernel", "_wave", "_merge_kernel")}
+_CACHES: dict[str, dict] = {}
+fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
+
+
+def problem(preset, layers: int, batch: int, kv_len: int, dev):
+    """The tuner's case: `layers` production pools of finite e4m3 codes (both signs), the preset's page layout,
+    random queries; the committed Config for the shape."""
+    slots, page = get_scale("prod").slots, preset.page_size
+    g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
+    pools = [torch.randint(0, 0x7E, (slots + page, 1, 576), dtype=torch.uint8, device=dev, generator=g)
+             | (torch.randint(0, 2, (slots + page, 1, 576), dtype=torch.uint8, device=dev, generator=g) << 7)
+             for _ in range(layers)]
+    indices = page_indices(batch, kv_len, page, slots, g, dev)
+    indptr = torch.arange(0, batch * kv_len + 1, kv_len, dtype=torch.int32, device=dev)
+    heads = preset.heads_per_rank
+    qs = [(torch.randn(batch, heads, 512, device=dev, generator=g).to(torch.bfloat16),
+           torch.randn(batch, heads, 64, device=dev, generator=g).to(torch.bfloat16)) for _ in pools]
+    sm = torch.cuda.get_device_properties(dev).multi_processor_count
+    config = entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm)
+    parts = partial_buffers(batch, heads, config, 512, dev)
+
+    def step():
+        return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
+                                 partials=parts, indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
+    return step, config
+
+
+def time_variants(args, variants, workdir: Path) -> dict:
+    dev = torch.device("cuda")
+    preset = get_preset(args.preset)
+    layers = args.layers or preset.num_layers
+    doc = {"preset": preset.name, "layers": layers, "device": torch.cuda.get_device_name(dev), "shapes": []}
+    for shape in args.shapes.split(","):
+        batch, kv_len = (int(x) for x in shape.split("x"))
+        step, config = problem(preset, layers, batch, kv_len, dev)
+        samples = {name: [] for name in variants}
+        outputs = {}  # layer 0's (out, lse) of each variant, against base's
+        for r in range(args.rounds):
+            for name, defines in variants.items():
+                use_variant(defines, workdir, name)
+                samples[name].append(time_graph(step) * 1e3 / layers)
+                if r == 0:
+                    outputs[name] = step()[0]
+            print(f"{shape} round {r}: " + ", ".join(f"{n} {s[-1]:.2f}" for n, s in samples.items()), flush=True)
+        base = samples[BASE]
+        rows = {}
+        for name, s in samples.items():
+            ratios = [a / b for a, b in zip(s, base)]
+            o, ref = outputs[name], outputs[BASE]
+            diff = (o[0].float() - ref[0].float()).norm() / ref[0].float().norm()
+            rows[name] = {"defines": variants[name], "us": s, "median_us": statistics.median(s),
+                          "ratio_to_base": ratios, "ratio_median": statistics.median(ratios),
+                          "ratio_min": min(ratios), "ratio_max": max(ratios),
+                          "out_norm_rel_to_base": float(diff), "lse_max_abs_to_base": float((o[1] - ref[1]).abs().max())}
+            print(f"  {name}: {rows[name]['median_us']:.2f} us/layer, x{rows[name]['ratio_median']:.3f} of base "
+                  f"[{min(ratios):.3f}, {max(ratios):.3f}], out vs base {float(diff):.2e}", flush=True)
+        doc["shapes"].append({"shape": shape, "config": config.__dict__, "variants": rows})
+    return doc
+
+
+def profile_one(args, variants, workdir: Path) -> None:
+    """Child of `profile` under ncu: a warm-up launch, then one inside the NVTX range (layer 0 only)."""
+    dev = torch.device("cuda")
+    (name, defines), = variants.items()
+    step, _ = problem(get_preset(args.preset), 1, *(int(x) for x in args.shapes.split("x")), dev)
+    use_variant(defines, workdir, name)
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    step()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+def profile(args, variants) -> None:
+    """Per (shape, variant): the first decode kernel in the range under `ncu --set full`, and its details (every
+    section's tables), raw metrics and SASS source page (per-instruction stall samples) as CSV."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes.split(","):
+        for name, defines in variants.items():
+            rep = out / f"{args.preset}-{shape}-{name}"
+            spec = name + (":" + ",".join(f"{k}={v}" for k, v in defines.items()) if defines else "")
+            child = [sys.executable, "-m", "ci.experiments.fused_variants", "profile-child", str(out), "--preset",
+                     args.preset, "--shapes", shape, "--only", spec]
+            subprocess.run([args.ncu, "--set", "full", "--import-source", "yes", "--clock-control", "none", "--nvtx",
+                            "--nvtx-include", f"{NVTX_RANGE}/", "-k", "regex:fused_mla_decode", "-c", "1", "-f",
+                            "-o", str(rep), *child], check=True)
+            for page, extra in (("details", ["--print-details", "all"]), ("raw", []),
+                                ("source", ["--print-source", "sass"])):
+                with open(f"{rep}-{page}.csv", "w") as f:
+                    subprocess.run([args.ncu, "-i", f"{rep}.ncu-rep", "--page", page, "--csv", *extra], stdout=f, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m ci.experiments.fused_variants", description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("time", "profile", "profile-child"))
+    ap.add_argument("out")
+    ap.add_argument("--preset", default="glm5-tp8")
+    ap.add_argument("--shapes", default="32x4096,128x2048")
+    ap.add_argument("--variant", action="append", default=[], help="NAME:DEF=V,DEF=V (base is always timed)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--only", help=argparse.SUPPRESS)  # profile-child: the one variant it launches
+    args = ap.parse_args(argv)
+    variants = dict([parse_variant(args.only)] if args.only else [(BASE, {})] + [parse_variant(v) for v in args.variant])
+    workdir = Path(tempfile.mkdtemp(prefix="fused-variants-"))
+    if args.mode == "time":
+        doc = time_variants(args, variants, workdir)
+        doc["command"] = "python -m ci.experiments.fused_variants " + " ".join(argv)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    elif args.mode == "profile":
+        profile(args, variants)
+    else:
+        profile_one(args, variants, workdir)
+    return 0
