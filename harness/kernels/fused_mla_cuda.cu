@@ -277,35 +277,38 @@ __device__ __forceinline__ void merge_split(float& m, float& l, float4* acc, flo
   m = m_new;
 }
 
-// out[b, head, d0 .. d0+3] (and lse[b, head] for d0 = 0) from the splits' partial outputs weighted by
-// exp2(their LSE): an online softmax over the splits, MB splits' loads in flight at a time (read past L1:
-// other CTAs wrote them).
+// The online-softmax state (m, l, acc) of channels d0 .. d0+3 of (request b, head) over splits s0, s0 + step, ...
+// (< num_splits): their partial outputs weighted by exp2(their LSE), MB splits' loads in flight at a time
+// (read past L1: other CTAs wrote them).
 template <int MB>
-__device__ __forceinline__ void merge_chunk(const u16* part_out, const float* part_lse, u16* out, float* lse, int so_b,
-                                            int so_h, int sl_b, int b, int head, int d0, int num_heads, int num_splits,
-                                            float kv_scale) {
+__device__ __forceinline__ void merge_splits(const u16* part_out, const float* part_lse, int b, int head, int d0,
+                                             int num_heads, int num_splits, int s0, int step, float& m, float& l,
+                                             float4& acc) {
   const float NEG_INF = __int_as_float(0xff800000);
   const i64 row0 = (i64)b * num_splits * num_heads + head;  // (request b, split 0, head)
-  float m = NEG_INF, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int sp0 = 0; sp0 < num_splits; sp0 += MB) {
+  for (int sp0 = s0; sp0 < num_splits; sp0 += MB * step) {
     float ls[MB];
     float4 v[MB];
 #pragma unroll
     for (int u = 0; u < MB; ++u) {
-      const bool ok = sp0 + u < num_splits;
-      const i64 row = row0 + (i64)(sp0 + u) * num_heads;
+      const bool ok = sp0 + u * step < num_splits;
+      const i64 row = row0 + (i64)(sp0 + u * step) * num_heads;
       ls[u] = ok ? ld_cg(part_lse + row) : NEG_INF;
       v[u] = f16x4_to_f32(ok ? ld_cg2(part_out + row * D_CKV + d0) : make_uint2(0, 0));
     }
 #pragma unroll
     for (int u = 0; u < MB; ++u) merge_split<1>(m, l, &acc, ls[u], &v[u]);
   }
-  const bool empty = m == NEG_INF;
+}
+
+// out[b, head, d0 .. d0+3] = acc / l times kv_scale (bf16), and lse[b, head] (natural log) for d0 = 0.
+__device__ __forceinline__ void write_merged(u16* out, float* lse, int so_b, int so_h, int sl_b, int b, int head, int d0,
+                                             float m, float l, float4 acc, float kv_scale) {
+  const bool empty = m == __int_as_float(0xff800000);
   const float inv = empty ? 0.f : kv_scale / l;
   *(uint2*)(out + (i64)b * so_b + (i64)head * so_h + d0) =
       make_uint2(f32x2_to_bf16x2(acc.x * inv, acc.y * inv), f32x2_to_bf16x2(acc.z * inv, acc.w * inv));
-  if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? NEG_INF : (m + lg2(l)) * 0.6931471805599453f;
+  if (d0 == 0) lse[(i64)b * sl_b + head] = empty ? __int_as_float(0xff800000) : (m + lg2(l)) * 0.6931471805599453f;
 }
 
 __device__ __forceinline__ int pool_row(const int* indices, int tok, int end) { return tok < end ? indices[tok] : -1; }
@@ -810,30 +813,48 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 
   // CTA merge: the last split of (request, head group) to finish merges all of them, then re-arms
   // the arrival counter for the next launch.
-  __shared__ int is_last;
-  __threadfence();
-  __syncthreads();
   int* arrived = arrivals + b * gridDim.z + blockIdx.z;
   if (merge_mode == MERGE_GRID) {
     // Grid merge: once every split of (request, head group) has written its partials (an arrival count;
     // the launch is one wave, so they all run at once), split s merges channels [s, s + 1) * 512 /
-    // num_splits of every head; the count goes on to 2 * num_splits as they finish, and the last re-arms it.
+    // num_splits of every head: each 4-channel chunk by G lanes, each lane every G-th split, then the
+    // lanes' states combined; the count goes on to 2 * num_splits as the splits finish, and the last
+    // re-arms it. One thread fences for the CTA after the barrier (as a cooperative grid sync does).
+    __syncthreads();
     if (tid == 0) {
+      __threadfence();
       atomicAdd(arrived, 1);
-      while (ld_acquire(arrived) < num_splits) __nanosleep(64);
+      while (ld_acquire(arrived) < num_splits) __nanosleep(32);
+      __threadfence();
     }
     __syncthreads();
-    const int cw = D_CKV / num_splits;
-    for (int e = tid; e < NH * cw / 4; e += THREADS) {
-      const int head = h0 + e / (cw / 4);
-      if (head < num_heads)
-        merge_chunk<16>(part_out, part_lse, out, lse, so_b, so_h, sl_b, b, head, split * cw + 4 * (e % (cw / 4)),
-                        num_heads, num_splits, kv_scale);
+    const int cw = D_CKV / num_splits, chunks = NH * cw / 4;
+    const int G = chunks >= THREADS ? 1 : min(32, THREADS / chunks);  // lanes per chunk (a power of two)
+    for (int e0 = 0; e0 < chunks * G; e0 += THREADS) {
+      const int e = (e0 + tid) / G, r = (e0 + tid) % G;
+      if (e0 + tid - r >= chunks * G) break;  // whole groups past the last chunk (whole warps: G divides 32)
+      const int head = h0 + e / (cw / 4), d0 = split * cw + 4 * (e % (cw / 4));
+      float m = NEG_INF, l = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (head < num_heads) merge_splits<8>(part_out, part_lse, b, head, d0, num_heads, num_splits, r, G, m, l, acc);
+      for (int off = G / 2; off; off >>= 1) {  // the group's states, combined (a fixed tree: deterministic)
+        const float mo = __shfl_xor_sync(0xffffffffu, m, off), lo = __shfl_xor_sync(0xffffffffu, l, off);
+        const float4 ao = make_float4(__shfl_xor_sync(0xffffffffu, acc.x, off), __shfl_xor_sync(0xffffffffu, acc.y, off),
+                                      __shfl_xor_sync(0xffffffffu, acc.z, off), __shfl_xor_sync(0xffffffffu, acc.w, off));
+        const float mn = fmaxf(m, mo), base = mn == NEG_INF ? 0.f : mn, a = ex2(m - base), w = ex2(mo - base);
+        l = l * a + lo * w;
+        acc = make_float4(acc.x * a + ao.x * w, acc.y * a + ao.y * w, acc.z * a + ao.z * w, acc.w * a + ao.w * w);
+        m = mn;
+      }
+      if (head < num_heads && r == 0) write_merged(out, lse, so_b, so_h, sl_b, b, head, d0, m, l, acc, kv_scale);
     }
     __syncthreads();
     if (tid == 0 && atomicAdd(arrived, 1) == 2 * num_splits - 1) *arrived = 0;
     return;
   }
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
   if (tid == 0) is_last = atomicAdd(arrived, 1) == num_splits - 1;
   __syncthreads();
   if (!is_last) return;
@@ -874,7 +895,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (tid == 0) *arrived = 0;
 }
 
-// Stage 2 of a split launch: out[b, head] = the splits' partial outputs merged (merge_chunk), one CTA per
+// Stage 2 of a split launch: out[b, head] = the splits' partial outputs merged (merge_splits), one CTA per
 // (request, head), each thread 4 channels.
 template <int MB>
 __global__ void __launch_bounds__(D_CKV / 4)
@@ -883,6 +904,8 @@ fused_mla_merge(const u16* __restrict__ part_out, const float* __restrict__ part
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // fused_mla_decode has finished and its writes are visible
 #endif
-  merge_chunk<MB>(part_out, part_lse, out, lse, so_b, so_h, sl_b, blockIdx.x, blockIdx.y, 4 * threadIdx.x, num_heads,
-                  num_splits, (float)kv_scale_d);
+  float m = __int_as_float(0xff800000), l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  merge_splits<MB>(part_out, part_lse, blockIdx.x, blockIdx.y, 4 * threadIdx.x, num_heads, num_splits, 0, 1, m, l, acc);
+  write_merged(out, lse, so_b, so_h, sl_b, blockIdx.x, blockIdx.y, 4 * threadIdx.x, m, l, acc, (float)kv_scale_d);
 }

@@ -1,0 +1,34 @@
+"""ci/experiments/fused_variants (issue 28's side-by-side kernel variants) on CPU: a variant's spec, its source (the
+kernel with its #defines first) and its own kernel caches, with their twins (a bad spec, the base left untouched)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.experiments.fused_variants import fused_variants as exp
+from harness.kernels import fused_mla_cuda
+
+
+def test_variant_specs():
+    assert exp.parse_variant("nomerge:DIAG_NO_MERGE=1,X=2") == ("nomerge", {"DIAG_NO_MERGE": "1", "X": "2"})
+    assert exp.parse_variant("base") == ("base", {})
+    with pytest.raises(ValueError):  # a define without a value
+        exp.parse_variant("bad:DIAG_NO_MERGE")
+
+
+def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
+    for name in ("SOURCE", "_kernel", "_wave", "_merge_kernel"):
+        monkeypatch.setattr(fused_mla_cuda, name, getattr(fused_mla_cuda, name))
+    monkeypatch.setattr(exp, "_CACHES", {})
+    exp.use_variant({"DIAG_STREAM_ONLY": "1"}, tmp_path, "stream")
+    stream_kernel = fused_mla_cuda._kernel
+    text = fused_mla_cuda.SOURCE.read_text()
+    assert fused_mla_cuda.SOURCE == tmp_path / "stream.cu"
+    assert text.startswith("#define DIAG_STREAM_ONLY 1\n") and text.endswith(exp.fused_mla_cuda.SOURCE_TEXT)
+    exp.use_variant({}, tmp_path, "base")
+    assert (tmp_path / "base.cu").read_text() == exp.fused_mla_cuda.SOURCE_TEXT  # the base is the kernel as committed
+    assert fused_mla_cuda._kernel is not stream_kernel and fused_mla_cuda._kernel is not exp._ORIGINAL["_kernel"]
+    exp.use_variant({"DIAG_STREAM_ONLY": "1"}, tmp_path, "stream")
+    assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
+    # the committed kernel's diagnostics are off unless a variant defines them
+    assert "#define DIAG_STREAM_ONLY 0" in exp.fused_mla_cuda.SOURCE_TEXT and "#define DIAG_NO_MERGE 0" in exp.fused_mla_cuda.SOURCE_TEXT
