@@ -229,7 +229,8 @@ def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) 
 def grid_merges(num_splits: int, ctas: int, slots: int) -> bool:
     """Whether a launch of `ctas` CTAs, `num_splits` per request and head group, can merge them all at once
     (merge_by "grid"): every split takes 512 / num_splits channels (whole 4-channel chunks) and, since each
-    waits for its request's other splits, every CTA of the launch must be resident at once (one wave)."""
+    waits for its request's other splits, every CTA of the launch must be resident at once (one wave; the
+    occupancy query counts the whole GPU, so an MPS SM limit is not allowed for)."""
     return num_splits > 1 and D_CKV % (4 * num_splits) == 0 and ctas <= slots
 
 
