@@ -1,5 +1,8 @@
 """Writing output files safely: the one writer for results, dumps, goldens, bundles and reports.
 
+An existing file is never replaced unless the user said so (`--force`): `check_writable` refuses it
+before any work, so a run cannot destroy a baseline, a report or any other file already on disk.
+
 A path is written THROUGH a symlink (its final target is updated, the link stays). A regular
 file (or a new one) is replaced atomically: a temporary file beside the target, then one
 rename, so readers never see half a file and a failed write leaves the previous one intact.
@@ -35,23 +38,26 @@ def _is_stream(path: Path) -> bool:
         return False
 
 
-def check_writable(path: str | Path, flag: str) -> None:
+def check_writable(path: str | Path, flag: str, force: bool = False) -> None:
     """Fail before any work when `path` cannot be written (a folder, an unwritable or missing
-    parent, an over-long name); streams such as /dev/stdout are fine."""
+    parent, an over-long name) or names a file that exists (unless `force`, the `--force` option);
+    streams such as /dev/stdout are fine."""
     path = Path(path)
     try:
-        _check_writable(path, flag)
+        _check_writable(path, flag, force)
     except OSError as exc:
         raise HarnessError(flag, f"{path}: {exc.strerror or exc}") from None
 
 
-def _check_writable(path: Path, flag: str) -> None:
+def _check_writable(path: Path, flag: str, force: bool) -> None:
     if path.is_dir():
         raise HarnessError(flag, f"{path} is a folder, not a file")
     if _is_stream(path):
         if not os.access(path, os.W_OK):
             raise HarnessError(flag, f"{path} is not writable")
         return
+    if path.exists() and not force:
+        raise HarnessError(flag, f"{path} exists; nothing was written (choose a new path, or --force replaces it)")
     target = _target(path)
     check_writable_dir(target.parent, flag)
     limit = os.pathconf(target.parent, "PC_NAME_MAX")

@@ -255,7 +255,7 @@ def test_json_is_written_through_a_symlink(tmp_path):
     target.write_text("old")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", link)
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", link, "--force")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert link.is_symlink() and json.loads(target.read_text())["schema"] == "mla-harness-results/2"
     assert "gather_cast: decode: 1/1" in proc.stdout  # one progress line per phase off a terminal

@@ -1,5 +1,5 @@
 """Issue 25, nothing on disk is destroyed: outputs never overwrite inputs nor go into the golden
-folder; report --out and tpot --json are checked before any work; a killed refresh's leftovers go;
+folder, nor replace a file that exists unless --force; report --out and tpot --json are checked before any work; a killed refresh's leftovers go;
 golden verify reports every bad case; run checks the manifest's case spec, against out_fp32, ends
 with a summary line, and its --help does not import torch."""
 
@@ -80,6 +80,47 @@ def test_outputs_never_overwrite_inputs(disk, name):
     _one_error_line(proc, *fragments)
     assert proc.stdout == "", proc.stdout  # refused before any work: nothing rendered, built or timed
     assert disk() == before
+
+
+EXISTING = {  # id: (argv writing to the file `existing` names, that file); each file is the user's, never replaced unasked
+    "run --json": (["run", *QUICK, "--scenario", "b1-l500", "--json", "r.json"], "r.json"),
+    "run --json through a symlink": (["run", *QUICK, "--scenario", "b1-l500", "--json", "link.json"], "notes.txt"),
+    "run --dump-outputs": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "dump"], f"dump/{CASE}.gather_cast.safetensors"),
+    "export-inputs --out": (["export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", "bundle.safetensors"], "bundle.safetensors"),
+    "tpot --json": (["tpot", *TPOT, "--scenario", "b1-l500", "--json", "r.json"], "r.json"),
+}
+
+
+@pytest.mark.parametrize("name", EXISTING)
+def test_an_existing_file_is_replaced_only_with_force(disk, tmp_path, name):
+    """An output path naming a file that exists (a baseline's results, a note): exit 2 and one line
+    naming the option, the path and --force, before any work, every byte kept; --force replaces it."""
+    argv, existing = EXISTING[name]
+    (tmp_path / "notes.txt").write_text("mine")
+    os.symlink(tmp_path / "notes.txt", tmp_path / "link.json")
+    (tmp_path / "dump").mkdir()
+    (tmp_path / existing).write_bytes((tmp_path / existing).read_bytes() if (tmp_path / existing).exists() else b"mine")
+    before = disk() | {tmp_path / "notes.txt": b"mine", tmp_path / existing: (tmp_path / existing).read_bytes()}
+    proc = harness(*argv)
+    _one_error_line(proc, argv[argv.index(next(a for a in argv if a in ("--json", "--dump-outputs", "--out")))], "exists", "--force")
+    assert proc.stdout == "", proc.stdout  # refused before any work
+    assert {p: p.read_bytes() for p in before} == before
+    if argv[0] != "tpot":  # the timing run itself is covered by suites/test_model_cli.py
+        proc = harness(*argv, "--force")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (tmp_path / existing).read_bytes() != before[tmp_path / existing]
+        assert not (tmp_path / "link.json").exists() or (tmp_path / "link.json").is_symlink()
+
+
+def test_tpot_report_keeps_an_earlier_report(tmp_path):
+    """python -m harness.tpot.report --out: a tpot.md already there is kept (exit 2) unless --force."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tpot.md").write_text("mine")
+    proc = subprocess.run([sys.executable, "-m", "harness.tpot.report", str(tmp_path / "t.json"), "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    _one_error_line(proc, "--out", "tpot.md", "exists")
+    assert (out / "tpot.md").read_text() == "mine" and os.listdir(out) == ["tpot.md"]
 
 
 def test_the_guard_itself(tmp_path):

@@ -21,7 +21,7 @@ def command(args, console: Console) -> int:
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
     case = case_from(args, device_from(args.device), console)  # the same default scale as `run` on this machine
     refuse_clobbering([("--out", args.out)], inputs_of(case))
-    check_writable(args.out, "--out")
+    check_writable(args.out, "--out", args.force)
     path = export_inputs(case, args.step, args.layer, args.out)
     console.print(f"wrote {path}")
     return 0
@@ -32,3 +32,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", type=int, default=0)
     p.add_argument("--layer", type=int, action="append", help="layer(s) to export (default: 0)")
     p.add_argument("--out", type=Path, required=True, help="output .safetensors file")
+    p.add_argument("--force", action="store_true", help="replace --out when it already exists (else exit 2)")

@@ -36,11 +36,11 @@ def command(args, console: Console) -> int:
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
     refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
     if args.json:
-        check_writable(args.json, "--json")
+        check_writable(args.json, "--json", args.force)
     if args.dump_outputs:
         check_writable_dir(args.dump_outputs, "--dump-outputs")
         for path in dumps:
-            check_writable(path, "--dump-outputs")
+            check_writable(path, "--dump-outputs", args.force)
     cannot_fire(faults, strategies, case)
     cfg = RunConfig(
         case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=faults,
@@ -94,4 +94,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plant-fault", action="append", help=LazyHelp(fault_help))
     p.add_argument("--json", type=Path, help="write results JSON here")
     p.add_argument("--dump-outputs", type=Path, help="write each strategy's outputs as safetensors into this folder")
+    p.add_argument("--force", action="store_true", help="replace --json and --dump-outputs files that already exist (else exit 2)")
     p.add_argument("--golden-dir", type=Path, help="golden folder (default: $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/)")

@@ -29,6 +29,7 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-breakdown", action="store_true",
                    help="skip where-the-time-goes (each step component timed as its own CUDA graph, beside its byte floor)")
     p.add_argument("--json", type=Path, help="write results JSON here")
+    p.add_argument("--force", action="store_true", help="replace --json when it already exists (else exit 2)")
     p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
                    help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
     p.add_argument("--sglang-python", default=sys.executable, help="--engine sglang: the Python that has sglang")
@@ -50,7 +51,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
     check_repeats("--repeats", repeats, 1)
     if args.json:
-        check_writable(args.json, "--json")  # before the timing run: a folder or unwritable path is bad input
+        check_writable(args.json, "--json", args.force)  # before the timing run: a folder or unwritable path is bad input
     if args.engine == "sglang":
         _require_sglang(args.sglang_python)
     from harness.tpot.allreduce import DEFAULT_TABLE

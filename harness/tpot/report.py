@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
-from harness.fsio import write_bytes, write_text
+from harness.fsio import check_writable, write_bytes, write_text
 
 # GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
 # (/work/shared/seeds): the whole-pool FP8->BF16 cast was 64.6 ms of a 95.6 ms TPOT (69%);
@@ -155,9 +155,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True, help="folder for tpot.md and tpot.png")
+    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2)")
     args = ap.parse_args(argv)
     try:
+        for name in ("tpot.md", "tpot.png"):
+            check_writable(args.out / name, "--out", args.force)
         paths = [p for p in args.results if p.exists()] or args.results
         text, bars = render(paths, args.tp2 if args.tp2 and args.tp2.exists() else None)
         args.out.mkdir(parents=True, exist_ok=True)
