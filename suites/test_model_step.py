@@ -31,8 +31,10 @@ def test_glm5_rank_shapes_from_toml():
     assert (s.moe_inter, s.dense_inter, s.vocab, s.n_routed_experts, s.num_experts_per_tok) == (256, 1536, 19360, 256, 8)
     d = load_shape("deepseek-v3-tp8")
     assert (d.hidden_size, d.num_layers, d.heads, d.q_lora_rank, d.v_head_dim, d.vocab) == (7168, 61, 16, 1536, 128, 16160)
-    for name in ("glm5-tp8", "deepseek-v3-tp8"):
-        load_shape(name).check_preset(get_preset(name))
+    for name in ("glm5-tp8", "deepseek-v3-tp8"):  # the attention shape is the preset's own, never a copy
+        shape, preset = load_shape(name), get_preset(name)
+        assert (shape.preset, shape.heads, shape.kv_a_width, shape.num_layers) == (preset, preset.heads_per_rank, preset.row_width, preset.num_layers)
+    assert load_shape("glm5-tp8", shrink=True).num_layers == 3
 
 
 def test_glm5_full_rank_weights_are_about_93_gb():
@@ -40,7 +42,8 @@ def test_glm5_full_rank_weights_are_about_93_gb():
     assert 90e9 < full < 97e9, full  # ~744B params / 8 ranks in FP8, plus BF16 embedding/lm_head shards
 
 
-@pytest.mark.parametrize("bad, field", [("hidden_size = 6000", "hidden_size"), ("tp = 3", "num_heads"), ("bogus = 1", "bogus")])
+@pytest.mark.parametrize("bad, field", [("hidden_size = 6000", "hidden_size"), ("tp = 3", "declared by preset"),
+                                        ("num_heads = 64", "num_heads"), ("num_layers = 78", "declared by preset"), ("bogus = 1", "bogus")])
 def test_bad_model_toml_names_file_and_field(tmp_path, bad, field):
     text = (nbytes.__file__.rsplit("/", 1)[0] + "/models.toml")
     src = open(text).read().split("[deepseek-v3-tp8]")[0]
@@ -142,6 +145,12 @@ def test_routed_experts_with_wrong_expert_are_caught():
 def tiny_ctx():
     case = Case(get_preset("glm5-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
     return build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cpu"), "torch", 2, AllReduce())
+
+
+def test_a_shape_of_another_preset_is_refused():
+    case = Case(get_preset("deepseek-v3-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
+    with pytest.raises(HarnessError, match=r"^--preset: the model shape is glm5-tp8's, the case is deepseek-v3-tp8's"):
+        build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cpu"), "torch", 2, AllReduce())
 
 
 def _layer0_attention(ctx, name, faults=frozenset()):

@@ -1,4 +1,5 @@
-"""Model shapes as data (models.toml, keyed by preset name) and the per-rank sizes derived from them."""
+"""Model shapes: the preset's attention shape (harness/spec/presets.py, declared there only) plus the rest
+of the model as data (models.toml, keyed by preset name), and the per-rank sizes derived from them."""
 
 from __future__ import annotations
 
@@ -7,26 +8,28 @@ from pathlib import Path
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
-from harness.spec.presets import ModelPreset
+from harness.spec.presets import ModelPreset, get_preset
 
 MODELS_FILE = Path(__file__).resolve().parent / "models.toml"
 BLOCK = 128  # FP8 block-quantization tile (128 x 128 weight blocks, 1 x 128 activation groups)
 
 
+def _from_preset(attr: str) -> property:
+    return property(lambda self: getattr(self.preset, attr), doc=f"the preset's {attr}")
+
+
 @dataclass(frozen=True)
 class ModelShape:
-    """One model's public config numbers plus the tensor parallelism it is served with."""
+    """One model's public config numbers plus the tensor parallelism it is served with: the attention
+    shape (heads, tp, KV row) is its preset's, the rest comes from models.toml."""
 
     name: str
+    preset: ModelPreset
     source: str
     hidden_size: int
     num_layers: int
     first_k_dense: int
-    num_heads: int
     q_lora_rank: int
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
     v_head_dim: int
     n_routed_experts: int
     num_experts_per_tok: int
@@ -37,15 +40,19 @@ class ModelShape:
     n_group: int
     topk_group: int
     routed_scaling_factor: float
-    tp: int
     architecture: str  # the architecture and model_type SGLang serves the checkpoint with (sglang 0.5.23 srt/models)
     model_type: str
 
-    # per-rank sizes (SGLang's TP layout: attention heads, FFN intermediates and vocab split by tp)
-    @property
-    def heads(self) -> int:
-        return self.num_heads // self.tp
+    # the preset's attention shape, read through the shape
+    num_heads = _from_preset("num_heads_total")
+    tp = _from_preset("tp")
+    kv_lora_rank = _from_preset("kv_lora_rank")
+    qk_nope_head_dim = _from_preset("qk_nope_head_dim")
+    qk_rope_head_dim = _from_preset("qk_rope_head_dim")
+    heads = _from_preset("heads_per_rank")
+    kv_a_width = _from_preset("row_width")
 
+    # per-rank sizes (SGLang's TP layout: FFN intermediates and vocab split by tp)
     @property
     def moe_inter(self) -> int:
         return self.moe_intermediate_size // self.tp
@@ -58,28 +65,12 @@ class ModelShape:
     def vocab(self) -> int:
         return self.vocab_size // self.tp
 
-    @property
-    def kv_a_width(self) -> int:
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
     def is_moe(self, layer: int) -> bool:
         return layer >= self.first_k_dense
 
     def with_layers(self, num_layers: int) -> "ModelShape":
         """The first `num_layers` layers (dense layers first, as in the model)."""
         return replace(self, num_layers=num_layers, first_k_dense=min(self.first_k_dense, num_layers))
-
-    def check_preset(self, preset: ModelPreset) -> None:
-        """The pool and strategies use the preset's attention shape: both must agree."""
-        for ours, theirs, what in (
-            (self.num_heads, preset.num_heads_total, "num_heads"),
-            (self.tp, preset.tp, "tp"),
-            (self.qk_nope_head_dim, preset.qk_nope_head_dim, "qk_nope_head_dim"),
-            (self.kv_lora_rank, preset.kv_lora_rank, "kv_lora_rank"),
-            (self.qk_rope_head_dim, preset.qk_rope_head_dim, "qk_rope_head_dim"),
-        ):
-            if ours != theirs:
-                raise HarnessError(f"{MODELS_FILE}: [{self.name}].{what}", f"{ours} != preset {preset.name}'s {theirs}")
 
 
 _INT_FIELDS = [f.name for f in fields(ModelShape) if f.type == "int"]
@@ -91,7 +82,6 @@ def _validate(shape: ModelShape, where: str) -> ModelShape:
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "first_k_dense" else 1):
             raise HarnessError(f"{where}.{name}", f"must be a positive integer, got {value!r}")
     rules = (
-        (shape.num_heads % shape.tp == 0, "num_heads", "must divide by tp"),
         (shape.moe_intermediate_size % (shape.tp * BLOCK) == 0, "moe_intermediate_size", f"must divide by tp x {BLOCK}"),
         (shape.intermediate_size % (shape.tp * BLOCK) == 0, "intermediate_size", f"must divide by tp x {BLOCK}"),
         (shape.vocab_size % shape.tp == 0, "vocab_size", "must divide by tp"),
@@ -110,19 +100,27 @@ def _validate(shape: ModelShape, where: str) -> ModelShape:
 
 
 def load_shape(preset_name: str, shrink: bool = False, path: Path = MODELS_FILE) -> ModelShape:
-    """The shape of `preset_name` from models.toml; with `shrink`, the [shrink] fields replace its own."""
+    """The shape of `preset_name`: its preset's attention shape and layer count, and the rest from
+    models.toml; with `shrink`, the [shrink] fields replace the file's own (and the layer count)."""
+    preset = get_preset(preset_name)
     data = read_toml(path)
     entry = data.get(preset_name)
     if not isinstance(entry, dict):
         names = ", ".join(k for k in data if k != "shrink")
         raise HarnessError(str(path), f"no model shape for preset {preset_name!r} (have {names})")
-    known = {f.name for f in fields(ModelShape)} - {"name"}
-    values = dict(entry)
-    if shrink:
-        values.update(data.get("shrink", {}))
-    unknown, missing = set(values) - known, known - set(values)
-    if unknown or missing:
-        problem = f"unknown field(s) {sorted(unknown)}" if unknown else f"missing field(s) {sorted(missing)}"
-        raise HarnessError(f"{path}: [{preset_name}]", problem)
+    shrunk = data.get("shrink", {})
+    if not isinstance(shrunk, dict):
+        raise HarnessError(f"{path}: shrink", "must be a table")
+    known = {f.name for f in fields(ModelShape)} - {"name", "preset", "num_layers"}
+    for where, values, allowed in ((f"[{preset_name}]", entry, known), ("[shrink]", shrunk, known | {"num_layers"})):
+        unknown = sorted(set(values) - allowed)
+        if unknown:
+            declared = unknown[0] == "num_layers" or isinstance(getattr(ModelShape, unknown[0], None), property)
+            why = f"declared by preset {preset_name!r} in harness/spec/presets.py" if declared else "unknown field"
+            raise HarnessError(f"{path}: {where}.{unknown[0]}", why)
+    missing = sorted(known - set(entry))
+    if missing:
+        raise HarnessError(f"{path}: [{preset_name}]", f"missing field(s) {missing}")
+    values = {**entry, "num_layers": preset.num_layers, **(shrunk if shrink else {})}
     values["routed_scaling_factor"] = float(values["routed_scaling_factor"])
-    return _validate(ModelShape(name=preset_name, **values), f"{path}: [{preset_name}]")
+    return _validate(ModelShape(name=preset_name, preset=preset, **values), f"{path}: [{preset_name}]")

@@ -180,7 +180,8 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
     shape = shape.with_layers(case.num_layers) if case.num_layers < shape.num_layers else shape
     if case.num_layers != shape.num_layers:
         raise HarnessError("--layers", f"the model has {shape.num_layers} layers; the pool can't have more ({case.num_layers})")
-    shape.check_preset(case.preset)
+    if shape.preset != case.preset:
+        raise HarnessError("--preset", f"the model shape is {shape.preset.name}'s, the case is {case.preset.name}'s")
     if weight_sets < 1:
         raise HarnessError("--weight-sets", f"must be >= 1, got {weight_sets}")
     schedule = case.schedule()
