@@ -29,7 +29,8 @@ def clone(tmp_path_factory):
     root = tmp_path_factory.mktemp("asv")
     subprocess.run(["git", "clone", "-q", str(REPO), str(root / "repo")], check=True)
     # benchmark this working tree's asv files even when they are not committed yet
-    for rel in ("asv.conf.json", "ci/asv_runner_env.py", "ci/__init__.py", "suites/asv/benchmarks.py", "suites/asv/__init__.py"):
+    asv_files = [str(p.relative_to(REPO)) for p in (REPO / "suites" / "asv").glob("*.py")]
+    for rel in ("asv.conf.json", "ci/asv_runner_env.py", "ci/__init__.py", *asv_files):
         (root / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, root / "repo" / rel)
     home = root / "home"

@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from .benchmarks import benchmarked
+
 try:
     from harness import envvars
     from harness.errors import HarnessError
@@ -36,18 +38,6 @@ def _env(name: str, default, check_names: bool = True):
     except HarnessError as exc:
         BAD_ENV.append(str(exc))
         return default()
-
-
-def benchmarked() -> list[str]:
-    """The default strategies: the registry's (every registered strategy but register(benchmark=False)
-    ones), so a new strategy is timed here and by the perf gate without another edit. asv runs these
-    files against older commits too (the perf gate's base): a harness from before the registry
-    declared `benchmark` has every strategy timed."""
-    from harness import strategies
-
-    if hasattr(strategies, "BENCHMARKED"):
-        return list(strategies.BENCHMARKED)
-    return [n for n in strategies.ORDER if getattr(strategies.REGISTRY[n], "benchmark", True)]
 
 
 SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if CUDA else ["b1-l500"]))
