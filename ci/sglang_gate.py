@@ -162,6 +162,8 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> Path:
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
     (ref,) = args.commits
+    if args.json.exists() and "--force" not in extra:  # harness run would refuse it, but only after the install
+        raise BadInput(f"--json {args.json}: exists; nothing was written (choose a new path, or pass -- --force)")
     commit = resolve(repo, "COMMIT", ref)
     subdir = project_subdir(repo, commit, ref)
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):

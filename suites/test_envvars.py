@@ -114,7 +114,7 @@ def _asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bo
 
         monkeypatch.setitem(sys.modules, "harness.envvars", None)  # the import fails as on a base commit
         monkeypatch.delattr(harness, "envvars", raising=False)
-    spec = importlib.util.spec_from_file_location(f"_envvars_asv_{name}", ROOT / "suites" / "asv" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"suites.asv._fresh_{name}", ROOT / "suites" / "asv" / f"{name}.py")  # in the package: bench_tpot imports .benchmarks
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

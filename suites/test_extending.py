@@ -5,7 +5,6 @@ and docs/extending.md names exactly the files a new strategy, backend, metric an
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 import sys
@@ -17,6 +16,7 @@ import torch
 from harness.cli import main
 from harness.strategies import BASELINE, BENCHMARKED, ORDER, REGISTRY
 from harness.strategies.base import Strategy, register, unregister
+from suites.test_envvars import _asv_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "toy_cast"
@@ -55,15 +55,6 @@ def _rows(path: Path) -> dict[tuple[str, str], dict]:
     return {(r["strategy"], r["metric"]): r for r in json.loads(path.read_text())["rows"]}
 
 
-def _asv_module(name: str, monkeypatch):
-    """A fresh copy of suites/asv/<name>.py as asv imports it, with no MLA_ASV_STRATEGIES set."""
-    monkeypatch.delenv("MLA_ASV_STRATEGIES", raising=False)
-    spec = importlib.util.spec_from_file_location(f"_toy_asv_{name}", ROOT / "suites" / "asv" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, capsys, monkeypatch):
     assert ORDER[-1] == TOY and TOY in BENCHMARKED  # registered after every shipped one, timed by default
 
@@ -84,9 +75,9 @@ def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, 
 
     # asv: both benchmark files time it by default (fused_fp8 too)
     for name in ("benchmarks", "bench_tpot"):
-        module = _asv_module(name, monkeypatch)
+        module = _asv_module(name, monkeypatch, {})
         assert TOY in module.STRATEGIES and "fused_fp8" in module.STRATEGIES, name
-    assert TOY in _asv_module("benchmarks", monkeypatch).StepDeviceMs.params[1]
+    assert TOY in _asv_module("benchmarks", monkeypatch, {}).StepDeviceMs.params[1]
 
     # report: a row of the toy's own in the case table, its speedup over the registry's baseline
     capsys.readouterr()
