@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from harness.cli import main
+from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
-from harness.results.schema import SCHEMA_V1, read_results
+from harness.results.schema import SCHEMA_V1, SCHEMA_V2, read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,8 +55,8 @@ def _rows(doc: dict, metric: str, strategy: str | None = None) -> list[dict]:
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
-    assert a["schema"] == "mla-harness-results/2"
-    assert a["case"] == {"preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
+    assert a["schema"] == "mla-harness-results/3"
+    assert a["case"] == {"command": "run", "preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
                          "backend": "torch", "kernel": "auto"}
     code, out, _ = _compare(tmp_path, a, a, capsys)
     assert code == 0 and f"{len(a['rows'])} rows" in out and "unchanged" in out
@@ -92,7 +94,7 @@ def test_head_with_a_null_extra_bytes_fails(a, tmp_path, capsys):
 
 @pytest.mark.parametrize("field, value", [("preset", "deepseek-v3-tp8"), ("scenario", "b1-l4096"), ("scale", "prod"),
                                           ("backend", "flashinfer-fa3"), ("slots", 20000), ("layers", 1),
-                                          ("kernel", "fa2")])
+                                          ("kernel", "fa2"), ("command", "tpot")])
 def test_another_case_is_bad_input_naming_the_field(a, tmp_path, capsys, field, value):
     head = copy.deepcopy(a)
     head["case"][field] = value
@@ -133,7 +135,14 @@ def test_tpot_json_carries_its_case(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     case = read_results(out).case
-    assert (case.scenario, case.slots, case.layers, case.backend) == ("b1-l500", 2048, 2, "torch")
+    assert (case.command, case.scenario, case.slots, case.layers, case.backend) == ("tpot", "b1-l500", 2048, 2, "torch")
+    run = tmp_path / "r.json"  # `harness run` of the very same case: another measurement, never compared with it
+    assert main(["run", "--scenario", "b1-l500", "--device", "cpu", "--slots", "2048", "--layers", "2", "--repeats", "1",
+                 "--strategy", "gather_cast", "--json", str(run)]) == 0
+    assert read_results(run).case == msgspec.structs.replace(case, command="run")
+    for base, head in ((out, run), (run, out)):
+        with pytest.raises(HarnessError, match=r"case\.command: '(run|tpot)' is not the base's '(tpot|run)'"):
+            compare_results(load_results(base), load_results(head), 0.05, names=(str(base), str(head)))
 
 
 # version 1 files are upgraded on read
@@ -162,6 +171,19 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     code, _, err = _compare(tmp_path, mixed, a, capsys)
     assert code == 2
     _one_error_line(err, "base.json: rows[].scenario", "several cases")
+
+
+@pytest.mark.parametrize("repro, tpot_row, command", [("python -m harness run --scenario b1-l500", False, "run"),
+                                                     ("python -m harness tpot --scenario b1-l500", False, "tpot"),
+                                                     ("", True, "tpot"), ("", False, "run")])
+def test_a_v2_file_is_upgraded_with_the_command_that_measured_it(a, tmp_path, repro, tpot_row, command):
+    """Version 2 had no case.command: the recorded command line's subcommand, else a tpot_ms row, says which."""
+    v2 = copy.deepcopy(a)
+    del v2["case"]["command"]
+    v2.update(schema=SCHEMA_V2, repro=repro)
+    if tpot_row:
+        v2["rows"][0].update(metric="tpot_ms", unit="ms", better="lower")
+    assert load_results(_write(tmp_path / "v2.json", v2)).case.command == command
 
 
 def _write(path: Path, doc: dict) -> Path:

@@ -24,9 +24,10 @@ def repro_command(argv: list[str] | None = None) -> str:
     return shlex.join(["python", "-m", "harness", *args])
 
 
-def case_record(case, backend: str, kernel: str) -> Case:
-    """The case record of a run: `case` (harness.inputs.cases.Case), the backend its rows name, the kernel choice."""
-    return Case(preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
+def case_record(case, backend: str, kernel: str, command: str = "run") -> Case:
+    """The case record of a `command` (run or tpot): `case` (harness.inputs.cases.Case), the backend its rows
+    name, the kernel choice."""
+    return Case(command=command, preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
                 layers=case.num_layers, backend=backend, kernel=kernel)
 
 
@@ -44,7 +45,7 @@ def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -
     validate_rows(rows)
     if case is None:
         first = rows[0] if rows else None
-        case = Case(**{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto")
+        case = Case(command="run", **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto")
     device_type = str(env.get("device") or "cpu").split(":")[0]
     doc = json.loads(json.dumps({
         "schema": SCHEMA,

@@ -23,10 +23,12 @@ from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.results.metrics import METRICS
 
-SCHEMA = "mla-harness-results/2"
+SCHEMA = "mla-harness-results/3"
 SCHEMA_V1 = "mla-harness-results/1"
+SCHEMA_V2 = "mla-harness-results/2"
+COMMANDS = ("run", "tpot")  # what measured a results file: `harness run` or `harness tpot`
 VERDICTS = ("pass", "fail", "unsupported", "error")
-CASE_FIELDS = ("preset", "scenario", "scale", "slots", "layers", "backend", "kernel")
+CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel")
 ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
 
 BOUND = 1e300  # numbers are finite and well inside float64: 401-digit integers are rejected
@@ -62,6 +64,7 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     """What a results file measured: two files compare only when every field is equal.
     slots/layers are None only in a version-1 file whose command line did not give them."""
 
+    command: Literal["run", "tpot"]
     preset: str
     scenario: str
     scale: str
@@ -151,7 +154,7 @@ class Environment(msgspec.Struct):
 class ResultsFile(msgspec.Struct):
     """A results file (report also requires created, environment and repro)."""
 
-    schema: Literal["mla-harness-results/2"]
+    schema: Literal["mla-harness-results/3"]
     case: Case
     rows: list[Row]
     created: str | None = None
@@ -244,10 +247,26 @@ def _v1_to_v2(doc: dict, where: str) -> dict:
     repro = doc.get("repro") if isinstance(doc.get("repro"), str) else ""
     case.update(slots=_count(_flag(repro, "--slots")), layers=_count(_flag(repro, "--layers")),
                 kernel=_flag(repro, "--kernel") or "auto")
-    return {**doc, "schema": SCHEMA, "case": case}
+    return {**doc, "schema": SCHEMA_V2, "case": case}
 
 
-MIGRATIONS = {SCHEMA_V1: _v1_to_v2}  # schema version -> its upgrade to the next version
+def _v2_to_v3(doc: dict, where: str) -> dict:
+    """Version 2's case does not say which command measured it: the subcommand of the recorded command
+    line (`python -m harness tpot ...`), else `tpot` when a row holds tpot_ms, else `run`."""
+    repro = doc.get("repro") if isinstance(doc.get("repro"), str) else ""
+    try:
+        words = shlex.split(repro)
+    except ValueError:
+        words = []
+    command = words[3] if words[:3] == ["python", "-m", "harness"] and len(words) > 3 and words[3] in COMMANDS else None
+    if command is None:
+        rows = doc.get("rows") if isinstance(doc.get("rows"), list) else []
+        command = "tpot" if any(isinstance(r, dict) and r.get("metric") == "tpot_ms" for r in rows) else "run"
+    case = doc.get("case")
+    return {**doc, "schema": SCHEMA, "case": {**case, "command": command} if isinstance(case, dict) else case}
+
+
+MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3}  # schema version -> its upgrade to the next version
 
 
 def upgrade(doc, where: str):

@@ -96,7 +96,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if args.json:
         env = environment(device)
         env["copy_gbps"] = copy_gbps
-        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto"))
+        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto", "tpot"))
         console.print(f"results written to {args.json}")
     return 0
 
@@ -131,7 +131,7 @@ def _sglang(args, console: Console, case, shape, names) -> int:
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
                         detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
     if args.json:
-        write_results(args.json, rows, environment(torch_device()), repro_command(), case_record(case, ident["backend"], "auto"))
+        write_results(args.json, rows, environment(torch_device()), repro_command(), case_record(case, ident["backend"], "auto", "tpot"))
         console.print(f"results written to {args.json}")
     return 0
 
