@@ -187,14 +187,30 @@ def _by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[s
     return out
 
 
+def _config(extra: list[str]) -> tuple[Path, dict]:
+    """(the asv config's folder, the config) as asv reads it (// comments allowed)."""
+    config = _config_path(extra)
+    return config.parent, json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
+
+
+def commit_hashes(base: str, head: str, extra: list[str]) -> list[str]:
+    """BASE and HEAD resolved in the asv config's repository; one that is not a commit there is a
+    HarnessError naming it (checked before asv runs)."""
+    root, conf = _config(extra)
+    repo = root / conf.get("repo", ".")
+    hashes = []
+    for what, ref in (("BASE", base), ("HEAD", head)):
+        proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo, capture_output=True, text=True)
+        if proc.returncode:
+            raise HarnessError(what, f"{ref!r} is not a commit of {repo.resolve()}")
+        hashes.append(proc.stdout.strip())
+    return hashes
+
+
 def stored_results(base: str, head: str, machine: str | None, extra: list[str]) -> tuple[dict, dict]:
     """Both commits' stored asv results (`_by_benchmark`), found through the asv config."""
-    config = _config_path(extra)
-    conf = json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
-    root = config.parent
-    repo = root / conf.get("repo", ".")
-    hashes = [subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=repo, capture_output=True,
-                             text=True, check=True).stdout.strip() for ref in (base, head)]
+    root, conf = _config(extra)
+    hashes = commit_hashes(base, head, extra)
     results_dir = root / conf.get("results_dir", "results")
     return _by_benchmark(results_dir, machine, hashes[0]), _by_benchmark(results_dir, machine, hashes[1])
 
@@ -294,9 +310,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
-    try:  # a bad MLA_ASV_* value fails here, not as a traceback inside every benchmark
+    try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark
         envvars.check_all()
-    except HarnessError as exc:
+        commit_hashes(args.base, args.head, extra)
+    except (HarnessError, OSError, ValueError) as exc:
         print(f"asv-gate: FAILURE: {exc}", flush=True)
         return FAILURE
     cmd = asv_command(args, extra)

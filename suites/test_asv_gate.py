@@ -101,7 +101,8 @@ def _git(cwd: Path, *args: str) -> None:
 
 
 def _make_project(root: Path) -> Path:
-    """A git project: `base`, and branches `slow` (track_value 100 -> 150), `same`, `broken` (a benchmark raises)."""
+    """A git project: `base`, and branches `slow` (track_value 100 -> 150), `same`, `broken` (a benchmark raises),
+    `unbuildable` (speed.py gone: asv cannot install the commit)."""
     root.mkdir()
     (root / "benchmarks").mkdir()
     (root / "benchmarks" / "__init__.py").write_text("")
@@ -118,6 +119,9 @@ def _make_project(root: Path) -> Path:
         _git(root, "checkout", "-q", "-b", branch, "base")
         (root / "speed.py").write_text(speed)
         _git(root, "commit", "-qam", branch)
+    _git(root, "checkout", "-q", "-b", "unbuildable", "base")
+    _git(root, "rm", "-q", "speed.py")
+    _git(root, "commit", "-qm", "unbuildable")
     _git(root, "checkout", "-q", "main")
     return root
 
@@ -136,11 +140,12 @@ def _run_gate_on_each_head(root: Path) -> dict[str, list]:
         mp.setenv("PYTHONDONTWRITEBYTECODE", "1")
         subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", MACHINE],
                        cwd=project, check=True, capture_output=True)
-        for head in ("slow", "broken", "same", "no-such-ref"):
+        runs = [(head, head, MACHINE) for head in ("slow", "broken", "same", "unbuildable", "no-such-ref")]
+        for key, head, machine in [*runs, ("no-such-machine", "same", "no-such-machine")]:  # the last: asv errors out
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
-                code = asv_gate.main(["base", head, "--machine", MACHINE, "--config", str(project / "asv.conf.json")])
-            results[head] = [code, printed.getvalue()]
+                code = asv_gate.main(["base", head, "--machine", machine, "--config", str(project / "asv.conf.json")])
+            results[key] = [code, printed.getvalue()]
     return results
 
 
@@ -212,17 +217,23 @@ def test_unchanged_exits_0(runs):
 
 
 def test_asv_error_without_comparison_exits_2(runs):
-    code, printed = runs["no-such-ref"]
+    code, printed = runs["no-such-machine"]
     assert code == 2, printed
     assert "asv-gate: FAILURE: asv printed no comparison" in printed
 
 
+def test_an_unknown_head_exits_2_naming_it_and_asv_never_runs(runs):
+    code, printed = runs["no-such-ref"]
+    assert code == 2 and printed.startswith("asv-gate: FAILURE: HEAD: 'no-such-ref' is not a commit of "), printed
+    assert "asv-gate: running" not in printed
+
+
 def test_asv_exit_statuses_are_what_the_gate_expects(runs):
-    statuses = {head: _asv_part(printed)[0] for head, (_, printed) in runs.items()}
-    assert statuses == {"slow": 1, "broken": 2, "same": 0, "no-such-ref": 1}
+    statuses = {head: _asv_part(printed)[0] for head, (_, printed) in runs.items() if head != "no-such-ref"}
+    assert statuses == {"slow": 1, "broken": 2, "same": 0, "unbuildable": 2, "no-such-machine": 1}
 
 
-@pytest.mark.parametrize("head, expected", [("slow", 1), ("broken", 2), ("same", 0), ("no-such-ref", 2)])
+@pytest.mark.parametrize("head, expected", [("slow", 1), ("broken", 2), ("same", 0), ("unbuildable", 2), ("no-such-machine", 2)])
 def test_classify_captured_output(runs, head, expected):
     status, output = _asv_part(runs[head][1])
     assert asv_gate.classify(status, output).code == expected
@@ -275,7 +286,17 @@ def test_bad_factor_exits_2_before_running_asv(capsys):
     assert info.value.code == 2 and "(1, 2)" in capsys.readouterr().err
 
 
-def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys):
+def _in_a_git_project(tmp_path, monkeypatch) -> None:
+    """Work in a one-commit git project whose asv.conf.json names it as the repository (HEAD resolves there)."""
+    (tmp_path / "asv.conf.json").write_text(json.dumps({"version": 1, "repo": "."}))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "one")
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys, tmp_path):
+    _in_a_git_project(tmp_path, monkeypatch)
     monkeypatch.setenv("MLA_ASV_REPEATS", "abc")
     monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran with a bad MLA_ASV_REPEATS"))
     assert asv_gate.main(["base", "head"]) == asv_gate.FAILURE
@@ -283,7 +304,16 @@ def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys):
     monkeypatch.setenv("MLA_ASV_REPEATS", "10")  # twin: a good value reaches asv
     monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
     monkeypatch.setattr(asv_gate, "check_stored", lambda args, extra, outcome: outcome)
-    assert asv_gate.main(["base", "head"]) == asv_gate.CLEAN
+    assert asv_gate.main(["HEAD", "HEAD"]) == asv_gate.CLEAN
+
+
+@pytest.mark.parametrize("refs, named", [(["nope-base", "HEAD"], "BASE: 'nope-base'"), (["HEAD", "nope-head"], "HEAD: 'nope-head'")])
+def test_an_unknown_commit_exits_2_naming_it_before_running_asv(monkeypatch, capsys, tmp_path, refs, named):
+    _in_a_git_project(tmp_path, monkeypatch)
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran with an unknown commit"))
+    assert asv_gate.main(refs) == asv_gate.FAILURE
+    out = capsys.readouterr().out
+    assert f"asv-gate: FAILURE: {named} is not a commit of" in out, out
 
 
 # what `asv continuous` does not say: benchmarks the head lost (read from both commits' stored results)
