@@ -52,6 +52,8 @@ MUTATIONS = [
     ("gpu-count-unchecked", "suites/plugins/gpu_binding.py", "count = envvars.read(ENV_NUM_GPUS)",
      "count = int(os.environ[ENV_NUM_GPUS]) if os.environ.get(ENV_NUM_GPUS) else None",
      [f"{E}::test_gpu_binding_refuses_a_bad_gpu_count"]),
+    ("cuda-kernel-spills", "harness/kernels/fused_mla_cuda.cu", "__launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)",
+     "__launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 4 : 1)", ["suites/test_fused_cuda_build.py::test_every_instance_builds_and_spills_only_where_pinned"]),
     ("existing-output-replaced", "harness/fsio.py", "if path.exists() and not force:", "if False:",
      [f"{OUTPUTS}::test_an_existing_file_is_replaced_only_with_force"]),
     ("tpot-json-checked-after-timing", "harness/tpot/cli.py", 'check_writable(args.json, "--json", args.force)  # before the timing run',

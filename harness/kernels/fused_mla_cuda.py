@@ -9,9 +9,9 @@ arrival counters), by all of them at once, each a slice of the channels, once th
 memory (sm_90+; requests past one wave of clusters run in a launch beside it, `wave_split`), or
 by `fused_mla_merge`, on sm_90+ a programmatic dependent launch
 (cuLaunchKernelEx) whose CTAs are resident before the first kernel drains and only wait for its
-writes. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC compiles it for
-any such arch on a machine with a CUDA torch, GPU or not (`compile_cubin`); torch's NVRTC wrapper
-still wants a CUDA toolkit directory (CUDA_HOME) for its include path, as FlashInfer's JIT does.
+writes. It needs sm_89 or newer (cvt e4m3x2 -> f16x2) and uses no headers, so NVRTC
+(harness.kernels.nvrtc) compiles it for any such arch, GPU or not (`compile_cubin`; the CPU CI builds
+every instance for sm_89, sm_90 and sm_120), with no CUDA toolkit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from harness.errors import HarnessError
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
 TILE, ROW, QROW, SROW, PROW, IR, BARS = 64, 576, 580, 68, 72, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
+HEADS_PER_CTA = (8, 16)  # one n-tile of 8 heads, or two
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
 MIN_ARCH = (8, 9)
@@ -39,6 +40,7 @@ WAIT_PRIOR = 4  # merge_mode flag: the launch waits for the one it runs beside b
 INDICES_READY = 8  # merge_mode flag: the indices were written before the previous kernel started
 MAX_REST_SPLITS = 16  # splits per request of the launch beside a wave of clusters (wave_split)
 CLUSTER_SPLITS = (2, 4, 8)  # a cluster merge: portable cluster sizes that divide the 512 channels
+OPTIONS = ("-std=c++17",)  # NVRTC's, beside the target arch
 
 
 def heads_per_cta(num_heads: int) -> int:
@@ -72,7 +74,7 @@ MERGE_KERNEL = f"fused_mla_merge<{MERGE_BATCH}>"
 
 
 def _check(nh: int, stages: int, warps: int) -> None:
-    if stages not in STAGES or nh not in (8, 16) or warps not in WARPS:
+    if stages not in STAGES or nh not in HEADS_PER_CTA or warps not in WARPS:
         raise ValueError(f"stages must be one of {STAGES}, heads per CTA 8 or 16 and warps one of {WARPS}, "
                          f"got {stages}, {nh}, {warps}")
 
@@ -89,9 +91,10 @@ def compile_merge_cubin(arch: str) -> tuple[bytes, str]:
 
 
 def _compile(name: str, arch: str) -> tuple[bytes, str]:
-    from torch.cuda._utils import _nvrtc_compile
+    from harness.kernels import nvrtc
 
-    return _nvrtc_compile(SOURCE.read_text(), name, arch, nvcc_options=["-std=c++17"])
+    built = nvrtc.build(SOURCE.read_text(), [name], arch, OPTIONS, SOURCE.name)
+    return built.cubin, built.lowered[name]
 
 
 def _props(device_index: int):

@@ -344,20 +344,6 @@ def test_cuda_cluster_merge_past_one_wave(heads):
     assert per_request == [rest_splits - 1] * len(per_request) and set(parts[2][len(per_request):].tolist()) == {-1}
 
 
-def test_cuda_kernel_compiles_for_sm90_and_sm120():
-    """NVRTC builds every instantiation for sm_90 and sm_120 (RTX PRO 6000), GPU present or not."""
-    from harness.kernels import fused_mla_cuda
-
-    for arch in ("90", "120"):
-        for nh in (8, 16):
-            for stages in fused_mla_cuda.STAGES:
-                for warps in fused_mla_cuda.WARPS:
-                    cubin, name = fused_mla_cuda.compile_cubin(nh, stages, warps, arch)
-                    assert len(cubin) > 10_000 and "fused_mla_decode" in name
-        cubin, name = fused_mla_cuda.compile_merge_cubin(arch)
-        assert len(cubin) > 1_000 and "fused_mla_merge" in name
-
-
 def test_cuda_graph_replan_follows_the_step(gpu_device):
     """A graph captured over a plan and re-planned in place for another step gives that step's outputs."""
     from harness.backends import make_backend
