@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -26,7 +26,7 @@ from harness.results.metrics import METRICS
 SCHEMA = "mla-harness-results/3"
 SCHEMA_V1 = "mla-harness-results/1"
 SCHEMA_V2 = "mla-harness-results/2"
-COMMANDS = ("run", "tpot")  # what measured a results file: `harness run` or `harness tpot`
+Command = Literal["run", "tpot"]  # what measured a results file: `harness run` or `harness tpot`
 VERDICTS = ("pass", "fail", "unsupported", "error")
 CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel")
 ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
@@ -64,7 +64,7 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     """What a results file measured: two files compare only when every field is equal.
     slots/layers are None only in a version-1 file whose command line did not give them."""
 
-    command: Literal["run", "tpot"]
+    command: Command
     preset: str
     scenario: str
     scale: str
@@ -210,12 +210,17 @@ def validate(doc, kind: type[T], where: str | Path, name: str | None = None) -> 
         raise HarnessError(str(where), f"does not match the {name or kind.__name__} schema: {text}") from None
 
 
+def _words(repro: str) -> list[str]:
+    """A recorded command line's words (none when it does not parse)."""
+    try:
+        return shlex.split(repro)
+    except ValueError:
+        return []
+
+
 def _flag(repro: str, name: str) -> str | None:
     """The value of `--name V` / `--name=V` in a recorded command line, or None."""
-    try:
-        words = shlex.split(repro)
-    except ValueError:
-        return None
+    words = _words(repro)
     for i, word in enumerate(words):
         if word == name and i + 1 < len(words):
             return words[i + 1]
@@ -253,12 +258,8 @@ def _v1_to_v2(doc: dict, where: str) -> dict:
 def _v2_to_v3(doc: dict, where: str) -> dict:
     """Version 2's case does not say which command measured it: the subcommand of the recorded command
     line (`python -m harness tpot ...`), else `tpot` when a row holds tpot_ms, else `run`."""
-    repro = doc.get("repro") if isinstance(doc.get("repro"), str) else ""
-    try:
-        words = shlex.split(repro)
-    except ValueError:
-        words = []
-    command = words[3] if words[:3] == ["python", "-m", "harness"] and len(words) > 3 and words[3] in COMMANDS else None
+    words = _words(doc.get("repro") if isinstance(doc.get("repro"), str) else "")
+    command = words[3] if words[:3] == ["python", "-m", "harness"] and len(words) > 3 and words[3] in get_args(Command) else None
     if command is None:
         rows = doc.get("rows") if isinstance(doc.get("rows"), list) else []
         command = "tpot" if any(isinstance(r, dict) and r.get("metric") == "tpot_ms" for r in rows) else "run"
