@@ -106,11 +106,15 @@ class Strategy:
         return 0
 
     @classmethod
+    def kv_read_bytes(cls, geometry: PoolGeometry, batch: StepBatch) -> int:
+        """Bytes of KV one layer's attention reads: every active row once, in kv_dtype."""
+        return len(batch.kv_indices) * geometry.row_width * cls.kv_dtype.itemsize
+
+    @classmethod
     def attn_bytes(cls, geometry: PoolGeometry, batch: StepBatch, num_heads: int) -> int:
-        """Bytes one layer's attention must move: every active KV row once in kv_dtype, the
-        queries (bf16, 576 channels) and the output (bf16 512 + fp32 LSE) of every head."""
-        rows = len(batch.kv_indices) * geometry.row_width * cls.kv_dtype.itemsize
-        return rows + batch.batch_size * num_heads * (geometry.row_width * 2 + 512 * 2 + 4)
+        """Bytes one layer's attention must move: its KV (`kv_read_bytes`), the queries (bf16, 576
+        channels) and the output (bf16 512 + fp32 LSE) of every head."""
+        return cls.kv_read_bytes(geometry, batch) + batch.batch_size * num_heads * (geometry.row_width * 2 + 512 * 2 + 4)
 
     @classmethod
     def write_bytes(cls, geometry: PoolGeometry, batch: StepBatch) -> int:

@@ -71,9 +71,8 @@ def step_bytes(s: ModelShape, expert_ids: dict[int, torch.Tensor], strategy_cls,
     for layer in range(s.num_layers):
         active = int(expert_ids[layer].unique().numel()) if s.is_moe(layer) else 0
         weights += layer_weight_bytes(s, layer, active)
-    kv_width = 1 if strategy_cls.kv_dtype == torch.float8_e4m3fn else 2
     # the active rows read in the KV dtype, plus what the strategy's KV write stores (shadow: the BF16 copy too)
-    per_layer_kv = len(batch.kv_indices) * geometry.row_width * kv_width + strategy_cls.write_bytes(geometry, batch)
+    per_layer_kv = strategy_cls.kv_read_bytes(geometry, batch) + strategy_cls.write_bytes(geometry, batch)
     cast = strategy_cls.cast_bytes(geometry, batch) * s.num_layers
     return StepBytes(weights, per_layer_kv * s.num_layers, cast)
 
