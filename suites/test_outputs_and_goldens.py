@@ -82,12 +82,14 @@ def test_outputs_never_overwrite_inputs(disk, name):
     assert disk() == before
 
 
-EXISTING = {  # id: (argv writing to the file `existing` names, that file); each file is the user's, never replaced unasked
-    "run --json": (["run", *QUICK, "--scenario", "b1-l500", "--json", "r.json"], "r.json"),
-    "run --json through a symlink": (["run", *QUICK, "--scenario", "b1-l500", "--json", "link.json"], "notes.txt"),
-    "run --dump-outputs": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "dump"], f"dump/{CASE}.gather_cast.safetensors"),
-    "export-inputs --out": (["export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", "bundle.safetensors"], "bundle.safetensors"),
-    "tpot --json": (["tpot", *TPOT, "--scenario", "b1-l500", "--json", "r.json"], "r.json"),
+EXISTING = {  # id: (argv, its output option, the existing file it would write); each file is the user's, never replaced unasked
+    "run --json": (["run", *QUICK, "--scenario", "b1-l500", "--json", "r.json"], "--json", "r.json"),
+    "run --json through a symlink": (["run", *QUICK, "--scenario", "b1-l500", "--json", "link.json"], "--json", "notes.txt"),
+    "run --dump-outputs": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "dump"], "--dump-outputs",
+                           f"dump/{CASE}.gather_cast.safetensors"),
+    "export-inputs --out": (["export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", "bundle.safetensors"], "--out",
+                            "bundle.safetensors"),
+    "tpot --json": (["tpot", *TPOT, "--scenario", "b1-l500", "--json", "r.json"], "--json", "r.json"),
 }
 
 
@@ -95,21 +97,22 @@ EXISTING = {  # id: (argv writing to the file `existing` names, that file); each
 def test_an_existing_file_is_replaced_only_with_force(disk, tmp_path, name):
     """An output path naming a file that exists (a baseline's results, a note): exit 2 and one line
     naming the option, the path and --force, before any work, every byte kept; --force replaces it."""
-    argv, existing = EXISTING[name]
+    argv, flag, existing = EXISTING[name]
     (tmp_path / "notes.txt").write_text("mine")
     os.symlink(tmp_path / "notes.txt", tmp_path / "link.json")
     (tmp_path / "dump").mkdir()
-    (tmp_path / existing).write_bytes((tmp_path / existing).read_bytes() if (tmp_path / existing).exists() else b"mine")
+    if not (tmp_path / existing).exists():
+        (tmp_path / existing).write_bytes(b"mine")
     before = disk() | {tmp_path / "notes.txt": b"mine", tmp_path / existing: (tmp_path / existing).read_bytes()}
     proc = harness(*argv)
-    _one_error_line(proc, argv[argv.index(next(a for a in argv if a in ("--json", "--dump-outputs", "--out")))], "exists", "--force")
+    _one_error_line(proc, flag, "exists", "--force")
     assert proc.stdout == "", proc.stdout  # refused before any work
     assert {p: p.read_bytes() for p in before} == before
     if argv[0] != "tpot":  # the timing run itself is covered by suites/test_model_cli.py
         proc = harness(*argv, "--force")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert (tmp_path / existing).read_bytes() != before[tmp_path / existing]
-        assert not (tmp_path / "link.json").exists() or (tmp_path / "link.json").is_symlink()
+        assert (tmp_path / "link.json").is_symlink()  # written through: the link itself is kept
 
 
 def test_tpot_report_keeps_an_earlier_report(tmp_path):
