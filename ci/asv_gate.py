@@ -193,10 +193,10 @@ def _config(extra: list[str]) -> tuple[Path, dict]:
     return config.parent, json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
 
 
-def commit_hashes(base: str, head: str, extra: list[str]) -> list[str]:
-    """BASE and HEAD resolved in the asv config's repository; one that is not a commit there is a
-    HarnessError naming it (checked before asv runs)."""
-    root, conf = _config(extra)
+def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
+    """BASE and HEAD resolved in the repository of `config` (`_config`); one that is not a commit there
+    is a HarnessError naming it (checked before asv runs)."""
+    root, conf = config
     repo = root / conf.get("repo", ".")
     hashes = []
     for what, ref in (("BASE", base), ("HEAD", head)):
@@ -209,8 +209,8 @@ def commit_hashes(base: str, head: str, extra: list[str]) -> list[str]:
 
 def stored_results(base: str, head: str, machine: str | None, extra: list[str]) -> tuple[dict, dict]:
     """Both commits' stored asv results (`_by_benchmark`), found through the asv config."""
-    root, conf = _config(extra)
-    hashes = commit_hashes(base, head, extra)
+    root, conf = config = _config(extra)
+    hashes = commit_hashes(base, head, config)
     results_dir = root / conf.get("results_dir", "results")
     return _by_benchmark(results_dir, machine, hashes[0]), _by_benchmark(results_dir, machine, hashes[1])
 
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark
         envvars.check_all()
-        commit_hashes(args.base, args.head, extra)
+        commit_hashes(args.base, args.head, _config(extra))
     except (HarnessError, OSError, ValueError) as exc:
         print(f"asv-gate: FAILURE: {exc}", flush=True)
         return FAILURE

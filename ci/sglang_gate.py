@@ -28,6 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.errors import HarnessError
+from harness.fsio import check_writable
+
 ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
 BAD_INPUT = 2
 DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
@@ -162,8 +165,10 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> Path:
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
     (ref,) = args.commits
-    if args.json.exists() and "--force" not in extra:  # harness run would refuse it, but only after the install
-        raise BadInput(f"--json {args.json}: exists; nothing was written (choose a new path, or pass -- --force)")
+    try:  # the check `harness run --json` makes, before the install rather than after it
+        check_writable(args.json, "--json", force="--force" in extra)
+    except HarnessError as exc:
+        raise BadInput(f"{exc} (harness run's --force goes after --)") from None
     commit = resolve(repo, "COMMIT", ref)
     subdir = project_subdir(repo, commit, ref)
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):

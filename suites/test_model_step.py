@@ -43,7 +43,8 @@ def test_glm5_full_rank_weights_are_about_93_gb():
 
 
 @pytest.mark.parametrize("bad, field", [("hidden_size = 6000", "hidden_size"), ("tp = 3", "declared by preset"),
-                                        ("num_heads = 64", "num_heads"), ("num_layers = 78", "declared by preset"), ("bogus = 1", "bogus")])
+                                        ("num_heads = 64", "num_heads"), ("num_layers = 78", "declared by preset"), ("bogus = 1", "bogus"),
+                                        ("moe_inter = 5", "moe_inter: unknown field")])
 def test_bad_model_toml_names_file_and_field(tmp_path, bad, field):
     text = (nbytes.__file__.rsplit("/", 1)[0] + "/models.toml")
     src = open(text).read().split("[deepseek-v3-tp8]")[0]

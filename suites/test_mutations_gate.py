@@ -95,7 +95,7 @@ MUTATIONS = [
     ("vanished-benchmark-passes", "ci/asv_gate.py", "        if name not in head:\n            out.append(",
      "        if name not in head:\n            continue\n            out.append(",
      [f"{ASV}::test_a_vanished_skipped_or_failed_benchmark_fails_the_gate"]),
-    ("asv-unknown-commit-reaches-asv", "ci/asv_gate.py", "        commit_hashes(args.base, args.head, extra)\n", "",
+    ("asv-unknown-commit-reaches-asv", "ci/asv_gate.py", "        commit_hashes(args.base, args.head, _config(extra))\n", "",
      [f"{ASV}::test_an_unknown_commit_exits_2_naming_it_before_running_asv"]),
     ("asv-factor-unbounded", "ci/asv_gate.py", "if not 1.0 < value < 2.0:", "if not 1.0 < value:",
      [f"{ASV}::test_factor_outside_1_2_is_refused"]),

@@ -101,7 +101,7 @@ def test_json_mode_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "o.json").exists()
     (tmp_path / "o.json").write_text("base")  # an earlier result: kept, refused before anything is installed
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "o.json"), "a")
-    assert code == 2 and len(lines) == 1 and "o.json: exists" in lines[0] and "--force" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "o.json exists" in lines[0] and "--force" in lines[0], lines
     assert (tmp_path / "o.json").read_text() == "base"
 
 

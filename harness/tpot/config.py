@@ -14,8 +14,12 @@ MODELS_FILE = Path(__file__).resolve().parent / "models.toml"
 BLOCK = 128  # FP8 block-quantization tile (128 x 128 weight blocks, 1 x 128 activation groups)
 
 
+class _FromPreset(property):
+    """An attribute of the shape that is its preset's (declared in harness/spec/presets.py only)."""
+
+
 def _from_preset(attr: str) -> property:
-    return property(lambda self: getattr(self.preset, attr), doc=f"the preset's {attr}")
+    return _FromPreset(lambda self: getattr(self.preset, attr), doc=f"the preset's {attr}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def load_shape(preset_name: str, shrink: bool = False, path: Path = MODELS_FILE)
     for where, values, allowed in ((f"[{preset_name}]", entry, known), ("[shrink]", shrunk, known | {"num_layers"})):
         unknown = sorted(set(values) - allowed)
         if unknown:
-            declared = unknown[0] == "num_layers" or isinstance(getattr(ModelShape, unknown[0], None), property)
+            declared = unknown[0] == "num_layers" or isinstance(getattr(ModelShape, unknown[0], None), _FromPreset)
             why = f"declared by preset {preset_name!r} in harness/spec/presets.py" if declared else "unknown field"
             raise HarnessError(f"{path}: {where}.{unknown[0]}", why)
     missing = sorted(known - set(entry))
