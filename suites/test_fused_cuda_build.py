@@ -1,6 +1,6 @@
 """The CUDA fused kernel builds on the CPU CI: NVRTC (harness.kernels.nvrtc, from the nvidia-cuda-nvrtc
-wheel) compiles every instance fused_fp8 can launch, and the split merge, for sm_89, sm_90 and sm_120
-(RTX PRO 6000), with no GPU; ptxas's spills are pinned, so a change that makes an instance spill
+wheel) compiles every instance fused_fp8 can launch, and the split merge, for sm_89, sm_90, sm_100 (B200) and
+sm_120 (RTX PRO 6000), with no GPU; ptxas's spills are pinned, so a change that makes an instance spill
 fails here before a GPU runs it."""
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.kernels import fused_mla_cuda, nvrtc
 
-ARCHS = (f"{fused_mla_cuda.MIN_ARCH[0]}{fused_mla_cuda.MIN_ARCH[1]}", "90", "120")
+ARCHS = (f"{fused_mla_cuda.MIN_ARCH[0]}{fused_mla_cuda.MIN_ARCH[1]}", "90", "100", "120")
 INSTANCES = [fused_mla_cuda.kernel_name(nh, stages, warps) for nh in fused_mla_cuda.HEADS_PER_CTA
              for stages in fused_mla_cuda.STAGES for warps in fused_mla_cuda.WARPS] + [fused_mla_cuda.MERGE_KERNEL]
 # (arch, instance) that spill with NVRTC 13.5: 16 heads, 2 stages, 8 warps is held to 128 registers by
