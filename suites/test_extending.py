@@ -1,6 +1,7 @@
 """The registry is the one list: a toy strategy registered from this file alone is run, checked, timed
 by `run` and `tpot` by default, listed by the asv benchmarks, shown by `report` and gated by `compare`;
-and docs/extending.md names exactly the files a new strategy, backend, metric and model touch."""
+a toy model declared in the two places docs/extending.md names is run, checked and stepped; and
+docs/extending.md names exactly the files a new strategy, backend, metric and model touch."""
 
 from __future__ import annotations
 
@@ -118,6 +119,53 @@ def test_toy_strategy_gets_the_session_dtype_contract(toy, monkeypatch):
     result = next(r for r in run(cfg, Console(quiet=True)).results if r.strategy == TOY)
     assert result.verdict.status.value == "error" and "toy_cast dtype contract" in result.verdict.reason
     assert "output is torch.float16" in result.verdict.reason
+
+
+# --- a model: a preset and its models.toml table, nothing else -------------------------------------
+
+TOY_MODEL = "toy-tp2"
+
+
+@pytest.fixture
+def toy_model(tmp_path, monkeypatch):
+    """A model unlike the shipped ones (16 heads of a TP2 rank, 16-token pages, 5 layers, YaRN), declared
+    as a preset and a models.toml table (DeepSeek-V3's public numbers under the toy's name)."""
+    from harness.spec import presets
+    from harness.tpot import config
+
+    preset = presets.ModelPreset(TOY_MODEL, num_layers=5, num_heads_total=32, tp=2, qk_nope_head_dim=128,
+                                 page_size=16, yarn_factor=32.0, yarn_mscale_all_dim=1.0)
+    monkeypatch.setitem(presets.PRESETS, TOY_MODEL, preset)
+    text = config.MODELS_FILE.read_text()
+    table = re.search(r"(?ms)^\[deepseek-v3-tp8\]\n(.*?)^\n", text).group(1)
+    models = tmp_path / "models.toml"
+    models.write_text(f"{text}\n[{TOY_MODEL}]\n{table}")
+    monkeypatch.setattr(config, "MODELS_FILE", models)
+    return preset
+
+
+def test_toy_model_is_run_checked_and_stepped_from_its_declaration(toy_model, tmp_path, capsys, monkeypatch):
+    run_json = tmp_path / "run.json"
+    argv = ["run", "--preset", TOY_MODEL, *SMALL, "--slots", "4096", "--strategy", "stock", "--strategy", "gather_cast"]
+    assert main([*argv, "--json", str(run_json)]) == 0, capsys.readouterr().err
+    doc = json.loads(run_json.read_text())
+    assert doc["case"]["preset"] == TOY_MODEL and "--preset toy-tp2" in doc["repro"]
+    rows = _rows(run_json)
+    assert rows[("stock", "verdict")]["value"] == rows[("gather_cast", "verdict")]["value"] == "pass"
+
+    tpot_json = tmp_path / "tpot.json"
+    assert main(["tpot", "--preset", TOY_MODEL, *SMALL, "--shrink", "--slots", "2048", "--layers", "2",
+                 "--strategy", "gather_cast", "--no-breakdown", "--json", str(tpot_json)]) == 0
+    assert _rows(tpot_json)[("gather_cast", "tpot_ms")]["value"] > 0
+
+    # negative control: without its models.toml table the toy is refused, the file and the preset named
+    from harness.tpot import config
+
+    monkeypatch.setattr(config, "MODELS_FILE", ROOT / "harness" / "tpot" / "models.toml")
+    capsys.readouterr()
+    assert main(["tpot", "--preset", TOY_MODEL, *SMALL, "--shrink", "--strategy", "gather_cast"]) == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "models.toml" in line and f"no model shape for preset '{TOY_MODEL}'" in line, line
 
 
 # --- docs/extending.md names exactly the files each extension touches --------------------------

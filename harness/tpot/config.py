@@ -103,10 +103,12 @@ def _validate(shape: ModelShape, where: str) -> ModelShape:
     return shape
 
 
-def load_shape(preset_name: str, shrink: bool = False, path: Path = MODELS_FILE) -> ModelShape:
+def load_shape(preset_name: str, shrink: bool = False, path: Path | None = None) -> ModelShape:
     """The shape of `preset_name`: its preset's attention shape and layer count, and the rest from
-    models.toml; with `shrink`, the [shrink] fields replace the file's own (and the layer count)."""
+    models.toml (`path`, default MODELS_FILE); with `shrink`, the [shrink] fields replace the file's
+    own (and the layer count)."""
     preset = get_preset(preset_name)
+    path = MODELS_FILE if path is None else path
     data = read_toml(path)
     entry = data.get(preset_name)
     if not isinstance(entry, dict):
