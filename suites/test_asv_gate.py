@@ -1,8 +1,10 @@
 """ci/asv_gate.py against real `asv continuous` runs (asv 0.6.x) on a throwaway git project.
 
 The project's `track_` benchmarks (values, not timings) regress deterministically and are
-judged by the factor alone; `time_sleep` (a sleep of 20 ms, 40 ms on the `slow` branch) has
-recorded samples, so asv judges it by its Mann-Whitney test first. Its asv environment is a virtualenv built offline:
+judged by the factor alone; `time_sleep` (20 ms, 40 ms on the `slow` branch, with a +-1% jitter, on a
+clock the benchmark advances: the same samples on any machine under any load, so the unchanged head's
+verdict cannot depend on how busy the CI machine is) has recorded samples, so asv judges it by its
+Mann-Whitney test first. Its asv environment is a virtualenv built offline:
 a tiny asv plugin copies asv_runner in instead of pip-installing it.
 """
 
@@ -29,15 +31,19 @@ pytest.importorskip("virtualenv")
 REPO = Path(__file__).resolve().parents[1]
 
 SPEED = "VALUE = 100\nSLEEP = 0.02\nFAIL = False\n"
-BENCH = '''import time
+BENCH = '''import itertools
 
 import speed
 
+_now = [0.0]
+_ticks = itertools.count()
+
 
 def time_sleep():
-    time.sleep(speed.SLEEP)
+    _now[0] += speed.SLEEP * (1 + 0.01 * (next(_ticks) % 3 - 1))
 
 
+time_sleep.timer = lambda: _now[0]
 time_sleep.number = 1
 time_sleep.repeat = 10
 time_sleep.warmup_time = 0
