@@ -18,7 +18,7 @@ import pytest
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
-from harness.results.schema import SCHEMA_V1, SCHEMA_V2, read_results
+from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,9 +55,10 @@ def _rows(doc: dict, metric: str, strategy: str | None = None) -> list[dict]:
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
-    assert a["schema"] == "mla-harness-results/3"
+    assert a["schema"] == "mla-harness-results/4"
     assert a["case"] == {"command": "run", "preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
-                         "backend": "torch", "kernel": "auto"}
+                         "backend": "torch", "kernel": "auto", "workload": a["case"]["workload"]}
+    assert len(a["case"]["workload"]) == 64  # its sha256 (suites/test_results_case.py)
     code, out, _ = _compare(tmp_path, a, a, capsys)
     assert code == 0 and f"{len(a['rows'])} rows" in out and "unchanged" in out
     for word in ("slower", "regressed", "missing", "failing"):  # identical files: no word of change (repro 10)
@@ -139,7 +140,8 @@ def test_tpot_json_carries_its_case(tmp_path):
     run = tmp_path / "r.json"  # `harness run` of the very same case: another measurement, never compared with it
     assert main(["run", "--scenario", "b1-l500", "--device", "cpu", "--slots", "2048", "--layers", "2", "--repeats", "1",
                  "--strategy", "gather_cast", "--json", str(run)]) == 0
-    assert read_results(run).case == msgspec.structs.replace(case, command="run")
+    run_case = read_results(run).case
+    assert run_case == msgspec.structs.replace(case, command="run", workload=run_case.workload)
     for base, head in ((out, run), (run, out)):
         with pytest.raises(HarnessError, match=r"case\.command: '(run|tpot)' is not the base's '(tpot|run)'"):
             compare_results(load_results(base), load_results(head), 0.05, names=(str(base), str(head)))
@@ -158,7 +160,8 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     v1 = _as_v1(a, "python -m harness run --scenario b1-l500 --slots 16384 --layers=2 --json a.json")
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(v1))
-    assert load_results(path).case == read_results(_write(tmp_path / "v2.json", a)).case
+    a = {**a, "schema": SCHEMA_V3, "case": {k: v for k, v in a["case"].items() if k != "workload"}}  # no workload before v4
+    assert load_results(path).case == read_results(_write(tmp_path / "v3.json", a)).case
     code, out, _ = _compare(tmp_path, v1, a, capsys)
     assert code == 0 and f"{len(a['rows'])} unchanged" in out
     bare = _as_v1(a, "python -m harness run --scenario b1-l500")  # slots/layers not recorded: not the same case

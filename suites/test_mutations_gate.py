@@ -11,6 +11,7 @@ from suites.mutation import ROOT, assert_caught
 
 RULE, COMPARE, INPUT, ASV = ("suites/test_decision_rule.py", "suites/test_compare.py", "suites/test_gate_input.py",
                              "suites/test_asv_gate.py")
+CASE = "suites/test_results_case.py"
 
 # (id, file, exact original text, mutated text, tests that must fail)
 MUTATIONS = [
@@ -63,6 +64,10 @@ MUTATIONS = [
      [f"{INPUT}::test_another_case_is_bad_input_naming_the_field", f"{INPUT}::test_tpot_json_carries_its_case"]),
     ("v2-always-run", "harness/results/schema.py", 'command = "tpot" if any(', 'command = "run" if any(',
      [f"{INPUT}::test_a_v2_file_is_upgraded_with_the_command_that_measured_it"]),
+    ("workload-not-in-the-case", "harness/results/schema.py", '"kernel", "workload")', '"kernel")',
+     [f"{CASE}::test_a_scenario_file_named_like_a_builtin_is_another_case", f"{CASE}::test_a_shrunk_tpot_model_is_another_case"]),
+    ("tpot-workload-without-its-model", "harness/tpot/cli.py", 'case_record(case, ctx.backend.name, "auto", "tpot", workload)',
+     'case_record(case, ctx.backend.name, "auto", "tpot")', [f"{CASE}::test_a_shrunk_tpot_model_is_another_case"]),
     ("unit-change-accepted", "harness/gate/compare.py", "    _same_units(b, h, names[1])", "    pass",
      [f"{INPUT}::test_a_unit_change_is_bad_input"]),
     ("cpu-head-judges-gpu-base", "harness/gate/compare.py",

@@ -64,6 +64,13 @@ class Case:
     def schedule(self) -> Schedule:
         return compile_schedule(self.scenario, self.scale.slots, self.preset.page_size)
 
+    def spec(self) -> dict:
+        """What the case's inputs are made from beyond its names: the preset's fields (with sm_scale),
+        the input generator's version, the seed and the scenario's definition (golden manifests and
+        results files record it)."""
+        return {"preset": self.preset.__dict__ | {"sm_scale": self.preset.sm_scale}, "generator": synth.GENERATOR_VERSION,
+                "seed": self.scenario.seed, "scenario": self.scenario.to_dict()}
+
     def checked_layers(self) -> list[int]:
         """All layers when few; else the first, the last and two seeded picks in between."""
         n = self.num_layers

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from harness.fsio import write_text
 from harness.results.metrics import METRICS, validate_rows
 from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
 
-__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "write_results"]
+__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "workload_digest", "write_results"]
 
 
 def repro_command(argv: list[str] | None = None) -> str:
@@ -24,17 +25,27 @@ def repro_command(argv: list[str] | None = None) -> str:
     return shlex.join(["python", "-m", "harness", *args])
 
 
-def case_record(case, backend: str, kernel: str, command: str = "run") -> Case:
+def workload_digest(case, extra: dict | None = None) -> str:
+    """sha256 of what `case` (harness.inputs.cases.Case) measures beyond its names: its spec (the preset's and
+    the scenario's definitions, the generator, the seed) and the command's `extra` (tpot: the model and its flags).
+    A scenario file named like a built-in, an edited preset or a shrunk model is another workload."""
+    spec = {"case": case.spec(), **(extra or {})}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=_plain).encode()).hexdigest()
+
+
+def case_record(case, backend: str, kernel: str, command: str = "run", extra: dict | None = None) -> Case:
     """The case record of a `command` (run or tpot): `case` (harness.inputs.cases.Case), the backend its rows
-    name, the kernel choice."""
+    name, the kernel choice, and the workload's digest (with the command's `extra`, see workload_digest)."""
     return Case(command=command, preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
-                layers=case.num_layers, backend=backend, kernel=kernel)
+                layers=case.num_layers, backend=backend, kernel=kernel, workload=workload_digest(case, extra))
 
 
 def _plain(value):
-    """numpy scalars as Python numbers (what json writes)."""
+    """numpy scalars as Python numbers (what json writes); dataclasses (a model shape) as their fields."""
     if isinstance(value, np.generic):
         return value.item()
+    if is_dataclass(value):
+        return asdict(value)
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
@@ -45,7 +56,8 @@ def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -
     validate_rows(rows)
     if case is None:
         first = rows[0] if rows else None
-        case = Case(command="run", **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto")
+        case = Case(command="run", **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto",
+                    workload=None)
     device_type = str(env.get("device") or "cpu").split(":")[0]
     doc = json.loads(json.dumps({
         "schema": SCHEMA,

@@ -23,12 +23,13 @@ from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.results.metrics import METRICS
 
-SCHEMA = "mla-harness-results/3"
+SCHEMA = "mla-harness-results/4"
 SCHEMA_V1 = "mla-harness-results/1"
 SCHEMA_V2 = "mla-harness-results/2"
+SCHEMA_V3 = "mla-harness-results/3"
 Command = Literal["run", "tpot"]  # what measured a results file: `harness run` or `harness tpot`
 VERDICTS = ("pass", "fail", "unsupported", "error")
-CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel")
+CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel", "workload")
 ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
 
 BOUND = 1e300  # numbers are finite and well inside float64: 401-digit integers are rejected
@@ -62,7 +63,9 @@ class Detail(msgspec.Struct):
 
 class Case(msgspec.Struct, forbid_unknown_fields=True):
     """What a results file measured: two files compare only when every field is equal.
-    slots/layers are None only in a version-1 file whose command line did not give them."""
+    slots/layers are None only in a version-1 file whose command line did not give them. workload is
+    the sha256 of what the names do not say (harness.results.document.workload_digest: the preset's
+    and the scenario's definitions, tpot's model and flags); None only in a file older than version 4."""
 
     command: Command
     preset: str
@@ -72,6 +75,7 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     layers: Count | None
     backend: str
     kernel: str
+    workload: Sha256 | None
 
 
 def _number(value) -> bool:
@@ -154,7 +158,7 @@ class Environment(msgspec.Struct):
 class ResultsFile(msgspec.Struct):
     """A results file (report also requires created, environment and repro)."""
 
-    schema: Literal["mla-harness-results/3"]
+    schema: Literal["mla-harness-results/4"]
     case: Case
     rows: list[Row]
     created: str | None = None
@@ -264,16 +268,23 @@ def _v2_to_v3(doc: dict, where: str) -> dict:
         rows = doc.get("rows") if isinstance(doc.get("rows"), list) else []
         command = "tpot" if any(isinstance(r, dict) and r.get("metric") == "tpot_ms" for r in rows) else "run"
     case = doc.get("case")
-    return {**doc, "schema": SCHEMA, "case": {**case, "command": command} if isinstance(case, dict) else case}
+    return {**doc, "schema": SCHEMA_V3, "case": {**case, "command": command} if isinstance(case, dict) else case}
 
 
-MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3}  # schema version -> its upgrade to the next version
+def _v3_to_v4(doc: dict, where: str) -> dict:
+    """Version 3's case names its workload but does not fingerprint it: workload None (not recorded),
+    which compares equal only to another file without one."""
+    case = doc.get("case")
+    return {**doc, "schema": SCHEMA, "case": {**case, "workload": None} if isinstance(case, dict) else case}
+
+
+MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3, SCHEMA_V3: _v3_to_v4}  # schema version -> its upgrade to the next version
 
 
 def upgrade(doc, where: str):
     """A decoded results document at the current schema version (older versions upgraded)."""
     seen = set()
-    while isinstance(doc, dict) and doc.get("schema") in MIGRATIONS and doc["schema"] not in seen:
+    while isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"] in MIGRATIONS and doc["schema"] not in seen:
         seen.add(doc["schema"])
         doc = MIGRATIONS[doc["schema"]](doc, where)
     if not isinstance(doc, dict):

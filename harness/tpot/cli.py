@@ -96,7 +96,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if args.json:
         env = environment(device)
         env["copy_gbps"] = copy_gbps
-        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto", "tpot"))
+        workload = {"engine": "harness", "model": shape, "weight_sets": ctx.weight_sets, "allreduce": allreduce.describe(),
+                    "allreduce_table": getattr(allreduce, "table", None)}
+        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
 
@@ -131,7 +133,9 @@ def _sglang(args, console: Console, case, shape, names) -> int:
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
                         detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
     if args.json:
-        write_results(args.json, rows, environment(torch_device()), repro_command(), case_record(case, ident["backend"], "auto", "tpot"))
+        workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
+        write_results(args.json, rows, environment(torch_device()), repro_command(),
+                      case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
 

@@ -38,7 +38,6 @@ from harness.fsio import share_folder, write_bytes, write_text
 from harness.inputs.cases import Case, checked_positions, golden_dir
 from harness.inputs.reference import mla_decode_f64, step_inputs
 from harness.results.schema import GoldenManifest, validate
-from harness.spec import synth
 from harness.spec.scenario import SCENARIO_DIR
 
 MANIFEST = "manifest.json"
@@ -116,14 +115,15 @@ def compute(case: Case, progress=None) -> GoldenData:
         checked.append([step, layer])
         if progress is not None:
             progress()
+    spec = case.spec()
     manifest = {
         "schema": SCHEMA,
         "case": case.name,
-        "preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale},
+        "preset": spec["preset"],
         "scale": {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers},
-        "scenario": case.scenario.to_dict(),
-        "generator": synth.GENERATOR_VERSION,
-        "seed": case.scenario.seed,
+        "scenario": spec["scenario"],
+        "generator": spec["generator"],
+        "seed": spec["seed"],
         "reference_precision": "float64",
         "checked": checked,
         "checked_request_ids": case.checked_request_ids().tolist(),
@@ -280,9 +280,7 @@ def case_mismatch(gold: GoldenData, case: Case) -> str:
     built-in scenario's definition, the inputs' sha256), else the first field that differs: a
     stale or re-signed golden never checks a run."""
     m = gold.manifest
-    want = {"preset": case.preset.__dict__ | {"sm_scale": case.preset.sm_scale}, "generator": synth.GENERATOR_VERSION,
-            "seed": case.scenario.seed, "scenario": case.scenario.to_dict()}
-    for field, value in json.loads(json.dumps(want)).items():
+    for field, value in json.loads(json.dumps(case.spec())).items():
         got = m.get(field)
         if got != value:
             if isinstance(got, dict) and isinstance(value, dict):

@@ -1,0 +1,79 @@
+"""A results file's case is the workload, not only its names: `case.workload` fingerprints the preset's and
+the scenario's definitions (and tpot's model and flags), so a scenario file named like a built-in, or a
+shrunk model, is another case for `compare` (exit 2 naming case.workload); files older than version 4 are
+upgraded with workload null. Also: a `schema` field that is not a string is one error line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.results.schema import SCHEMA, SCHEMA_V3, read_results
+
+SMALL = ("--device", "cpu", "--slots", "2048", "--repeats", "1")
+
+
+def _run(tmp_path: Path, name: str, *args: str) -> Path:
+    out = tmp_path / name
+    assert main(["run", *SMALL, "--strategy", "gather_cast", *args, "--json", str(out)]) == 0
+    return out
+
+
+def _error_line(capsys) -> str:
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    return line
+
+
+def test_a_scenario_file_named_like_a_builtin_is_another_case(tmp_path, capsys):
+    builtin = _run(tmp_path, "base.json", "--scenario", "b1-l500")
+    again = _run(tmp_path, "again.json", "--scenario", "b1-l500")
+    scenario = tmp_path / "b1-l500.toml"
+    scenario.write_text('name = "b1-l500"\ndescription = "not the built-in"\nseed = 99\nsteps = 1\n'
+                        'kv_lens = [64, 64]\nlayout = "contiguous"\n')
+    impostor = _run(tmp_path, "head.json", "--scenario-file", str(scenario))
+    cases = [json.loads(p.read_text())["case"] for p in (builtin, again, impostor)]
+    assert cases[0] == cases[1] and {k: v for k, v in cases[2].items() if k != "workload"} == \
+        {k: v for k, v in cases[0].items() if k != "workload"}  # the names alone agree
+    capsys.readouterr()
+    assert main(["compare", str(builtin), str(impostor)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {impostor}: case.workload") and "only results of the same case compare" in line
+    assert main(["compare", str(builtin), str(again)]) == 0  # twin: the same workload twice
+
+
+def test_a_shrunk_tpot_model_is_another_case(tmp_path, capsys):
+    args = ["tpot", *SMALL, "--scenario", "b1-l500", "--strategy", "gather_cast", "--layers", "2", "--no-breakdown"]
+    full, shrunk = tmp_path / "full.json", tmp_path / "shrunk.json"
+    assert main([*args, "--json", str(full)]) == 0
+    assert main([*args, "--shrink", "--json", str(shrunk)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(full), str(shrunk)]) == 2
+    assert _error_line(capsys).startswith(f"error: {shrunk}: case.workload")
+
+
+def test_a_version_3_file_is_upgraded_without_a_workload(tmp_path, capsys):
+    runs = [_run(tmp_path, f"r{i}.json", "--scenario", "b1-l500") for i in range(2)]
+    olds = []
+    for path in runs:
+        doc = json.loads(path.read_text())
+        assert doc["schema"] == SCHEMA and len(doc["case"]["workload"]) == 64
+        olds.append(path.with_name(f"v3-{path.name}"))
+        olds[-1].write_text(json.dumps({**doc, "schema": SCHEMA_V3, "case": {k: v for k, v in doc["case"].items() if k != "workload"}}))
+    assert read_results(olds[0]).case.workload is None
+    assert main(["compare", str(olds[0]), str(olds[1])]) == 0  # two old files: compared by their names, as before
+    capsys.readouterr()
+    assert main(["compare", str(olds[0]), str(runs[1])]) == 2  # unrecorded is not the same workload
+    assert _error_line(capsys).startswith(f"error: {runs[1]}: case.workload")
+
+
+@pytest.mark.parametrize("schema", [{}, [], 3, None])
+def test_a_schema_that_is_not_a_version_string_is_one_error_line(tmp_path, capsys, schema):
+    good = _run(tmp_path, "r.json", "--scenario", "b1-l500")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(good.read_text()), "schema": schema}))
+    capsys.readouterr()
+    assert main(["compare", str(good), str(bad)]) == 2
+    assert _error_line(capsys).startswith(f"error: {bad}: schema")
