@@ -159,6 +159,19 @@ def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
     assert harness("report", "r.json", "--out", "fresh").returncode == 0 and (tmp_path / "fresh" / "report.md").is_file()
 
 
+def test_report_force_never_writes_through_a_link_in_out(disk, tmp_path):
+    """--force replaces the report's own files in --out; a link there (to a file elsewhere) is refused, the file kept."""
+    (tmp_path / "precious.json").write_text("mine")
+    (tmp_path / "busy").mkdir()
+    os.symlink(tmp_path / "precious.json", tmp_path / "busy" / "report.md")
+    before = disk()
+    proc = harness("report", "r.json", "--out", "busy", "--force")
+    _one_error_line(proc, "--out", "report.md", "is a link to", "precious.json", "nothing was written")
+    assert (tmp_path / "precious.json").read_text() == "mine" and disk() == before
+    os.unlink(tmp_path / "busy" / "report.md")  # twin: without the link, --force writes the report
+    assert harness("report", "r.json", "--out", "busy", "--force").returncode == 0 and not (tmp_path / "busy" / "report.md").is_symlink()
+
+
 def test_tpot_json_folder_is_refused_before_the_timing_run(tmp_path):
     proc = harness("tpot", *TPOT, "--scenario", "b1-l500", "--json", tmp_path)
     _one_error_line(proc, "--json", "folder")

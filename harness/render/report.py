@@ -8,6 +8,7 @@ named independent.json (written by python -m ci.experiments.independent_timing) 
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -395,10 +396,13 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
     except ImportError as exc:
         plots = {}
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
+    files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
+    for name in files:  # --force replaces the report's own files in --out, never a file a link there leads to
+        if (out_dir / name).is_symlink():
+            raise HarnessError("--out", f"{out_dir / name} is a link to {os.path.realpath(out_dir / name)}; nothing was written")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_bytes(out_dir / "report.md", _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode())
-        for name, data in plots.items():
+        for name, data in files.items():
             write_bytes(out_dir / name, data)
     except OSError as exc:
         raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None
