@@ -20,6 +20,10 @@ from harness.tpot.config import ModelShape
 
 # GLM-5's DSA indexer fields: assumed (DeepSeek-V3.2's values), not read from GLM-5's own config
 DSA_INDEXER = {"index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
+# A DSA model's pool rows are raw 576-byte FP8 rows only with the trtllm DSA backends (sglang 0.5.23
+# calculate_mla_kv_cache_dim; its defaults, flashmla_kv on SM90 and flashinfer_sparse_mla for GLM-5 on
+# SM12x, store 656-byte rows with block scales): the deployment the harness models (docs/correctness.md#scope)
+DSA_RAW_ROWS = ["--dsa-prefill-backend", "trtllm", "--dsa-decode-backend", "trtllm"]
 DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
 
 
@@ -65,6 +69,8 @@ def one_batch_args(folder: Path, shape: ModelShape, batch_size: int, input_len: 
             "--attention-backend", "flashinfer", "--skip-tokenizer-init", "--trust-remote-code",
             "--batch-size", str(batch_size), "--input-len", str(input_len), "--output-len", str(output_len),
             "--result-filename", str(result_file)]
+    if shape.preset.index_k_bytes:  # a DSA model
+        args += DSA_RAW_ROWS
     if one_rank:
         args += ["--tp-size", "1", "--json-model-override-args", json.dumps(one_rank_overrides(shape))]
     else:

@@ -50,6 +50,40 @@ def test_command_line_parses_with_sglangs_own_parser(tmp_path):
         (list(bench.batch_size), list(bench.input_len), list(bench.output_len)) == ([32], [4096], [16])
 
 
+def _sglang_row_width(tmp_path, shape, args) -> int:
+    """The KV row width SGLang's own calculate_mla_kv_cache_dim gives the driver's stand-in checkpoint
+    (its config.json read by transformers, as SGLang reads it) under the DSA backends `args` choose."""
+    from sglang.srt.mem_cache.kv_cache_configurator import calculate_mla_kv_cache_dim
+    from sglang.srt.runtime_context import get_context
+    from transformers import AutoConfig
+
+    ns = _sglang_parser().parse_args(args)
+    hf = AutoConfig.from_pretrained(sglang_driver.write_model_folder(shape, tmp_path / "model"))
+    model = SimpleNamespace(hf_config=hf, kv_lora_rank=hf.kv_lora_rank, qk_rope_head_dim=hf.qk_rope_head_dim)
+    with get_context().override_server_args(dsa_prefill_backend=ns.dsa_prefill_backend, dsa_decode_backend=ns.dsa_decode_backend,
+                                            disaggregation_mode=ns.disaggregation_mode):
+        return calculate_mla_kv_cache_dim(model_config=model, kv_cache_dtype=torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("preset", ["glm5-tp8", "deepseek-v3-tp8"])
+def test_sglang_builds_the_presets_kv_row_for_the_drivers_command_line(tmp_path, preset):
+    """The pool SGLang builds for the driver's command line has the preset's row (576 bytes): for GLM-5, a DSA
+    model, only because the driver picks the trtllm DSA backends."""
+    shape = load_shape(preset)
+    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    assert _sglang_row_width(tmp_path, shape, args) == shape.preset.row_width == 576
+
+
+def test_without_the_dsa_backends_sglang_stores_another_row(tmp_path):
+    """Negative control: without --dsa-*-backend trtllm SGLang's GLM-5 pool rows are 656 bytes (FP8 nope, fp32
+    block scales, BF16 rope), not the 576-byte rows the harness models."""
+    shape = load_shape("glm5-tp8")
+    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    i = args.index(sglang_driver.DSA_RAW_ROWS[0])
+    assert args[i:i + 4] == sglang_driver.DSA_RAW_ROWS
+    assert _sglang_row_width(tmp_path, shape, args[:i] + args[i + 4:]) == 656
+
+
 def test_a_wrong_value_is_refused_by_sglangs_parser(tmp_path):
     _, args = _driver_args(tmp_path)
     bad = [("fp8_e5m3_typo" if a == "fp8_e4m3" else a) for a in args]  # planted: a kv-cache dtype SGLang lacks
