@@ -1,7 +1,9 @@
 """Writing output files safely: the one writer for results, dumps, goldens, bundles and reports.
 
 An existing file is never replaced unless the user said so (`--force`): `check_writable` refuses it
-before any work, so a run cannot destroy a baseline, a report or any other file already on disk.
+before any work, so a run cannot destroy a baseline, a report or any other file already on disk; and
+a path it found free is written only while it still is (a file made there while the run worked, by
+the user or a second run, is kept and the write refused).
 
 A path is written THROUGH a symlink (its final target is updated, the link stays). A regular
 file (or a new one) is replaced atomically: a temporary file beside the target, then one
@@ -17,6 +19,8 @@ import stat
 from pathlib import Path
 
 from harness.errors import HarnessError
+
+_FOUND_FREE: set[Path] = set()  # paths check_writable found free without --force: never replaced when written
 
 
 def umask() -> int:
@@ -59,6 +63,7 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
     if path.exists() and not force:
         raise HarnessError(flag, f"{path} exists; nothing was written (choose a new path, or --force replaces it)")
     target = _target(path)
+    (_FOUND_FREE.discard if force else _FOUND_FREE.add)(Path(os.path.abspath(target)))
     check_writable_dir(target.parent, flag)
     limit = os.pathconf(target.parent, "PC_NAME_MAX")
     if len(os.fsencode(f".{target.name}.tmp-{os.getpid()}")) > limit:
@@ -121,7 +126,8 @@ def check_writable_dir(folder: str | Path, flag: str) -> None:
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` (through symlinks; atomically for regular files). Returns the path."""
+    """Write `data` to `path` (through symlinks; atomically for regular files; a path check_writable
+    found free only while nothing is there: linked into place, never renamed over). Returns the path."""
     path = Path(path)
     try:
         if _is_stream(path):
@@ -137,12 +143,33 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, target)
+            key = Path(os.path.abspath(target))
+            if key in _FOUND_FREE:
+                _place_new(tmp, target)
+                _FOUND_FREE.discard(key)
+            else:
+                os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+    except FileExistsError:
+        raise HarnessError(str(path), "a file appeared there while the run worked: it was kept and nothing was written "
+                                      "(choose a new path, or --force replaces it)") from None
     except OSError as exc:
         raise HarnessError(str(path), f"cannot write: {exc.strerror or exc}") from None
     return path
+
+
+def _place_new(tmp: Path, target: Path) -> None:
+    """Move `tmp` to `target` unless something is there (FileExistsError): a hard link fails atomically
+    when `target` exists; where links are not supported, a check right before the rename."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise
+    except OSError:
+        if os.path.lexists(target):
+            raise FileExistsError(target) from None
+        os.replace(tmp, target)
 
 
 def write_text(path: str | Path, text: str) -> Path:

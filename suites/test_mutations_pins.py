@@ -56,6 +56,8 @@ MUTATIONS = [
      "__launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 4 : 1)", ["suites/test_fused_cuda_build.py::test_every_instance_builds_and_spills_only_where_pinned"]),
     ("existing-output-replaced", "harness/fsio.py", "if path.exists() and not force:", "if False:",
      [f"{OUTPUTS}::test_an_existing_file_is_replaced_only_with_force"]),
+    ("free-path-renamed-over", "harness/fsio.py", "            if key in _FOUND_FREE:", "            if False:",
+     [f"{OUTPUTS}::test_a_file_made_while_the_run_works_is_kept"]),
     ("report-writes-through-links", "harness/render/report.py", "        if (out_dir / name).is_symlink():", "        if False:",
      [f"{OUTPUTS}::test_report_force_never_writes_through_a_link_in_out"]),
     ("tpot-json-checked-after-timing", "harness/tpot/cli.py", 'check_writable(args.json, "--json", args.force)  # before the timing run',

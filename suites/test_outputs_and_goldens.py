@@ -67,6 +67,10 @@ REFUSED = {  # id: (argv, the option and a fragment the error line names)
     "tpot --json the all-reduce table": (["tpot", *TPOT, "--scenario", "b1-l500", "--allreduce-table", "T.toml", "--json", "T.toml"],
                                          ["--json", "T.toml", "all-reduce table"]),
     "tpot --json into the golden folder": (["tpot", *TPOT, "--scenario", "b1-l500", "--json", "G/t.json"], ["--json", "golden folder"]),
+    "run --json the --dump-outputs folder": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "out", "--json", "out"],
+                                             ["--json", "--dump-outputs folder", "must not overlap"]),
+    "run --json one of its dumps": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "out", "--json",
+                                     f"out/{CASE}.gather_cast.safetensors"], ["--json", "--dump-outputs folder"]),
 }
 
 
@@ -157,6 +161,27 @@ def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and "report.md" in os.listdir("busy")
     assert set(os.listdir("busy")) - {"notes.txt"} <= set(REPORT_FILES)  # the guard knows every file --out writes
     assert harness("report", "r.json", "--out", "fresh").returncode == 0 and (tmp_path / "fresh" / "report.md").is_file()
+
+
+def test_a_file_made_while_the_run_works_is_kept(tmp_path, monkeypatch, capsys):
+    """--json was free when checked; a file that appears there while the run works (the user's, or a second
+    run's) is kept: exit 2 naming it, not replaced. Twin: with --force it is replaced."""
+    import harness.api
+    from harness.cli import main
+
+    out, run = tmp_path / "r.json", harness.api.run
+
+    def run_then_a_file_appears(*args, **kwargs):
+        outcome = run(*args, **kwargs)
+        out.write_text("mine")
+        return outcome
+
+    monkeypatch.setattr(harness.api, "run", run_then_a_file_appears)
+    assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {out}: a file appeared there while the run worked") and out.read_text() == "mine"
+    assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out), "--force"]) == 0
+    assert json.loads(out.read_text())["case"]["scenario"] == "b1-l500"
 
 
 def test_report_force_never_writes_through_a_link_in_out(disk, tmp_path):

@@ -102,6 +102,9 @@ GOOD = {"name": "x", "seed": 1, "steps": 1, "kv_lens": [4, 5]}
         ({"layout": "random"}, "layout"),
         ({"kv_lenz": [3]}, "kv_lenz"),
         ({"finish": [{"after_step": 0, "request": 0}]}, "finish[0].after_step"),
+        ({"finish": 5}, "finish"),
+        ({"finish": True}, "finish"),
+        ({"finish": {"after_step": 0, "request": 0}}, "finish"),
         ({"layout": "explicit", "slots": [[1, 2, 3], [4, 5, 0, 6]]}, "slots[1][2]"),
         ({"layout": "explicit", "slots": [[1, 2, 3], [4, 5, 2, 6]]}, "slots[1][2]"),
         ({"slots": [[1, 2, 3], [4, 5, 6, 7]]}, "slots"),
@@ -157,3 +160,13 @@ def test_malformed_toml_names_the_file(tmp_path):
 def test_unknown_builtin_lists_choices():
     with pytest.raises(HarnessError, match="b1-l4096"):
         load_scenario("nope")
+
+
+@pytest.mark.parametrize("name", ["", "../scenarios/b1-l500", "./b1-l500", "b1-l500.toml", "/etc/hostname"])
+def test_a_builtin_name_is_never_a_path_or_empty(name):
+    """--scenario (and a cases.toml scenario) names a built-in only: an empty name is not the default, a path is
+    not a built-in (--scenario-file reads files); the twin, a real built-in name, loads."""
+    with pytest.raises(HarnessError, match="unknown scenario") as info:
+        load_scenario(name)
+    assert info.value.where == "--scenario"
+    assert load_scenario("b1-l500").name == "b1-l500"

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from harness.errors import HarnessError
 
+DEFAULT_SCENARIO = "b1-l4096"  # the case `run` and `tpot` measure when no scenario is named
 HOST_MEMORY_PER_SLOT = 64  # bytes of host memory the schedule's free list takes per pool slot
 
 
@@ -54,7 +55,7 @@ def preset_help() -> str:
 def scenario_help() -> str:
     from harness.spec.scenario import builtin_names
 
-    return f"built-in scenario (default b1-l4096): {', '.join(builtin_names())}"
+    return f"built-in scenario (default {DEFAULT_SCENARIO}): {', '.join(builtin_names())}"
 
 
 def fault_help() -> str:
@@ -107,7 +108,7 @@ def case_from(args, device, console: Console | None = None):
     from harness.spec.schedule import pages_needed, slots_needed
 
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
-    scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(args.scenario or "b1-l4096")
+    scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(DEFAULT_SCENARIO if args.scenario is None else args.scenario)
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
     if scale.layers_for(preset) > preset.num_layers:
         raise HarnessError("--layers", f"must be <= {preset.num_layers} ({preset.name}'s layers), got {scale.layers_for(preset):,}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from rich.console import Console
 
 from harness.backends import BACKENDS, KERNEL_CHOICES
 from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, refuse_clobbering, strategy_help
-from harness.errors import CheckFailed
+from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable, check_writable_dir
 
 HELP = "run every strategy on one case, check against golden, time"
@@ -35,6 +36,10 @@ def command(args, console: Console) -> int:
     case = case_from(args, device, console)
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
     refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
+    if args.json and args.dump_outputs:
+        folder, results = Path(os.path.realpath(args.dump_outputs)), Path(os.path.realpath(args.json))
+        if results == folder or folder in results.parents:
+            raise HarnessError("--json", f"{args.json} lies in the --dump-outputs folder {args.dump_outputs}: the run's outputs must not overlap")
     if args.json:
         check_writable(args.json, "--json", args.force)
     if args.dump_outputs:

@@ -121,8 +121,11 @@ def parse_scenario(data: dict, source: str) -> Scenario:
     if layout not in LAYOUTS:
         raise HarnessError(f"{source}: layout", f"must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     slots = _explicit_slots(data, source, layout, kv_lens)
+    finish = data.get("finish", [])
+    if not isinstance(finish, list):
+        raise HarnessError(f"{source}: finish", f"must be a list of tables, got {type(finish).__name__} {str(finish)[:40]}")
     finishes = []
-    for i, entry in enumerate(data.get("finish", [])):
+    for i, entry in enumerate(finish):
         where = f"{source}: finish[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"after_step", "request"}:
             raise HarnessError(where, "must be a table with exactly after_step and request")
@@ -168,7 +171,8 @@ def builtin_names() -> list[str]:
 
 
 def load_scenario(name: str) -> Scenario:
+    """A built-in scenario by name (only the names builtin_names lists: never a path)."""
     path = SCENARIO_DIR / f"{name}.toml"
-    if not path.is_file():
+    if name not in builtin_names():
         raise HarnessError("--scenario", f"unknown scenario {name!r}; built-in: {', '.join(builtin_names())}")
     return load_scenario_file(path)
