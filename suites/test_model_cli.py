@@ -56,6 +56,29 @@ def test_report_rejects_a_non_results_file(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {bad}")
 
 
+def test_report_refuses_bad_inputs_and_protected_outputs(results, tmp_path):
+    """Each hostile call: exit 2, one error line naming the file or option, nothing written."""
+    (tmp_path / "rows5.json").write_text('{"rows": [5]}')
+    (tmp_path / "tp2.json").write_text("[]")
+    (tmp_path / "own").mkdir()
+    own = tmp_path / "own" / "tpot.md"
+    own.write_bytes(results.read_bytes())  # a results file that carries the report's file name
+    golden = ROOT / "golden"
+    cases = [((str(results), str(tmp_path / "missing.json"), "--out", str(tmp_path / "o1")), "missing.json"),
+             ((str(tmp_path / "rows5.json"), "--out", str(tmp_path / "o2")), "rows5.json"),
+             ((str(results), "--tp2", str(tmp_path / "tp2.json"), "--out", str(tmp_path / "o3")), "tp2.json"),
+             ((str(results), "--tp2", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o4")), "nope.json"),
+             ((str(own), "--out", str(tmp_path / "own"), "--force"), "a results file"),
+             ((str(results), "--out", str(golden)), "golden folder")]
+    before = sorted(p.name for p in golden.iterdir())
+    for args, fragment in cases:
+        proc = harness(*args, module="harness.tpot.report")
+        (line,) = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and line.startswith("error: ") and fragment in line, (args, proc.stderr[-500:])
+        assert proc.stdout == ""
+    assert own.read_bytes() == results.read_bytes() and sorted(p.name for p in golden.iterdir()) == before
+
+
 def _main_error(capsys, *args) -> str:
     from harness.cli import main
 

@@ -125,28 +125,6 @@ def case_from(args, device, console: Console | None = None):
     return case
 
 
-def golden_folders() -> list[Path]:
-    """The golden folders no output may go into: the configured one and the checkout's."""
-    from harness.inputs.cases import CHECKOUT_GOLDEN_DIR, golden_dir
-
-    folders = [CHECKOUT_GOLDEN_DIR]
-    try:
-        folders.append(golden_dir())
-    except HarnessError:  # none configured: the commands that read goldens say so themselves
-        pass
-    return [f for f in dict.fromkeys(folders) if f.is_dir()]
-
-
 def inputs_of(case) -> list[tuple[str, Path]]:
     return [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
 
-
-def refuse_clobbering(outputs, inputs) -> None:
-    """Before any work: no output (option, path) may be an input, a golden file, or inside a golden
-    folder (only `golden refresh` writes there). Options not given (None) are skipped."""
-    from harness.fsio import refuse_overwriting_inputs
-
-    folders = golden_folders()
-    golden_files = [("the golden file", p) for g in folders for p in (*g.glob("*"), *g.glob("*/*")) if p.is_file()]
-    refuse_overwriting_inputs([(flag, path) for flag, path in outputs if path is not None], [*inputs, *golden_files],
-                              [("the golden folder", g) for g in folders])

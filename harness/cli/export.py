@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import add_case_args, case_from, device_from, inputs_of, refuse_clobbering
+from harness.cli.common import add_case_args, case_from, device_from, inputs_of
 from harness.errors import HarnessError
 from harness.fsio import check_writable
 
@@ -15,6 +15,7 @@ HELP = "write the rows, indices and queries one step reads (repro bundle)"
 
 
 def command(args, console: Console) -> int:
+    from harness.inputs.cases import refuse_clobbering
     from harness.inputs.export import export_inputs
 
     if args.out.suffix != ".safetensors":

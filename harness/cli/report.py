@@ -7,12 +7,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import refuse_clobbering
-
 HELP = "render tables and plots from results JSON files"
 
 
 def command(args, console: Console) -> int:
+    from harness.inputs.cases import refuse_clobbering
     from harness.render.report import REPORT_FILES, check_out_dir, render_report
 
     if args.out is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.backends import BACKENDS, KERNEL_CHOICES
-from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, refuse_clobbering, strategy_help
+from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, strategy_help
 from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable, check_writable_dir
 
@@ -19,6 +19,7 @@ HELP = "run every strategy on one case, check against golden, time"
 
 def command(args, console: Console) -> int:
     from harness.api import RunConfig, run, to_rows
+    from harness.inputs.cases import refuse_clobbering
     from harness.measure.environment import environment
     from harness.render.table import results_table
     from harness.results.document import case_record, repro_command, write_results

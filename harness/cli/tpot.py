@@ -7,12 +7,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import add_case_args, case_from, device_from, inputs_of, refuse_clobbering
+from harness.cli.common import add_case_args, case_from, device_from, inputs_of
 
 HELP = "time a model-shaped decode step (one TP rank) per strategy"
 
 
 def command(args, console: Console) -> int:
+    from harness.inputs.cases import refuse_clobbering
     from harness.tpot.cli import cmd_tpot as run_tpot
 
     device = device_from(args.device)

@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.fsio import refuse_overwriting_inputs
 from harness.inputs.pool import PoolGeometry, geometry_for
 from harness.spec import synth
 from harness.spec.presets import ModelPreset, Scale, get_preset, get_scale
@@ -39,6 +40,25 @@ def golden_dir() -> Path:
         return CHECKOUT_GOLDEN_DIR
     raise HarnessError("golden", f"no golden directory: {CHECKOUT_GOLDEN_DIR} does not exist (an installed, non-editable "
                        "harness ships no goldens); pass --golden-dir or set MLA_HARNESS_GOLDEN_DIR to a checkout's golden/")
+def golden_folders() -> list[Path]:
+    """The golden folders no output may go into: the configured one and the checkout's."""
+    folders = [CHECKOUT_GOLDEN_DIR]
+    try:
+        folders.append(golden_dir())
+    except HarnessError:  # none configured: the commands that read goldens say so themselves
+        pass
+    return [f for f in dict.fromkeys(folders) if f.is_dir()]
+
+
+def refuse_clobbering(outputs, inputs) -> None:
+    """Before any work: no output (option, path) may be an input, a golden file, or inside a golden
+    folder (only `golden refresh` writes there). Options not given (None) are skipped."""
+    folders = golden_folders()
+    golden_files = [("the golden file", p) for g in folders for p in (*g.glob("*"), *g.glob("*/*")) if p.is_file()]
+    refuse_overwriting_inputs([(flag, path) for flag, path in outputs if path is not None], [*inputs, *golden_files],
+                              [("the golden folder", g) for g in folders])
+
+
 MAX_CHECKED_LAYERS = 4
 MAX_CHECKED_REQUESTS = 8
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from dataclasses import asdict
 from pathlib import Path
+
+import msgspec
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import check_writable, write_bytes, write_text
+from harness.inputs.cases import refuse_clobbering
+from harness.results.schema import read_results, validate
 
 # GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
 # (/work/shared/seeds): the whole-pool FP8->BF16 cast was 64.6 ms of a 95.6 ms TPOT (69%);
@@ -22,14 +27,35 @@ from harness.fsio import check_writable, write_bytes, write_text
 ARTICLE = {"tpot_ms": 95.6, "cast_ms": 64.6, "cast_share": 0.69, "tpot_after_fix_ms": 74.1}
 
 
+class _Point(msgspec.Struct):
+    bytes: int
+    us: float
+
+
+class _StepCheck(msgspec.Struct):
+    scenario: str
+    layers: int
+    nccl_ms: float | None = None
+    modeled_ms: float | None = None
+    none_ms: float | None = None
+    modeled_over_nccl: float | None = None
+
+
+class TP2Check(msgspec.Struct):
+    """The fields of python -m ci.experiments.tp2_allreduce's tp2_check.json this report reads."""
+
+    world: int
+    gpu: str
+    nvls: str | int | None = None
+    allreduce_points: list[_Point] = []
+    step_checks: list[_StepCheck] = []
+
+
 def _cases(paths: list[Path]) -> dict[tuple, dict[str, dict[str, dict]]]:
-    """{(preset, scale, scenario, file name): {strategy: {metric: row}}}."""
+    """{(preset, scale, scenario, file name): {strategy: {metric: row}}} of results files (checked as compare reads them)."""
     cases: dict = {}
     for path in paths:
-        doc = read_json(path)
-        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-            raise HarnessError(str(path), "not a results file (no rows)")
-        for row in doc["rows"]:
+        for row in map(asdict, read_results(path).rows):
             key = (row["preset"], row["scale"], row["scenario"], path.name)
             cases.setdefault(key, {}).setdefault(row["strategy"], {})[row["metric"]] = row
     return cases
@@ -71,7 +97,7 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
                 continue
             attn = _val(m, "attn_path_ms")
             gb = [(_val(m, k) or 0) / 1e9 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")]
-            fits = m["tpot_ms"]["detail"].get("fits_with_full_weights")
+            fits = (m["tpot_ms"]["detail"] or {}).get("fits_with_full_weights")
             lines.append(f"| {name} | {tpot:.2f} | {_fmt(attn, '.2f')} | {_fmt(_val(m, 'attn_share'), '.0%')} | "
                          f"{_fmt(_val(m, 'roofline_ms'), '.2f')} | {_fmt(_val(m, 'tpot_over_roofline'), '.2f')} | "
                          f"{sum(gb):.2f} ({gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f}) | {'-' if fits is None else ('yes' if fits else 'no, max ' + format(m['tpot_ms']['detail']['max_slots_with_full_weights'], ',') + ' slots')} |")
@@ -105,15 +131,15 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
                           f"{rc['rotated_ms']:.3f} ms vs every layer distinct {rc['distinct_ms']:.3f} ms (ratio {rc['ratio']:.3f}).", ""]
         bars.append((title, case_bars))
     if tp2 is not None:
-        doc = read_json(tp2)
+        doc = validate(read_json(tp2), TP2Check, tp2)
         lines += ["## TP2 all-reduce check (real NCCL on two GPUs)", "",
-                  f"{doc.get('world')}x {doc.get('gpu')}, NCCL_NVLS_ENABLE={doc.get('nvls')}.", "",
+                  f"{doc.world}x {doc.gpu}, NCCL_NVLS_ENABLE={doc.nvls}.", "",
                   "| message bytes | all-reduce µs |", "|---|---|"]
-        lines += [f"| {p['bytes']:,} | {p['us']:.2f} |" for p in doc.get("allreduce_points", [])]
+        lines += [f"| {p.bytes:,} | {p.us:.2f} |" for p in doc.allreduce_points]
         lines += ["", "| scenario | layers | real NCCL ms | modeled (latency table) ms | no all-reduce ms | modeled / real |", "|---|---|---|---|---|---|"]
-        for c in doc.get("step_checks", []):
-            lines.append(f"| {c['scenario']} | {c['layers']} | {_fmt(c.get('nccl_ms'), '.3f')} | {_fmt(c.get('modeled_ms'), '.3f')} | "
-                         f"{_fmt(c.get('none_ms'), '.3f')} | {_fmt(c.get('modeled_over_nccl'), '.3f')} |")
+        for c in doc.step_checks:
+            lines.append(f"| {c.scenario} | {c.layers} | {_fmt(c.nccl_ms, '.3f')} | {_fmt(c.modeled_ms, '.3f')} | "
+                         f"{_fmt(c.none_ms, '.3f')} | {_fmt(c.modeled_over_nccl, '.3f')} |")
         lines.append("")
     return "\n".join(lines) + "\n", bars
 
@@ -159,13 +185,17 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2)")
     args = ap.parse_args(argv)
     try:
-        for name in ("tpot.md", "tpot.png"):
-            check_writable(args.out / name, "--out", args.force)
-        paths = [p for p in args.results if p.exists()] or args.results
-        text, bars = render(paths, args.tp2 if args.tp2 and args.tp2.exists() else None)
+        outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
+        refuse_clobbering(outputs, [("a results file", p) for p in (*args.results, *([args.tp2] if args.tp2 else []))])
+        for flag, path in outputs:
+            check_writable(path, flag, args.force)
+        text, bars = render(args.results, args.tp2)
         args.out.mkdir(parents=True, exist_ok=True)
         write_text(args.out / "tpot.md", text)
         plotted = plot(bars, args.out / "tpot.png")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
