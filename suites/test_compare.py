@@ -401,3 +401,37 @@ def test_an_exact_metric_within_the_tolerance_is_changed_not_regressed():
     for head, status, code in ((1_030_000, "changed", 0), (1_100_000, "regressed", 1), (900_000, "improved", 0)):
         comparison = compare_results(_doc(_rows() + [extra(1_000_000)]), _doc(_rows() + [extra(head)]), 0.05)
         assert _status(comparison, "shadow", "extra_bytes") == status and comparison.exit_code == code
+
+
+def test_a_failing_verdict_the_base_lacks_fails(write, capsys):
+    """A head that fails or errors is failing also when the base never ran that strategy (repro r01)."""
+    base = write("base.json", [r for r in _rows() if r.key[3] != "gather_cast"])
+    for verdict, code in (("fail", 1), ("error", 1), ("pass", 0), ("unsupported", 0)):  # twins: added, not failing
+        head = write("head.json", _rows(verdict=verdict, seed=3))
+        assert main_compare(base, head, "5%") == code, verdict
+        out = capsys.readouterr().out
+        assert ("REGRESSION: 1 gating row(s) failed: gather_cast/verdict failing" in out) is (code == 1)
+
+
+def test_a_failing_verdict_decides_on_another_device_too(write, capsys):
+    """CPU base, CUDA head whose verdict fails: exit 1 naming the verdict only (the timings cannot be judged)."""
+    base = write("base.json", _rows(), {**ENV, "gpu": None, "device": "cpu"})
+    head = write("head.json", _rows(verdict="fail", cast_us=30.0, seed=3))
+    assert main_compare(base, head, "5%") == 1
+    out = capsys.readouterr().out
+    assert "ENVIRONMENTS DIFFER: device cpu vs cuda; timings not judged" in out
+    assert "REGRESSION: 1 gating row(s) failed: gather_cast/verdict failing (failing:" in out
+    head = write("head.json", _rows(cast_us=30.0, seed=3))  # twin: the verdict passes
+    assert main_compare(base, head, "5%") == 2
+    assert "CANNOT JUDGE (exit 2)" in capsys.readouterr().out
+
+
+def test_the_regression_line_says_what_failed(write, capsys):
+    base = write("base.json", _rows())
+    head = write("head.json", [r for r in _rows(seed=3) if r.key[3:] != ("gather_cast", "flashinfer-fa3", "extra_bytes")])
+    assert main_compare(base, head, "5%") == 1
+    out = capsys.readouterr().out
+    assert "gather_cast/extra_bytes missing (missing: absent or null in the head)" in out and "CI" not in out.split("REGRESSION")[1]
+    head = write("head.json", _rows(cast_us=10.4 * 1.2, verdict="error", seed=3))  # twin: two other kinds
+    assert main_compare(base, head, "5%") == 1
+    assert "(regressed: whole CI beyond 5%; failing: the head's verdict does not pass)" in capsys.readouterr().out

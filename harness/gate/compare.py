@@ -10,8 +10,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   tolerance); a row whose timing block the clock guard (harness/measure/clocks.py) marked, on either
   side, is `disturbed`, not compared;
 - exact metrics (bytes) by the tolerance alone;
-- verdicts: a head that fails or errors is `failing`; `pass` -> `unsupported` is `failing`
-  unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+- verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
+  `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
 Every gating row of the base must be in the head with a value, else it is `missing`.
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
@@ -19,8 +19,9 @@ that got worse is `worse`, never `regressed`.
 Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
 (a drop or a rise), or the GPU differs, timed gating metrics cannot be judged.
 
-Exit codes: 2 when the devices differ; 1 when a verdict or exact metric fails or a gating row is
-missing; 2 "cannot judge" when the environments differ and timed gating metrics are present;
+Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
+1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
+differ and timed gating metrics are present;
 1 when a timed gating metric regressed, or is inconclusive or disturbed under --inconclusive
 fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
 """
@@ -109,14 +110,22 @@ class Comparison:
             self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
 
     @property
-    def exit_code(self) -> int:
+    def decisive(self) -> list[Change]:
+        """The failures exit 1 stands on: a failing verdict always; on another device nothing else; in
+        another environment no timed regression (timings cannot be judged there)."""
         if self.device_differs:
-            return 2
-        if any(not c.timed or c.status != REGRESSED for c in self.failures):
-            return 1  # a verdict, an exact metric or a missing row: true whatever the environment
+            return [c for c in self.failures if c.status == FAILING]
+        if self.cannot_judge:
+            return [c for c in self.failures if not c.timed or c.status != REGRESSED]
+        return self.failures
+
+    @property
+    def exit_code(self) -> int:
+        if self.decisive:
+            return 1
         if self.cannot_judge:
             return 2
-        if self.failures or (self.unjudged and self.inconclusive == "fail"):
+        if self.unjudged and self.inconclusive == "fail":
             return 1
         return 0
 
@@ -233,6 +242,8 @@ def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
 
 def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained: str) -> Change:
     if base is None:
+        if key[5] == "verdict" and head.value in BAD_VERDICTS:
+            return Change(key, None, head, FAILING, note="not in the base")
         return Change(key, None, head, "added")
     if head is None:
         return Change(key, base, None, MISSING, note="not in the head")
@@ -351,6 +362,12 @@ def _summary(comparison: Comparison) -> str:
     return f"{len(comparison.changes)} rows ({gating} gating): {parts}"
 
 
+def _why_failed(c: Change, pct: str) -> str:
+    if c.status == REGRESSED:
+        return f"regressed: {'whole CI' if c.timed else 'value'} beyond {pct}"
+    return "missing: absent or null in the head" if c.status == MISSING else "failing: the head's verdict does not pass"
+
+
 def report(comparison: Comparison, console: Console, base: ResultsFile, head: ResultsFile) -> None:
     """The table, the summary and one loud line per outcome that decides the exit code."""
     if any(c.status != "unchanged" or c.note for c in comparison.changes):
@@ -361,7 +378,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
     pct = f"{comparison.max_regression * 100:g}%"
     if comparison.environment_differs:
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "no timed metric gates here"
+        verdict = ("no timed metric gates here" if not comparison.cannot_judge else
+                   "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "timings not judged")
         console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
@@ -369,10 +387,10 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         then = "fails the gate (--inconclusive fail)" if comparison.inconclusive == "fail" else "does not fail the gate"
         console.print(f"[bold yellow]INCONCLUSIVE[/]: {len(comparison.unjudged)} gating metric(s) could not be judged "
                       f"against {pct}{mde}; {then}")
-    if comparison.exit_code == 1 and comparison.failures:
-        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in comparison.failures)
-        console.print(f"[bold red]REGRESSION[/]: {len(comparison.failures)} gating row(s) failed: {named} "
-                      f"(regressed: whole CI beyond {pct})")
+    if failed := comparison.decisive:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in failed)
+        why = "; ".join(dict.fromkeys(_why_failed(c, pct) for c in failed))
+        console.print(f"[bold red]REGRESSION[/]: {len(failed)} gating row(s) failed: {named} ({why})")
 
 
 def main_compare(base_path, head_path, max_regression_text, inconclusive: str = "pass") -> int:
