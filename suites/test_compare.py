@@ -127,11 +127,21 @@ def test_doubling_inside_a_wide_spread_is_never_silently_passed():
     assert _status(comparison, "gather_cast", "cast_us") in ("regressed", "inconclusive")
 
 
-def test_too_few_samples_is_inconclusive_not_passed():
+def test_too_few_samples_cannot_be_judged(write, capsys):
+    """A 1.9x slowdown with 3 (or no) samples on a side is exit 2 naming the row and the counts, not a pass
+    under --inconclusive pass (repro r05); the twin with 5 samples a side regresses."""
+    for base_samples, head_samples, counts in (([10.4] * 3, [20.0] * 3, "3 vs 3"), ([10.4] * 40, [], "40 vs 1")):
+        base, head = _rows(), _rows(cast_us=20.0)
+        base[0].samples, head[0].samples = base_samples, head_samples
+        change = _change(compare_results(_doc(base), _doc(head), 0.05), "gather_cast", "cast_us")
+        assert change.status == "undersampled" and "too few samples" in change.note
+        assert main_compare(write("base.json", base), write("head.json", head), "5%") == 2
+        out = capsys.readouterr().out
+        assert f"TOO FEW SAMPLES: gather_cast/cast_us ({counts}); the rule needs 5 samples on each side" in out
+        assert "re-run with --repeats >= 5); CANNOT JUDGE (exit 2)" in out
     base, head = _rows(), _rows(cast_us=20.0)
-    base[0].samples, head[0].samples = [10.4] * 3, [20.0] * 3
-    change = _change(compare_results(_doc(base), _doc(head), 0.05), "gather_cast", "cast_us")
-    assert change.status == "inconclusive" and "too few samples" in change.note
+    base[0].samples, head[0].samples = [10.4] * 5, [20.0] * 5
+    assert main_compare(write("base.json", base), write("head.json", head), "5%") == 1
 
 
 def test_informational_metric_never_gates():

@@ -287,6 +287,18 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
     assert "MemoryError" not in proc.stderr and f"{len(a['rows'])} rows" in proc.stdout
 
 
+def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys):
+    """Repro r08: 1e-200 against 1e200 samples regress one way and improve the other (was `unchanged` and a
+    math domain error traceback)."""
+    base, head = _on_gpu(a), _on_gpu(a)
+    for doc, scale in ((base, 1e-200), (head, 1e200)):
+        _rows(doc, "cast_us", "stock")[0].update(value=scale * 1.045, samples=[scale * (1 + i / 100) for i in range(10)])
+    code, out, err = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "stock/cast_us regressed" in out and "inf" in out and err == ""
+    code, out, err = _compare(tmp_path, head, base, capsys)
+    assert code == 0 and "improved" in out and err == ""
+
+
 # 10. the word fits
 
 

@@ -26,8 +26,14 @@ MUTATIONS = [
      "if status in (REGRESSED, INCONCLUSIVE) and change < resolution:", "if False:",
      [f"{INPUT}::test_the_below_resolution_note_is_shown"]),
     ("faster-head-slower", "harness/gate/decision.py",
-     "if status == SLOWER and not (worse_low > 1 and worse > 1):", "if False:",
+     "if status == SLOWER and not (worse_low > 0 and worse > 0):", "if False:",
      [f"{RULE}::test_a_faster_head_below_the_resolution_is_unchanged_not_slower"]),
+    ("ratio-overflows", "harness/gate/decision.py",  # the ratio of medians before its log: 1e400 is inf
+     "return np.log(_bootstrap_medians(b, rng, resamples)) - np.log(_bootstrap_medians(a, rng, resamples))",
+     "return np.log(_bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples))",
+     [f"{RULE}::test_samples_at_the_ends_of_the_schemas_range_neither_overflow_nor_pass"]),
+    ("undersampled-passes", "harness/gate/compare.py", "if self.cannot_judge or self.undersampled:", "if self.cannot_judge:",
+     [f"{COMPARE}::test_too_few_samples_cannot_be_judged"]),
     ("bootstrap-unbounded", "harness/gate/decision.py",  # the old draw: every sample, all resamples at once
      "ordered = _thinned(values)\n    n = ordered.size\n    per_chunk = max(1, CHUNK // n)",
      "ordered = np.sort(values)\n    n = ordered.size\n    per_chunk = resamples",

@@ -8,7 +8,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
 - timed metrics by the decision rule of harness/gate/decision.py (a 99% bootstrap interval on the
   ratio of medians; `inconclusive` with its minimum detectable change when it straddles the
   tolerance); a row whose timing block the clock guard (harness/measure/clocks.py) marked, on either
-  side, is `disturbed`, not compared;
+  side, is `disturbed`, not compared; one with fewer than decision.MIN_SAMPLES samples on either side
+  is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
   `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
@@ -22,8 +23,8 @@ Environment guard: when the two files' controls (control_copy_gbps) differ by th
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
 differ and timed gating metrics are present;
-1 when a timed gating metric regressed, or is inconclusive or disturbed under --inconclusive
-fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
+1 when a timed gating metric regressed; 2 "cannot judge" when a timed gating metric is undersampled;
+1 when one is inconclusive or disturbed under --inconclusive fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ STATUS_STYLE = {
     FAILING: "bold red",
     MISSING: "bold red",
     decision.INCONCLUSIVE: "bold yellow",
+    decision.UNDERSAMPLED: "bold yellow",
     "disturbed": "bold yellow",
     decision.SLOWER: "yellow",
     WORSE: "yellow",
@@ -105,6 +107,11 @@ class Comparison:
         return [c for c in self.changes if c.gating and c.status in UNJUDGED]
 
     @property
+    def undersampled(self) -> list[Change]:
+        """Gating rows with too few samples on either side for the rule: they cannot be judged."""
+        return [c for c in self.changes if c.gating and c.status == decision.UNDERSAMPLED]
+
+    @property
     def cannot_judge(self) -> bool:
         return self.device_differs is not None or (
             self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
@@ -123,7 +130,7 @@ class Comparison:
     def exit_code(self) -> int:
         if self.decisive:
             return 1
-        if self.cannot_judge:
+        if self.cannot_judge or self.undersampled:
             return 2
         if self.unjudged and self.inconclusive == "fail":
             return 1
@@ -381,6 +388,11 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         verdict = ("no timed metric gates here" if not comparison.cannot_judge else
                    "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "timings not judged")
         console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
+    if (few := comparison.undersampled) and not comparison.device_differs:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+        console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {named}; the rule needs {decision.MIN_SAMPLES} samples on "
+                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}); {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
