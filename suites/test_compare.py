@@ -254,11 +254,18 @@ def test_other_gpu_is_another_environment():
     assert "GPU NVIDIA H200 vs NVIDIA H100" in comparison.environment_differs and comparison.exit_code == 2
 
 
-def test_missing_control_is_said(write, capsys):
-    base = write("base.json", _rows()[:-1])
-    head = write("head.json", _rows())
-    assert main_compare(base, head, "5%") == 0
-    assert "base carries no control_copy_gbps control" in capsys.readouterr().out
+def test_a_control_in_one_file_only_cannot_judge(write, capsys):
+    """Repro r11: a head (or base) without the control the other has cannot be judged on timings (was exit 0)."""
+    with_control, without = write("with.json", _rows()), write("without.json", _rows(seed=3)[:-1])
+    for base, head, side in ((without, with_control, "base"), (with_control, without, "head")):
+        assert main_compare(base, head, "5%") == 2
+        out = capsys.readouterr().out
+        only = "head" if side == "base" else "base"
+        assert f"ENVIRONMENTS DIFFER: control control_copy_gbps only in the {only}; CANNOT JUDGE (exit 2)" in out
+        assert f"{side} carries no control_copy_gbps control" in out
+    assert main_compare(without, write("neither.json", _rows(seed=5)[:-1]), "5%") == 0  # twin: in neither file
+    out = capsys.readouterr().out
+    assert "base carries no control_copy_gbps control" in out and "head carries no" in out
 
 
 # clock guard: a disturbed timing block is reported, not compared

@@ -220,6 +220,24 @@ def test_device_names_compare_case_insensitively(a, tmp_path, capsys):
     assert code == 2  # twin: cuda vs cpu
 
 
+@pytest.mark.parametrize("edit", ["no environment", "device None", "device gpu"])
+def test_an_unknown_device_is_bad_input_when_timings_gate(a, tmp_path, capsys, edit):
+    """Repro r10: an absent or unknown environment.device made every timing non-gating (read as cpu)."""
+    gpu = _on_gpu(a)
+    bad = copy.deepcopy(gpu)
+    if edit == "no environment":
+        del bad["environment"]
+    else:
+        bad["environment"]["device"] = None if edit == "device None" else "gpu"
+    for base, head, name in ((gpu, bad, "head.json"), (bad, gpu, "base.json")):
+        code, out, err = _compare(tmp_path, base, head, capsys)
+        assert code == 2 and out == ""
+        _one_error_line(err, f"{name}: environment.device", "is not one of cpu, cuda")
+    untimed = [r for r in a["rows"] if r["metric"] in ("verdict", "extra_bytes")]  # twin: nothing timed gates
+    code, _, err = _compare(tmp_path, {**bad, "rows": untimed}, {**a, "rows": untimed, "created": "later"}, capsys)
+    assert code == 0 and err == ""
+
+
 # 5. units
 
 

@@ -3,6 +3,8 @@
 Only like with like: both files must carry the same case record (schema.Case: preset,
 scenario, scale, slots, layers, backend, kernel) and the same device type; a different case is
 bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
+A file whose environment.device is absent or neither cpu nor cuda is bad input when it holds a
+timed metric that gates somewhere (its timings cannot be gated without the device).
 
 Each row is judged by its metric's declaration (harness/results/metrics.py):
 - timed metrics by the decision rule of harness/gate/decision.py (a 99% bootstrap interval on the
@@ -18,7 +20,7 @@ Only gating metrics (gating on the files' device type) fail the gate; an informa
 that got worse is `worse`, never `regressed`.
 
 Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
-(a drop or a rise), or the GPU differs, timed gating metrics cannot be judged.
+(a drop or a rise), only one file has a control, or the GPU differs, timed gating metrics cannot be judged.
 
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
@@ -49,6 +51,7 @@ BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
 INCONCLUSIVE_POLICIES = ("pass", "fail")
+DEVICE_TYPES = ("cpu", "cuda")
 STATUS_STYLE = {
     REGRESSED: "bold red",
     FAILING: "bold red",
@@ -182,12 +185,28 @@ def load_results(path: str | Path) -> ResultsFile:
     return results
 
 
-def device_type(results: ResultsFile) -> str:
-    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device)."""
+def device_type(results: ResultsFile) -> str | None:
+    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device);
+    None when the file names no device or another one."""
     env = results.environment
-    if env is not None and env.device:
-        return env.device.split(":")[0].strip().lower()
-    return "cuda" if env is not None and env.gpu else "cpu"
+    kind = env.device.split(":")[0].strip().lower() if env is not None and env.device else None
+    return kind if kind in DEVICE_TYPES else None
+
+
+def _gated_timing(row: Row) -> bool:
+    metric = METRICS.get(row.metric)
+    return metric is not None and metric.timed and bool(metric.gates_on) and row.value is not None
+
+
+def _known_device(results: ResultsFile, where: str) -> str:
+    """The file's device type. An unknown one is bad input when the file holds a timed metric that gates
+    somewhere; without one only verdicts and sizes are judged, which gate on every device ('cpu')."""
+    kind = device_type(results)
+    if kind is None and any(_gated_timing(r) for r in results.rows):
+        device = results.environment.device if results.environment is not None else None
+        raise HarnessError(f"{where}: environment.device", f"{device!r} is not one of {', '.join(DEVICE_TYPES)}: "
+                                                           "its gating timings cannot be judged")
+    return kind or "cpu"
 
 
 def _disturbed(row: Row) -> str | None:
@@ -279,10 +298,14 @@ def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> Non
 
 def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
-    another GPU, or controls apart by the decision rule (the head's copy bandwidth lower or higher)."""
+    another GPU, a control in one file only, or controls apart by the decision rule (the head's copy
+    bandwidth lower or higher)."""
     bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
     if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
         return f"GPU {bgpu} vs {hgpu}"
+    controls = has_control(base), has_control(head)
+    if controls[0] != controls[1]:
+        return f"control {CONTROL} only in the {'base' if controls[0] else 'head'}"
     for key in sorted(b.keys() & h.keys()):
         if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
             d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
@@ -307,8 +330,8 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
             raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
     _same_case(base, head, names)
     _same_units(b, h, names[1])
-    device = device_type(head)
-    device_differs = None if device_type(base) == device else f"device {device_type(base)} vs {device}"
+    base_device, device = _known_device(base, names[0]), _known_device(head, names[1])
+    device_differs = None if base_device == device else f"device {base_device} vs {device}"
     explained = _explains(base, head)
     changes = []
     for key in sorted(b.keys() | h.keys()):
