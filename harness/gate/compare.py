@@ -15,7 +15,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
 - exact metrics (bytes) by the tolerance alone;
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
   `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
-Every gating row of the base must be in the head with a value, else it is `missing`.
+Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
+when its strategy's verdict is an explained `unsupported`).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
@@ -24,16 +25,17 @@ Environment guard: when the two files' controls (control_copy_gbps) differ by th
 
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
-differ and timed gating metrics are present;
-1 when a timed gating metric regressed; 2 "cannot judge" when a timed gating metric is undersampled;
-1 when one is inconclusive or disturbed under --inconclusive fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
+differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
+judge" when one is undersampled; 1 when one is inconclusive or disturbed under --inconclusive fail;
+else 0. Bad input (unreadable file, schema, case, unit, empty file, one run given twice): 2 with one
+`error:` line.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -333,10 +335,13 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     base_device, device = _known_device(base, names[0]), _known_device(head, names[1])
     device_differs = None if base_device == device else f"device {base_device} vs {device}"
     explained = _explains(base, head)
+    found = [_change(key, b.get(key), h.get(key), max_regression, explained) for key in sorted(b.keys() | h.keys())]
+    unsupported = {c.key[:5] for c in found if c.key[5] == "verdict" and c.status == "unsupported"}  # explained
     changes = []
-    for key in sorted(b.keys() | h.keys()):
-        change = _change(key, b.get(key), h.get(key), max_regression, explained)
-        metric = METRICS.get(key[5])
+    for change in found:
+        if change.status == MISSING and change.key[:5] in unsupported:
+            change = replace(change, status="unsupported", note="its strategy is unsupported in the head")
+        metric = METRICS.get(change.key[5])
         gating = metric is not None and metric.gates(device) and change.status != "added"
         status = WORSE if change.status == REGRESSED and not gating else change.status
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
@@ -435,6 +440,8 @@ def main_compare(base_path, head_path, max_regression_text, inconclusive: str = 
         if inconclusive not in INCONCLUSIVE_POLICIES:
             raise HarnessError("--inconclusive", f"must be pass or fail, got {inconclusive!r}")
         base, head = load_results(base_path), load_results(head_path)
+        if base == head:  # the same path twice, or a copy: the same created, environment, case and rows
+            raise HarnessError(str(head_path), f"the same run as the base {base_path}: a gate needs two runs")
         comparison = compare_results(base, head, factor, inconclusive, (str(base_path), str(head_path)))
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
