@@ -127,11 +127,21 @@ def test_doubling_inside_a_wide_spread_is_never_silently_passed():
     assert _status(comparison, "gather_cast", "cast_us") in ("regressed", "inconclusive")
 
 
-def test_too_few_samples_is_inconclusive_not_passed():
+def test_too_few_samples_cannot_be_judged(write, capsys):
+    """A 1.9x slowdown with 3 (or no) samples on a side is exit 2 naming the row and the counts, not a pass
+    under --inconclusive pass (repro r05); the twin with 5 samples a side regresses."""
+    for base_samples, head_samples, counts in (([10.4] * 3, [20.0] * 3, "3 vs 3"), ([10.4] * 40, [], "40 vs 1")):
+        base, head = _rows(), _rows(cast_us=20.0)
+        base[0].samples, head[0].samples = base_samples, head_samples
+        change = _change(compare_results(_doc(base), _doc(head), 0.05), "gather_cast", "cast_us")
+        assert change.status == "undersampled" and "too few samples" in change.note
+        assert main_compare(write("base.json", base), write("head.json", head), "5%") == 2
+        out = capsys.readouterr().out
+        assert f"TOO FEW SAMPLES: gather_cast/cast_us ({counts}); the rule needs 5 samples on each side" in out
+        assert "re-run with --repeats >= 5); CANNOT JUDGE (exit 2)" in out
     base, head = _rows(), _rows(cast_us=20.0)
-    base[0].samples, head[0].samples = [10.4] * 3, [20.0] * 3
-    change = _change(compare_results(_doc(base), _doc(head), 0.05), "gather_cast", "cast_us")
-    assert change.status == "inconclusive" and "too few samples" in change.note
+    base[0].samples, head[0].samples = [10.4] * 5, [20.0] * 5
+    assert main_compare(write("base.json", base), write("head.json", head), "5%") == 1
 
 
 def test_informational_metric_never_gates():
@@ -244,11 +254,18 @@ def test_other_gpu_is_another_environment():
     assert "GPU NVIDIA H200 vs NVIDIA H100" in comparison.environment_differs and comparison.exit_code == 2
 
 
-def test_missing_control_is_said(write, capsys):
-    base = write("base.json", _rows()[:-1])
-    head = write("head.json", _rows())
-    assert main_compare(base, head, "5%") == 0
-    assert "base carries no control_copy_gbps control" in capsys.readouterr().out
+def test_a_control_in_one_file_only_cannot_judge(write, capsys):
+    """Repro r11: a head (or base) without the control the other has cannot be judged on timings (was exit 0)."""
+    with_control, without = write("with.json", _rows()), write("without.json", _rows(seed=3)[:-1])
+    for base, head, side in ((without, with_control, "base"), (with_control, without, "head")):
+        assert main_compare(base, head, "5%") == 2
+        out = capsys.readouterr().out
+        only = "head" if side == "base" else "base"
+        assert f"ENVIRONMENTS DIFFER: control control_copy_gbps only in the {only}; CANNOT JUDGE (exit 2)" in out
+        assert f"{side} carries no control_copy_gbps control" in out
+    assert main_compare(without, write("neither.json", _rows(seed=5)[:-1]), "5%") == 0  # twin: in neither file
+    out = capsys.readouterr().out
+    assert "base carries no control_copy_gbps control" in out and "head carries no" in out
 
 
 # clock guard: a disturbed timing block is reported, not compared
@@ -401,3 +418,37 @@ def test_an_exact_metric_within_the_tolerance_is_changed_not_regressed():
     for head, status, code in ((1_030_000, "changed", 0), (1_100_000, "regressed", 1), (900_000, "improved", 0)):
         comparison = compare_results(_doc(_rows() + [extra(1_000_000)]), _doc(_rows() + [extra(head)]), 0.05)
         assert _status(comparison, "shadow", "extra_bytes") == status and comparison.exit_code == code
+
+
+def test_a_failing_verdict_the_base_lacks_fails(write, capsys):
+    """A head that fails or errors is failing also when the base never ran that strategy (repro r01)."""
+    base = write("base.json", [r for r in _rows() if r.key[3] != "gather_cast"])
+    for verdict, code in (("fail", 1), ("error", 1), ("pass", 0), ("unsupported", 0)):  # twins: added, not failing
+        head = write("head.json", _rows(verdict=verdict, seed=3))
+        assert main_compare(base, head, "5%") == code, verdict
+        out = capsys.readouterr().out
+        assert ("REGRESSION: 1 gating row(s) failed: gather_cast/verdict failing" in out) is (code == 1)
+
+
+def test_a_failing_verdict_decides_on_another_device_too(write, capsys):
+    """CPU base, CUDA head whose verdict fails: exit 1 naming the verdict only (the timings cannot be judged)."""
+    base = write("base.json", _rows(), {**ENV, "gpu": None, "device": "cpu"})
+    head = write("head.json", _rows(verdict="fail", cast_us=30.0, seed=3))
+    assert main_compare(base, head, "5%") == 1
+    out = capsys.readouterr().out
+    assert "ENVIRONMENTS DIFFER: device cpu vs cuda; timings not judged" in out
+    assert "REGRESSION: 1 gating row(s) failed: gather_cast/verdict failing (failing:" in out
+    head = write("head.json", _rows(cast_us=30.0, seed=3))  # twin: the verdict passes
+    assert main_compare(base, head, "5%") == 2
+    assert "CANNOT JUDGE (exit 2)" in capsys.readouterr().out
+
+
+def test_the_regression_line_says_what_failed(write, capsys):
+    base = write("base.json", _rows())
+    head = write("head.json", [r for r in _rows(seed=3) if r.key[3:] != ("gather_cast", "flashinfer-fa3", "extra_bytes")])
+    assert main_compare(base, head, "5%") == 1
+    out = capsys.readouterr().out
+    assert "gather_cast/extra_bytes missing (missing: absent or null in the head)" in out and "CI" not in out.split("REGRESSION")[1]
+    head = write("head.json", _rows(cast_us=10.4 * 1.2, verdict="error", seed=3))  # twin: two other kinds
+    assert main_compare(base, head, "5%") == 1
+    assert "(regressed: whole CI beyond 5%; failing: the head's verdict does not pass)" in capsys.readouterr().out

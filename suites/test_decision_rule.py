@@ -18,7 +18,7 @@ import pytest
 
 from harness import cli
 from harness.gate.compare import main_compare
-from harness.gate.decision import CONFIDENCE, INCONCLUSIVE, MAX_SAMPLES, REGRESSED, RESAMPLES, SLOWER, _thinned, bootstrap_ratios, decide
+from harness.gate.decision import CONFIDENCE, INCONCLUSIVE, MAX_SAMPLES, REGRESSED, RESAMPLES, SLOWER, UNDERSAMPLED, _thinned, bootstrap_log_ratios, decide
 
 TOLERANCE = 0.05
 
@@ -149,10 +149,10 @@ def test_the_interval_is_two_sided_99_percent():
     (either a 0.98 confidence or a one-sided tail) is narrower and is caught here."""
     rng = np.random.default_rng(11)
     base, head = rng.normal(1.0, 0.02, 40), rng.normal(1.03, 0.02, 40)
-    ratios = bootstrap_ratios(base, head)
-    assert len(ratios) == RESAMPLES == 2000 and CONFIDENCE == 0.99
+    logs = bootstrap_log_ratios(base, head)
+    assert len(logs) == RESAMPLES == 2000 and CONFIDENCE == 0.99
     d = decide(base, head, "lower", TOLERANCE)
-    assert (d.low, d.high) == tuple(np.percentile(ratios, [0.5, 99.5]))
+    assert (d.low, d.high) == tuple(np.exp(np.percentile(logs, [0.5, 99.5])))
     narrower = decide(base, head, "lower", TOLERANCE, confidence=0.98)
     assert narrower.low > d.low and narrower.high < d.high  # the twin: 98% is a different interval
 
@@ -160,7 +160,7 @@ def test_the_interval_is_two_sided_99_percent():
 def test_equal_medians_are_unchanged_whatever_the_sample_count():
     assert decide([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], "lower", TOLERANCE).status == "unchanged"
     assert decide([1.0, 2.0, 3.0], [0.5, 2.0, 9.0], "lower", TOLERANCE).status == "unchanged"
-    assert decide([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], "lower", TOLERANCE).status == INCONCLUSIVE  # twin: too few
+    assert decide([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], "lower", TOLERANCE).status == UNDERSAMPLED  # twin: too few
 
 
 def test_a_faster_head_below_the_resolution_is_unchanged_not_slower():
@@ -181,3 +181,15 @@ def test_thinning_keeps_the_distribution_and_bounds_the_draw():
     assert abs(np.median(thinned) - np.median(values)) < 1e-3 * np.median(values)
     assert thinned[0] == values.min() and thinned[-1] == values.max()
     assert len(_thinned(values[:100])) == 100  # under the cap: every sample kept
+
+
+def test_samples_at_the_ends_of_the_schemas_range_neither_overflow_nor_pass():
+    """1e-200 against 1e200 (both within the schema's 1e300 bound): the ratio 1e400 is beyond float range.
+    Judged on log ratios: regressed one way, improved the other, never unchanged or a math domain error."""
+    tiny, huge = [1e-200 * (1 + i / 100) for i in range(10)], [1e200 * (1 + i / 100) for i in range(10)]
+    slower = decide(tiny, huge, "lower", TOLERANCE)
+    assert slower.status == REGRESSED and slower.ratio == slower.low == slower.high == float("inf")
+    faster = decide(huge, tiny, "lower", TOLERANCE)
+    assert faster.status == "improved" and faster.ratio == faster.high == 0.0
+    assert decide(huge, tiny, "higher", TOLERANCE).status == REGRESSED  # a bandwidth that fell 1e400-fold
+    assert decide(tiny, [v * 1.2 for v in tiny], "lower", TOLERANCE).ratio == pytest.approx(1.2)  # twin: in range

@@ -1,6 +1,7 @@
 """Issue 25's gate repros on real CPU results (`harness run --scenario b1-l500 --json`, `tpot --json`):
 every hostile edit of a real file gets its documented exit code and one line naming the field.
-Each edit sits beside its untouched twin (the same file compared with itself exits 0)."""
+Each edit sits beside its untouched twin (the same rows under another `created` stamp exit 0; the
+very same file twice is bad input)."""
 
 from __future__ import annotations
 
@@ -59,10 +60,28 @@ def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
     assert a["case"] == {"command": "run", "preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
                          "backend": "torch", "kernel": "auto", "workload": a["case"]["workload"]}
     assert len(a["case"]["workload"]) == 64  # its sha256 (suites/test_results_case.py)
-    code, out, _ = _compare(tmp_path, a, a, capsys)
+    code, out, _ = _compare(tmp_path, a, _rerun(a), capsys)
     assert code == 0 and f"{len(a['rows'])} rows" in out and "unchanged" in out
     for word in ("slower", "regressed", "missing", "failing"):  # identical files: no word of change (repro 10)
         assert word not in out
+
+
+def _rerun(doc: dict) -> dict:
+    """`doc` as another run that measured the very same rows (another `created` stamp)."""
+    return {**doc, "created": "2026-12-03T00:00:00+00:00"}
+
+
+def test_one_run_given_twice_is_bad_input(a, tmp_path, capsys):
+    """Repro r13: `compare X X` (or X and a copy of it) passed silently; a CI script that names one file twice."""
+    path = _write(tmp_path / "a.json", a)
+    copy_path = tmp_path / "copy.json"
+    copy_path.write_bytes(path.read_bytes())
+    for head in (path, copy_path):
+        assert main_compare(path, head, "5%") == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        _one_error_line(captured.err, f"{head}: the same run as the base {path}")
+    assert main_compare(path, _write(tmp_path / "rerun.json", _rerun(a)), "5%") == 0  # twin: another run
 
 
 # 1. missing results fail
@@ -223,6 +242,24 @@ def test_device_names_compare_case_insensitively(a, tmp_path, capsys):
     assert code == 2  # twin: cuda vs cpu
 
 
+@pytest.mark.parametrize("edit", ["no environment", "device None", "device gpu"])
+def test_an_unknown_device_is_bad_input_when_timings_gate(a, tmp_path, capsys, edit):
+    """Repro r10: an absent or unknown environment.device made every timing non-gating (read as cpu)."""
+    gpu = _on_gpu(a)
+    bad = copy.deepcopy(gpu)
+    if edit == "no environment":
+        del bad["environment"]
+    else:
+        bad["environment"]["device"] = None if edit == "device None" else "gpu"
+    for base, head, name in ((gpu, bad, "head.json"), (bad, gpu, "base.json")):
+        code, out, err = _compare(tmp_path, base, head, capsys)
+        assert code == 2 and out == ""
+        _one_error_line(err, f"{name}: environment.device", "is not one of cpu, cuda")
+    untimed = [r for r in a["rows"] if r["metric"] in ("verdict", "extra_bytes")]  # twin: nothing timed gates
+    code, _, err = _compare(tmp_path, {**bad, "rows": untimed}, {**a, "rows": untimed, "created": "later"}, capsys)
+    assert code == 0 and err == ""
+
+
 # 5. units
 
 
@@ -255,7 +292,7 @@ def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_v
     base, head = copy.deepcopy(a), copy.deepcopy(a)
     _rows(base, "verdict", "gather_cast")[0]["value"] = base_value
     _rows(head, "verdict", "gather_cast")[0]["value"] = head_value
-    code, out, _ = _compare(tmp_path, base, head, capsys)
+    code, out, _ = _compare(tmp_path, base, _rerun(head), capsys)
     assert code == 1 and "gather_cast/verdict failing" in out
 
 
@@ -268,6 +305,20 @@ def test_unsupported_after_pass_is_accepted_when_the_environment_says_why(a, tmp
     head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "unsupported in the same environment" in out
+
+
+def test_an_explained_unsupported_strategy_needs_no_other_rows(a, tmp_path, capsys):
+    """Repro r12: a run writes only the verdict row of an unsupported strategy; with the environment explaining
+    it, its timing and size rows are `unsupported`, not `missing`."""
+    base, head = _on_gpu(a), _on_gpu(a)
+    base["environment"]["flashinfer"], head["environment"]["flashinfer"] = "0.7.2.post1", None
+    head["rows"] = [r for r in head["rows"] if r["strategy"] != "gather_cast" or r["metric"] == "verdict"]
+    _rows(head, "verdict", "gather_cast")[0].update(value="unsupported", detail={"status": "unsupported", "reason": "needs flashinfer"})
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "missing" not in out and "its strategy is unsupported in the head" in out
+    head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "gather_cast/verdict failing" in out and "gather_cast/extra_bytes missing" in out
 
 
 # 8. bounded memory
@@ -288,6 +339,18 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, preexec_fn=cap)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "MemoryError" not in proc.stderr and f"{len(a['rows'])} rows" in proc.stdout
+
+
+def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys):
+    """Repro r08: 1e-200 against 1e200 samples regress one way and improve the other (was `unchanged` and a
+    math domain error traceback)."""
+    base, head = _on_gpu(a), _on_gpu(a)
+    for doc, scale in ((base, 1e-200), (head, 1e200)):
+        _rows(doc, "cast_us", "stock")[0].update(value=scale * 1.045, samples=[scale * (1 + i / 100) for i in range(10)])
+    code, out, err = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "stock/cast_us regressed" in out and "inf" in out and err == ""
+    code, out, err = _compare(tmp_path, head, base, capsys)
+    assert code == 0 and "improved" in out and err == ""
 
 
 # 10. the word fits
@@ -365,7 +428,7 @@ def test_negative_counts_in_verdict_statistics_are_bad_input(a, tmp_path, capsys
     assert code == 2
     _one_error_line(err, f"rows[{index}].detail.stats.{stat}")
     head["rows"][index]["detail"]["stats"][stat] = 0  # twin: zero is a count
-    assert _compare(tmp_path, a, head, capsys)[0] != 2
+    assert _compare(tmp_path, a, _rerun(head), capsys)[0] != 2
 
 
 # the environment is one declared record (schema.Environment), written and read

@@ -3,33 +3,39 @@
 Only like with like: both files must carry the same case record (schema.Case: preset,
 scenario, scale, slots, layers, backend, kernel) and the same device type; a different case is
 bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
+A file whose environment.device is absent or neither cpu nor cuda is bad input when it holds a
+timed metric that gates somewhere (its timings cannot be gated without the device).
 
 Each row is judged by its metric's declaration (harness/results/metrics.py):
 - timed metrics by the decision rule of harness/gate/decision.py (a 99% bootstrap interval on the
   ratio of medians; `inconclusive` with its minimum detectable change when it straddles the
   tolerance); a row whose timing block the clock guard (harness/measure/clocks.py) marked, on either
-  side, is `disturbed`, not compared;
+  side, is `disturbed`, not compared; one with fewer than decision.MIN_SAMPLES samples on either side
+  is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
-- verdicts: a head that fails or errors is `failing`; `pass` -> `unsupported` is `failing`
-  unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
-Every gating row of the base must be in the head with a value, else it is `missing`.
+- verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
+  `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
+when its strategy's verdict is an explained `unsupported`).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
 Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
-(a drop or a rise), or the GPU differs, timed gating metrics cannot be judged.
+(a drop or a rise), only one file has a control, or the GPU differs, timed gating metrics cannot be judged.
 
-Exit codes: 2 when the devices differ; 1 when a verdict or exact metric fails or a gating row is
-missing; 2 "cannot judge" when the environments differ and timed gating metrics are present;
-1 when a timed gating metric regressed, or is inconclusive or disturbed under --inconclusive
-fail; else 0. Bad input (unreadable file, schema, case, unit, empty file): 2 with one `error:` line.
+Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
+1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
+differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
+judge" when one is undersampled; 1 when one is inconclusive or disturbed under --inconclusive fail;
+else 0. Bad input (unreadable file, schema, case, unit, empty file, one run given twice): 2 with one
+`error:` line.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -47,11 +53,13 @@ BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
 INCONCLUSIVE_POLICIES = ("pass", "fail")
+DEVICE_TYPES = ("cpu", "cuda")
 STATUS_STYLE = {
     REGRESSED: "bold red",
     FAILING: "bold red",
     MISSING: "bold red",
     decision.INCONCLUSIVE: "bold yellow",
+    decision.UNDERSAMPLED: "bold yellow",
     "disturbed": "bold yellow",
     decision.SLOWER: "yellow",
     WORSE: "yellow",
@@ -104,19 +112,32 @@ class Comparison:
         return [c for c in self.changes if c.gating and c.status in UNJUDGED]
 
     @property
+    def undersampled(self) -> list[Change]:
+        """Gating rows with too few samples on either side for the rule: they cannot be judged."""
+        return [c for c in self.changes if c.gating and c.status == decision.UNDERSAMPLED]
+
+    @property
     def cannot_judge(self) -> bool:
         return self.device_differs is not None or (
             self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
 
     @property
-    def exit_code(self) -> int:
+    def decisive(self) -> list[Change]:
+        """The failures exit 1 stands on: a failing verdict always; on another device nothing else; in
+        another environment no timed regression (timings cannot be judged there)."""
         if self.device_differs:
-            return 2
-        if any(not c.timed or c.status != REGRESSED for c in self.failures):
-            return 1  # a verdict, an exact metric or a missing row: true whatever the environment
+            return [c for c in self.failures if c.status == FAILING]
         if self.cannot_judge:
+            return [c for c in self.failures if not c.timed or c.status != REGRESSED]
+        return self.failures
+
+    @property
+    def exit_code(self) -> int:
+        if self.decisive:
+            return 1
+        if self.cannot_judge or self.undersampled:
             return 2
-        if self.failures or (self.unjudged and self.inconclusive == "fail"):
+        if self.unjudged and self.inconclusive == "fail":
             return 1
         return 0
 
@@ -166,12 +187,28 @@ def load_results(path: str | Path) -> ResultsFile:
     return results
 
 
-def device_type(results: ResultsFile) -> str:
-    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device)."""
+def device_type(results: ResultsFile) -> str | None:
+    """'cuda' or 'cpu' (lower case): where the file's timings were taken (its environment's device);
+    None when the file names no device or another one."""
     env = results.environment
-    if env is not None and env.device:
-        return env.device.split(":")[0].strip().lower()
-    return "cuda" if env is not None and env.gpu else "cpu"
+    kind = env.device.split(":")[0].strip().lower() if env is not None and env.device else None
+    return kind if kind in DEVICE_TYPES else None
+
+
+def _gated_timing(row: Row) -> bool:
+    metric = METRICS.get(row.metric)
+    return metric is not None and metric.timed and bool(metric.gates_on) and row.value is not None
+
+
+def _known_device(results: ResultsFile, where: str) -> str:
+    """The file's device type. An unknown one is bad input when the file holds a timed metric that gates
+    somewhere; without one only verdicts and sizes are judged, which gate on every device ('cpu')."""
+    kind = device_type(results)
+    if kind is None and any(_gated_timing(r) for r in results.rows):
+        device = results.environment.device if results.environment is not None else None
+        raise HarnessError(f"{where}: environment.device", f"{device!r} is not one of {', '.join(DEVICE_TYPES)}: "
+                                                           "its gating timings cannot be judged")
+    return kind or "cpu"
 
 
 def _disturbed(row: Row) -> str | None:
@@ -233,6 +270,8 @@ def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
 
 def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained: str) -> Change:
     if base is None:
+        if key[5] == "verdict" and head.value in BAD_VERDICTS:
+            return Change(key, None, head, FAILING, note="not in the base")
         return Change(key, None, head, "added")
     if head is None:
         return Change(key, base, None, MISSING, note="not in the head")
@@ -261,10 +300,14 @@ def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> Non
 
 def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
-    another GPU, or controls apart by the decision rule (the head's copy bandwidth lower or higher)."""
+    another GPU, a control in one file only, or controls apart by the decision rule (the head's copy
+    bandwidth lower or higher)."""
     bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
     if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
         return f"GPU {bgpu} vs {hgpu}"
+    controls = has_control(base), has_control(head)
+    if controls[0] != controls[1]:
+        return f"control {CONTROL} only in the {'base' if controls[0] else 'head'}"
     for key in sorted(b.keys() & h.keys()):
         if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
             d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
@@ -289,13 +332,16 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
             raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
     _same_case(base, head, names)
     _same_units(b, h, names[1])
-    device = device_type(head)
-    device_differs = None if device_type(base) == device else f"device {device_type(base)} vs {device}"
+    base_device, device = _known_device(base, names[0]), _known_device(head, names[1])
+    device_differs = None if base_device == device else f"device {base_device} vs {device}"
     explained = _explains(base, head)
+    found = [_change(key, b.get(key), h.get(key), max_regression, explained) for key in sorted(b.keys() | h.keys())]
+    unsupported = {c.key[:5] for c in found if c.key[5] == "verdict" and c.status == "unsupported"}  # explained
     changes = []
-    for key in sorted(b.keys() | h.keys()):
-        change = _change(key, b.get(key), h.get(key), max_regression, explained)
-        metric = METRICS.get(key[5])
+    for change in found:
+        if change.status == MISSING and change.key[:5] in unsupported:
+            change = replace(change, status="unsupported", note="its strategy is unsupported in the head")
+        metric = METRICS.get(change.key[5])
         gating = metric is not None and metric.gates(device) and change.status != "added"
         status = WORSE if change.status == REGRESSED and not gating else change.status
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
@@ -351,6 +397,12 @@ def _summary(comparison: Comparison) -> str:
     return f"{len(comparison.changes)} rows ({gating} gating): {parts}"
 
 
+def _why_failed(c: Change, pct: str) -> str:
+    if c.status == REGRESSED:
+        return f"regressed: {'whole CI' if c.timed else 'value'} beyond {pct}"
+    return "missing: absent or null in the head" if c.status == MISSING else "failing: the head's verdict does not pass"
+
+
 def report(comparison: Comparison, console: Console, base: ResultsFile, head: ResultsFile) -> None:
     """The table, the summary and one loud line per outcome that decides the exit code."""
     if any(c.status != "unchanged" or c.note for c in comparison.changes):
@@ -361,18 +413,24 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
     pct = f"{comparison.max_regression * 100:g}%"
     if comparison.environment_differs:
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "no timed metric gates here"
+        verdict = ("no timed metric gates here" if not comparison.cannot_judge else
+                   "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "timings not judged")
         console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
+    if (few := comparison.undersampled) and not comparison.device_differs:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+        console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {named}; the rule needs {decision.MIN_SAMPLES} samples on "
+                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}); {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
         then = "fails the gate (--inconclusive fail)" if comparison.inconclusive == "fail" else "does not fail the gate"
         console.print(f"[bold yellow]INCONCLUSIVE[/]: {len(comparison.unjudged)} gating metric(s) could not be judged "
                       f"against {pct}{mde}; {then}")
-    if comparison.exit_code == 1 and comparison.failures:
-        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in comparison.failures)
-        console.print(f"[bold red]REGRESSION[/]: {len(comparison.failures)} gating row(s) failed: {named} "
-                      f"(regressed: whole CI beyond {pct})")
+    if failed := comparison.decisive:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in failed)
+        why = "; ".join(dict.fromkeys(_why_failed(c, pct) for c in failed))
+        console.print(f"[bold red]REGRESSION[/]: {len(failed)} gating row(s) failed: {named} ({why})")
 
 
 def main_compare(base_path, head_path, max_regression_text, inconclusive: str = "pass") -> int:
@@ -382,6 +440,8 @@ def main_compare(base_path, head_path, max_regression_text, inconclusive: str = 
         if inconclusive not in INCONCLUSIVE_POLICIES:
             raise HarnessError("--inconclusive", f"must be pass or fail, got {inconclusive!r}")
         base, head = load_results(base_path), load_results(head_path)
+        if base == head:  # the same path twice, or a copy: the same created, environment, case and rows
+            raise HarnessError(str(head_path), f"the same run as the base {base_path}: a gate needs two runs")
         comparison = compare_results(base, head, factor, inconclusive, (str(base_path), str(head_path)))
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,12 @@ lower-is-better, base/head for higher-is-better) and t the tolerance
                 within the tolerance: reported, never gating);
 - improved:     the whole interval lies below 1 / (1 + t);
 - unchanged:    anything else (the interval holds 1 and stays below 1 + t), and always when
-                the two medians are equal.
+                the two medians are equal;
+- undersampled: fewer than MIN_SAMPLES samples on either side (and unequal medians): no interval.
+
+The interval is computed on log ratios (log median(head) - log median(base)), so samples anywhere in
+the schema's range (1e-300 against 1e300) neither overflow nor reach log(0); ratio, low and high are
+its exponentials (inf or 0 beyond float range).
 
 A change of the medians below the metric's `resolution` (absolute, in its unit) is never
 regressed or inconclusive: `slower` when the interval lies above 1, else `unchanged`, with a
@@ -41,12 +46,13 @@ import numpy as np
 
 CONFIDENCE = 0.99
 RESAMPLES = 2000
-MIN_SAMPLES = 5  # fewer timed samples on either side: no interval, inconclusive
+MIN_SAMPLES = 5  # fewer timed samples on either side: no interval, undersampled
 SEED = 20240611
 MAX_SAMPLES = 4096  # per side; see "Bounded memory" above
 CHUNK = 1 << 22  # resample indices drawn at once (32 MiB of int64)
 
 REGRESSED, INCONCLUSIVE, SLOWER, UNCHANGED, IMPROVED = "regressed", "inconclusive", "slower", "unchanged", "improved"
+UNDERSAMPLED = "undersampled"
 
 
 @dataclass(frozen=True)
@@ -80,18 +86,24 @@ def _bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: 
     return medians
 
 
-def bootstrap_ratios(base, head, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
-    """`resamples` bootstrap draws of median(head) / median(base) (fixed seed: always the same draws)."""
+def bootstrap_log_ratios(base, head, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """`resamples` bootstrap draws of log median(head) - log median(base) (fixed seed: always the same draws)."""
     a, b = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
     rng = np.random.default_rng(seed)
-    return _bootstrap_medians(b, rng, resamples) / _bootstrap_medians(a, rng, resamples)
+    return np.log(_bootstrap_medians(b, rng, resamples)) - np.log(_bootstrap_medians(a, rng, resamples))
 
 
-def ratio_interval(base, head, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(point, low, high) of median(head) / median(base): the two-sided percentile bootstrap interval."""
+def log_ratio_interval(base, head, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(point, low, high) of log median(head) - log median(base): the two-sided percentile bootstrap interval."""
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(bootstrap_ratios(base, head), [tail, 100 - tail])
-    return float(np.median(head) / np.median(base)), float(low), float(high)
+    low, high = np.percentile(bootstrap_log_ratios(base, head), [tail, 100 - tail])
+    return float(np.log(np.median(head)) - np.log(np.median(base))), float(low), float(high)
+
+
+def _exp(x: float) -> float:
+    """e**x, inf beyond float range."""
+    with np.errstate(over="ignore"):
+        return float(np.exp(x))
 
 
 def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE, resolution: float = 0.0) -> Decision:
@@ -100,22 +112,22 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     if len(base) and len(head) and np.median(base) == np.median(head):
         return Decision(UNCHANGED, 1.0, None, None, None)
     if min(len(base), len(head)) < MIN_SAMPLES:
-        ratio = float(np.median(head) / np.median(base)) if len(base) and len(head) else math.nan
-        return Decision(INCONCLUSIVE, ratio, None, None, None,
-                        f"too few samples ({len(base)} vs {len(head)}, need {MIN_SAMPLES})")
+        ratio = _exp(np.log(np.median(head)) - np.log(np.median(base))) if len(base) and len(head) else math.nan
+        return Decision(UNDERSAMPLED, ratio, None, None, None,
+                        f"too few samples ({len(base)} vs {len(head)}, need {MIN_SAMPLES} on each side)")
     if min(np.min(base), np.min(head)) <= 0:
         return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-positive samples: no ratio")
-    ratio, low, high = ratio_interval(base, head, confidence)
-    mde = math.exp((math.log(high) - math.log(low)) / 2) - 1
-    worse, (worse_low, worse_high) = (ratio, (low, high)) if better == "lower" else (1 / ratio, (1 / high, 1 / low))
-    limit = 1 + tolerance
+    point, low, high = log_ratio_interval(base, head, confidence)
+    mde = _exp((high - low) / 2) - 1
+    worse, worse_low, worse_high = (point, low, high) if better == "lower" else (-point, -high, -low)  # logs
+    limit = math.log1p(tolerance)
     if worse_low > limit:
         status = REGRESSED
     elif worse_high > limit:
         status = INCONCLUSIVE
-    elif worse_low > 1:
+    elif worse_low > 0:
         status = SLOWER
-    elif worse_high < 1 / limit:
+    elif worse_high < -limit:
         status = IMPROVED
     else:
         status = UNCHANGED
@@ -123,6 +135,6 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     change = abs(float(np.median(head)) - float(np.median(base)))
     if status in (REGRESSED, INCONCLUSIVE) and change < resolution:
         status, note = SLOWER, f"change {change:.3g} is below the metric's resolution {resolution:g}"
-    if status == SLOWER and not (worse_low > 1 and worse > 1):
+    if status == SLOWER and not (worse_low > 0 and worse > 0):
         status = UNCHANGED  # a faster head, or an interval that holds 1, is never called slower
-    return Decision(status, ratio, low, high, mde, note)
+    return Decision(status, _exp(point), _exp(low), _exp(high), mde, note)
