@@ -268,21 +268,22 @@ def test_a_control_in_one_file_only_cannot_judge(write, capsys):
     assert "base carries no control_copy_gbps control" in out and "head carries no" in out
 
 
-# clock guard: a disturbed timing block is reported, not compared
+# clock guard: a disturbed timing block is reported, not compared, and cannot be judged
 
 
-def test_disturbed_row_is_reported_not_compared(write, capsys):
+def test_disturbed_row_is_reported_not_compared_and_cannot_be_judged(write, capsys):
+    """A head marked disturbed (here hiding a 2x slowdown) never passes: exit 2 whatever --inconclusive says."""
     head_rows = _rows(cast_us=20.0, seed=3)
     head_rows[0].detail = {"guard": {"disturbed": "SM clock 1980 -> 1410 MHz", "reruns": 1}}
     base = write("base.json", _rows())
     head = write("head.json", head_rows)
     comparison = compare_results(load_results(base), load_results(head), 0.05)
     change = _change(comparison, "gather_cast", "cast_us")
-    assert change.status == "disturbed" and "SM clock" in change.note and comparison.exit_code == 0
-    assert main_compare(base, head, "5%") == 0
+    assert change.status == "disturbed" and "SM clock" in change.note and comparison.exit_code == 2
+    assert main_compare(base, head, "5%") == 2
     out = capsys.readouterr().out
-    assert "disturbed" in out and "INCONCLUSIVE: 1 gating metric(s)" in out
-    assert main_compare(base, head, "5%", inconclusive="fail") == 1
+    assert "DISTURBED: gather_cast/cast_us (clock guard: SM clock 1980 -> 1410 MHz)" in out and "CANNOT JUDGE (exit 2)" in out
+    assert main_compare(base, head, "5%", inconclusive="fail") == 2
 
 
 def test_undisturbed_guard_is_compared():

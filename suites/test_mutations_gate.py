@@ -56,6 +56,8 @@ MUTATIONS = [
     ("unknown-device-is-cpu", "harness/gate/compare.py",
      "if kind is None and any(_gated_timing(r) for r in results.rows):", "if False:",
      [f"{INPUT}::test_an_unknown_device_is_bad_input_when_timings_gate"]),
+    ("disturbed-passes", "harness/gate/compare.py", "if self.cannot_judge or self.undersampled or self.disturbed:",
+     "if self.cannot_judge or self.undersampled:", [f"{COMPARE}::test_disturbed_row_is_reported_not_compared_and_cannot_be_judged"]),
     ("base-guard-unread", "harness/gate/compare.py", "why = _disturbed(base) or _disturbed(head)", "why = _disturbed(head)",
      [f"{COMPARE}::test_the_base_rows_guard_is_read_as_well_as_the_heads"]),
     ("peak-bytes-informational", "harness/results/metrics.py", '_m("peak_bytes", "B", "lower", CUDA,',

@@ -10,8 +10,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
 - timed metrics by the decision rule of harness/gate/decision.py (a 99% bootstrap interval on the
   ratio of medians; `inconclusive` with its minimum detectable change when it straddles the
   tolerance); a row whose timing block the clock guard (harness/measure/clocks.py) marked, on either
-  side, is `disturbed`, not compared; one with fewer than decision.MIN_SAMPLES samples on either side
-  is `undersampled`;
+  side, is `disturbed`, not compared (a throttled or shared GPU's numbers are no measurement, whichever
+  way they point); one with fewer than decision.MIN_SAMPLES samples on either side is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
   `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
@@ -26,7 +26,7 @@ Environment guard: when the two files' controls (control_copy_gbps) differ by th
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
 differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
-judge" when one is undersampled; 1 when one is inconclusive or disturbed under --inconclusive fail;
+judge" when one is undersampled or disturbed; 1 when one is inconclusive under --inconclusive fail;
 else 0. Bad input (unreadable file, schema, case, unit, empty file, one run given twice): 2 with one
 `error:` line.
 """
@@ -48,7 +48,7 @@ from harness.results.schema import CASE_FIELDS, ResultsFile, Row, parse_results,
 
 REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
-UNJUDGED = (decision.INCONCLUSIVE, "disturbed")
+DISTURBED = "disturbed"
 BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
@@ -60,7 +60,7 @@ STATUS_STYLE = {
     MISSING: "bold red",
     decision.INCONCLUSIVE: "bold yellow",
     decision.UNDERSAMPLED: "bold yellow",
-    "disturbed": "bold yellow",
+    DISTURBED: "bold yellow",
     decision.SLOWER: "yellow",
     WORSE: "yellow",
     decision.IMPROVED: "green",
@@ -108,13 +108,18 @@ class Comparison:
 
     @property
     def unjudged(self) -> list[Change]:
-        """Gating rows the rule could not decide (inconclusive) or that must not be compared (disturbed)."""
-        return [c for c in self.changes if c.gating and c.status in UNJUDGED]
+        """Gating rows the rule could not decide (inconclusive)."""
+        return [c for c in self.changes if c.gating and c.status == decision.INCONCLUSIVE]
 
     @property
     def undersampled(self) -> list[Change]:
         """Gating rows with too few samples on either side for the rule: they cannot be judged."""
         return [c for c in self.changes if c.gating and c.status == decision.UNDERSAMPLED]
+
+    @property
+    def disturbed(self) -> list[Change]:
+        """Gating rows whose timing block the clock guard marked on either side: they cannot be judged."""
+        return [c for c in self.changes if c.gating and c.status == DISTURBED]
 
     @property
     def cannot_judge(self) -> bool:
@@ -135,7 +140,7 @@ class Comparison:
     def exit_code(self) -> int:
         if self.decisive:
             return 1
-        if self.cannot_judge or self.undersampled:
+        if self.cannot_judge or self.undersampled or self.disturbed:
             return 2
         if self.unjudged and self.inconclusive == "fail":
             return 1
@@ -239,7 +244,7 @@ def _numeric(key: tuple, base: Row, head: Row, f: float) -> Change:
         return _exact(key, base, head, f, metric.better)
     why = _disturbed(base) or _disturbed(head)
     if why:
-        return Change(key, base, head, "disturbed", note=f"clock guard: {why}")
+        return Change(key, base, head, DISTURBED, note=f"clock guard: {why}")
     d = decision.decide(_samples(base), _samples(head), metric.better, f, resolution=metric.resolution)
     return Change(key, base, head, d.status, d.ratio, d, note=d.note)
 
@@ -421,6 +426,10 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {named}; the rule needs {decision.MIN_SAMPLES} samples on "
                       f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}); {verdict}")
+    if (shaken := comparison.disturbed) and not comparison.device_differs:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+        console.print(f"[bold yellow]DISTURBED[/]: {named}; re-run where the GPU's clocks hold; {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
