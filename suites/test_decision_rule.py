@@ -122,7 +122,7 @@ def test_cpu_aa_never_exits_1(sequential_runs, capsys):
 def test_cpu_aa_twin_planted_verdict_failure_exits_1(sequential_runs, tmp_path, capsys):
     doc = json.loads(sequential_runs[1].read_text())
     (verdict,) = [r for r in doc["rows"] if r["metric"] == "verdict"]
-    verdict["value"] = "fail"
+    verdict["value"] = verdict["detail"]["status"] = "fail"
     head = tmp_path / "failed.json"
     head.write_text(json.dumps(doc))
     assert main_compare(sequential_runs[0], head, "5%") == 1

@@ -92,7 +92,7 @@ def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, 
     head = json.loads(run_json.read_text())
     for row in head["rows"]:
         if (row["strategy"], row["metric"]) == (TOY, "verdict"):
-            row["value"] = "fail"
+            row["value"] = row["detail"]["status"] = "fail"
     head_json = tmp_path / "head.json"
     head_json.write_text(json.dumps(head))
     capsys.readouterr()

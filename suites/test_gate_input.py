@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,17 @@ def _one_error_line(err: str, *words: str) -> None:
 
 def _rows(doc: dict, metric: str, strategy: str | None = None) -> list[dict]:
     return [r for r in doc["rows"] if r["metric"] == metric and strategy in (None, r["strategy"])]
+
+
+def _set_verdict(doc: dict, strategy: str, value: str) -> None:
+    """A verdict edited as a writer would record it: its detail's status says the same."""
+    row = _rows(doc, "verdict", strategy)[0]
+    row["value"], row["detail"]["status"] = value, value
+
+
+def _set_samples(row: dict, samples: list[float]) -> None:
+    """Timing samples edited as a writer would record them: the value is their median."""
+    row.update(samples=samples, value=statistics.median(samples))
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
@@ -290,8 +302,8 @@ def test_a_verdict_outside_the_four_is_bad_input(a, tmp_path, capsys, value):
                                                     ("fail", "fail")])
 def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_value):
     base, head = copy.deepcopy(a), copy.deepcopy(a)
-    _rows(base, "verdict", "gather_cast")[0]["value"] = base_value
-    _rows(head, "verdict", "gather_cast")[0]["value"] = head_value
+    _set_verdict(base, "gather_cast", base_value)
+    _set_verdict(head, "gather_cast", head_value)
     code, out, _ = _compare(tmp_path, base, _rerun(head), capsys)
     assert code == 1 and "gather_cast/verdict failing" in out
 
@@ -299,7 +311,7 @@ def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_v
 def test_unsupported_after_pass_is_accepted_when_the_environment_says_why(a, tmp_path, capsys):
     base, head = _on_gpu(a), _on_gpu(a)
     base["environment"]["flashinfer"], head["environment"]["flashinfer"] = "0.7.2.post1", None
-    _rows(head, "verdict", "gather_cast")[0]["value"] = "unsupported"
+    _set_verdict(head, "gather_cast", "unsupported")
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "flashinfer 0.7.2.post1 -> None" in out
     head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
@@ -328,7 +340,7 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
     base, head = copy.deepcopy(a), copy.deepcopy(a)
     for doc, scale in ((base, 1.0), (head, 1.01)):
         row = _rows(doc, "cast_us", "stock")[0]
-        row["samples"] = [row["value"] * scale * (1 + (i % 1000) / 1e5) for i in range(1_000_000)]
+        _set_samples(row, [row["value"] * scale * (1 + (i % 1000) / 1e5) for i in range(1_000_000)])
     bp, hp = _write(tmp_path / "base.json", base), _write(tmp_path / "head.json", head)
     limit = 1 << 30  # 1 GiB of address space: the old 2000 x n int64 draw needs 16 GB
 
@@ -376,7 +388,7 @@ def test_a_faster_head_is_never_slower(a, tmp_path, capsys):
 
 def test_informational_metrics_never_print_regressed(a, tmp_path, capsys):
     base = _on_gpu(a)  # on CUDA too: step_ms, step_eager_ms inform only
-    _rows(base, "step_ms", "stock")[0].update(value=10.0, samples=[10.0 + 0.01 * (i % 7) for i in range(40)])
+    _set_samples(_rows(base, "step_ms", "stock")[0], [10.0 + 0.01 * (i % 7) for i in range(40)])
     head = _shift(base, "step_ms", "stock", 1.68)  # the H200 A/A pair's 1.68x
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "regressed" not in out and "worse" in out
@@ -385,10 +397,10 @@ def test_informational_metrics_never_print_regressed(a, tmp_path, capsys):
 def test_the_below_resolution_note_is_shown(a, tmp_path, capsys):
     base = _on_gpu(a)
     for row in _rows(base, "cast_us"):
-        row.update(value=2.0, samples=[2.0 + 0.01 * (i % 7) for i in range(40)])
+        _set_samples(row, [2.0 + 0.01 * (i % 7) for i in range(40)])
     head = copy.deepcopy(base)
     for row in _rows(head, "cast_us"):
-        row.update(value=2.3, samples=[2.3 + 0.01 * (i % 7) for i in range(40)])  # +15%, but 0.3 us < 0.5 us
+        _set_samples(row, [2.3 + 0.01 * (i % 7) for i in range(40)])  # +15%, but 0.3 us < 0.5 us
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "below the metric's resolution 0.5" in out and "regressed" not in out
 

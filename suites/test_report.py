@@ -30,7 +30,8 @@ def _rows(scenario: str, step_scale: float) -> list[Row]:
         stats = {"max_abs": 0.08, "max_rel": 3.2, "norm_rel": 1.5e-3, "matched_ratio": 1.0}
         rows += [
             Row(**case, strategy=strategy, metric="verdict", value="pass", detail={"status": "pass", "reason": "", "stats": stats}),
-            Row(**case, strategy=strategy, metric="step_ms", value=step * step_scale, unit="ms", better="lower", iqr=iqr, samples=[step]),
+            Row(**case, strategy=strategy, metric="step_ms", value=step * step_scale, unit="ms", better="lower", iqr=iqr,
+                samples=[step * step_scale]),
             Row(**case, strategy=strategy, metric="cast_us", value=cast, unit="us", better="lower", iqr=1.0),
             Row(**case, strategy=strategy, metric="cast_gbps", value=gbps, unit="GB/s", better="higher", iqr=5.0),
             Row(**case, strategy=strategy, metric="attn_us", value=attn, unit="us", better="lower", iqr=0.1),

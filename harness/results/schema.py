@@ -13,6 +13,7 @@ import math
 import numbers
 import re
 import shlex
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar, get_args
@@ -28,7 +29,8 @@ SCHEMA_V1 = "mla-harness-results/1"
 SCHEMA_V2 = "mla-harness-results/2"
 SCHEMA_V3 = "mla-harness-results/3"
 Command = Literal["run", "tpot"]  # what measured a results file: `harness run` or `harness tpot`
-VERDICTS = ("pass", "fail", "unsupported", "error")
+Verdict = Literal["pass", "fail", "unsupported", "error"]
+VERDICTS = get_args(Verdict)
 CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel", "workload")
 ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
 
@@ -55,7 +57,7 @@ class ErrorStats(msgspec.Struct, frozen=True):
 class Detail(msgspec.Struct):
     """The fields of a row's detail that readers use (a verdict's; other metrics add their own)."""
 
-    status: str | None = None
+    status: Verdict | None = None
     reason: str | None = None
     stats: ErrorStats | None = None
     unsupported: str | None = None
@@ -87,7 +89,8 @@ class Row:
     """One (case, strategy, metric) result. Unit and direction come from the metric table
     (harness/results/metrics.py) when not given. Checked on construction and on read: a verdict is one
     of VERDICTS; a numeric metric's value is a finite number >= 0 (a timing's value and every
-    sample > 0); a verdict's detail matches Detail (its statistics non-negative)."""
+    sample > 0) and, with samples, their median (what every writer records); a verdict's detail
+    matches Detail (its statistics non-negative, mismatches <= total) and its status is the verdict."""
 
     preset: str
     scale: str
@@ -116,12 +119,19 @@ class Row:
             for name, v in (("value", self.value), *(("samples", s) for s in self.samples)):
                 if not _number(v) or v < 0 or (declared.timed and v == 0):
                     raise ValueError(f"{name}: {self.metric} must be a finite number {least}, got {v!r}")
+            if self.samples and not math.isclose(self.value, median := statistics.median(self.samples), rel_tol=1e-9):
+                raise ValueError(f"value: {self.value!r} is not the median of its samples ({median!r})")
         if self.detail is not None:
             try:
-                msgspec.convert(self.detail, Detail)
+                detail = msgspec.convert(self.detail, Detail)
             except msgspec.ValidationError as exc:
                 message, _, path = str(exc).rpartition(" - at `$")
                 raise ValueError(f"detail{path.rstrip('`')}: {message or exc}") from None
+            if self.metric == "verdict" and detail.status is not None and detail.status != self.value:
+                raise ValueError(f"detail.status: {detail.status!r} contradicts the verdict {self.value!r}")
+            stats = detail.stats
+            if stats is not None and None not in (stats.mismatches, stats.total) and stats.mismatches > stats.total:
+                raise ValueError(f"detail.stats.mismatches: {stats.mismatches} is more than total {stats.total}")
 
     @property
     def key(self) -> tuple:
