@@ -207,7 +207,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
-        raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
+        why = "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`"
+        raise HarnessError(str(manifest_path), f"golden manifest {why}")
     manifest = read_json(manifest_path)
     if not isinstance(manifest, dict):
         raise HarnessError(str(manifest_path), "manifest must be a JSON object")
@@ -327,14 +328,25 @@ def write_obtained(case_name: str, name: str, tensors: dict[str, torch.Tensor], 
     return f"obtained outputs: {path}"
 
 
+def _not_the_goldens(folder: Path) -> list[str]:
+    """What in a case folder is neither a golden file nor an obtained file: a swap would delete it."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if not (p.is_file() and (p.name in (MANIFEST, OUTPUTS) or p.name.endswith(".obtained.safetensors"))))
+
+
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put
-    back by the next load or refresh)."""
+    back by the next load or refresh). A file in the case folder that is not the golden's is refused."""
     root = _root(root)
     folder = case_dir(case_name, root)
     with refresh_lock(root):
         recover(case_name, root)
+        if foreign := _not_the_goldens(folder):
+            raise HarnessError(str(folder / foreign[0]), "not the golden's own file: a refresh does not delete it "
+                               "(move it out of the case folder)")
         new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
         try:
             share_folder(new)

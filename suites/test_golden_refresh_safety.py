@@ -1,0 +1,34 @@
+"""Golden refresh destroys nothing of the user's and golden verify passes only what `run` accepts: a case
+folder without a manifest, a file of the user's in one, a linked one, a re-signed seed, tensors of
+other dtypes, leftovers of a killed refresh and an empty case list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suites.test_cli import _one_error_line, harness
+from suites.test_outputs_and_goldens import CASE, _golden_copy
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_refresh_keeps_a_case_folder_without_a_manifest(tmp_path):
+    """Without --force a folder that exists without a manifest is not a new case; with --force a
+    file that is not the golden's own is not deleted: both exit 2, nothing changed."""
+    root = _golden_copy(tmp_path, [CASE])
+    (root / CASE / "manifest.json").unlink()
+    (root / CASE / "NOTES.txt").write_text("mine\n")
+    before = _contents(root / CASE)
+    _one_error_line(harness("golden", "refresh", "--case", CASE, golden_dir=root),
+                    "manifest.json", "existing case folder", "not overwritten (refresh --force replaces it)")
+    assert _contents(root / CASE) == before
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), "NOTES.txt", "not the golden's")
+    assert _contents(root / CASE) == before
+    (root / CASE / "NOTES.txt").unlink()
+    (root / CASE / "gather_cast.obtained.safetensors").write_bytes(b"an earlier run's")
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(_contents(root / CASE)) == ["manifest.json", "outputs.safetensors"]
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
