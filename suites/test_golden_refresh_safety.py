@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from harness.inputs.cases import load_case
+from harness.verify import golden
 from suites.test_cli import _one_error_line, harness
-from suites.test_outputs_and_goldens import CASE, _golden_copy
+from suites.test_outputs_and_goldens import CASE, _golden_copy, _resign
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
@@ -32,3 +36,16 @@ def test_refresh_keeps_a_case_folder_without_a_manifest(tmp_path):
     assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
     assert sorted(_contents(root / CASE)) == ["manifest.json", "outputs.safetensors"]
     assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
+
+
+@pytest.mark.parametrize("field", ["seed", "reference_precision"])
+def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path, field):
+    """What `run` refuses as stale (case_mismatch) golden verify must not call ok, nor refresh unchanged."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, lambda m: m.update({field: {"seed": 2, "reference_precision": "float32"}[field]}))
+    proc = harness("golden", "verify", "--case", CASE, golden_dir=root)
+    assert proc.returncode == 1 and f"  {field}: " in proc.stdout, proc.stdout + proc.stderr
+    assert harness("golden", "refresh", "--case", CASE, golden_dir=root).returncode == 1
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
+    assert golden.case_mismatch(golden.load(CASE, root), load_case(CASE)) == ""
