@@ -49,3 +49,19 @@ def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path,
     proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
     assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
     assert golden.case_mismatch(golden.load(CASE, root), load_case(CASE)) == ""
+
+
+@pytest.mark.parametrize("name,retype", [
+    ("s0.l0.out_fp32", lambda t: t.double()), ("s0.l1.lse", lambda t: t.half()), ("s0.positions", lambda t: t.float()),
+    ("s0.l0.out_bf16", lambda t: t.float()), ("s0.l1.lse", lambda t: t[..., None]),
+])
+def test_a_resigned_golden_of_other_dtypes_is_one_line(tmp_path, name, retype):
+    """Each stored tensor's dtype and rank is checked on load: exit 2 naming the file and tensor, never a
+    traceback nor a pass that `run` then trips over."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors[name] = retype(stored.tensors[name])
+    golden.write(stored, CASE, root)  # re-signed
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "expected")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
+                            golden_dir=root), f"outputs.safetensors: {name}")

@@ -48,6 +48,8 @@ LOCK_TIMEOUT_S = 600
 # Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
 RECOMPUTE_RTOL = 2.5e-7
 RECOMPUTE_ATOL = 1e-9
+# dtype and rank of each stored tensor, by its name's last part
+TENSOR_TYPES = {"positions": (torch.int64, 1), "out_bf16": (torch.bfloat16, 3), "out_fp32": (torch.float32, 3), "lse": (torch.float32, 2)}
 
 
 @dataclass
@@ -238,6 +240,10 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         for name in (f"s{step}.positions", *(f"s{step}.l{layer}.{suffix}" for suffix in ("out_fp32", "out_bf16", "lse"))):
             if name not in tensors:
                 raise HarnessError(f"{outputs_path}: {name}", "tensor missing")
+            dtype, rank = TENSOR_TYPES[name.rsplit(".", 1)[1]]
+            if tensors[name].dtype != dtype or tensors[name].dim() != rank:
+                raise HarnessError(f"{outputs_path}: {name}", f"{tensors[name].dtype} of rank {tensors[name].dim()}, "
+                                   f"expected {dtype} of rank {rank}")
     return GoldenData(tensors, manifest)
 
 
