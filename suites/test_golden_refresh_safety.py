@@ -65,3 +65,16 @@ def test_a_resigned_golden_of_other_dtypes_is_one_line(tmp_path, name, retype):
     _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "expected")
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
                             golden_dir=root), f"outputs.safetensors: {name}")
+
+
+@pytest.mark.parametrize("action", ["verify", "refresh"])
+def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path, action):
+    """A refresh killed (or failed) before its first rename leaves an empty .<case>.old-*: it goes with the other
+    leftovers; a non-empty one that holds no golden, and other names, are not the harness's and stay."""
+    root = _golden_copy(tmp_path, [CASE])
+    for name in (f".{CASE}.old-e1mpty00", f".{CASE}.old-full", f".{CASE}.older"):
+        (root / name).mkdir()
+    (root / f".{CASE}.old-full" / "NOTES.txt").write_text("mine\n")
+    proc = harness("golden", action, "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0 and f"removed .{CASE}.old-e1mpty00, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == [f".{CASE}.old-full", f".{CASE}.older", "cases.toml", CASE]

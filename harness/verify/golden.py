@@ -9,8 +9,8 @@ depends on nothing that no hash covers. Inputs are never stored: the generator r
 
 A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
 refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
-next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, which the
-next refresh or verify removes.
+next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, and one
+killed or failed before the first rename an empty `.<case>.old-*`, which the next refresh or verify removes.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -173,9 +173,14 @@ def _half_written(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.new-*") if p.is_dir())
 
 
+def _emptied(case_name: str, root: Path) -> list[Path]:
+    """Empty .<case>.old-* folders: a swap killed or failed before its first rename."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*") if p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+
+
 def recover(case_name: str, root: Path | None = None) -> None:
     """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
-    the previous golden back; with it present, drop the leftovers; drop half-written new folders."""
+    the previous golden back; with it present, drop the leftovers; drop half-written new folders and empty old ones."""
     folder = case_dir(case_name, root)
     for old in _stranded(case_name, _root(root)):
         if not folder.exists():
@@ -183,10 +188,12 @@ def recover(case_name: str, root: Path | None = None) -> None:
         shutil.rmtree(old.parent, ignore_errors=True)
     for new in _half_written(case_name, _root(root)):
         shutil.rmtree(new, ignore_errors=True)
+    for empty in _emptied(case_name, _root(root)):
+        empty.rmdir()
 
 
 def _leftovers(case_name: str, root: Path) -> list[Path]:
-    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root)]
 
 
 def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
