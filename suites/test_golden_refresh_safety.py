@@ -78,3 +78,10 @@ def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path, action):
     proc = harness("golden", action, "--case", CASE, golden_dir=root)
     assert proc.returncode == 0 and f"removed .{CASE}.old-e1mpty00, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
     assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == [f".{CASE}.old-full", f".{CASE}.older", "cases.toml", CASE]
+
+
+@pytest.mark.parametrize("action", ["verify", "refresh"])
+def test_an_empty_case_list_is_bad_input(tmp_path, action):
+    """`case = []` checks nothing: exit 2 naming cases.toml's case, as a missing `case` key does."""
+    (tmp_path / "cases.toml").write_text("case = []\n")
+    _one_error_line(harness("golden", action, golden_dir=tmp_path), "cases.toml: case", "one or more")
