@@ -85,3 +85,23 @@ def test_an_empty_case_list_is_bad_input(tmp_path, action):
     """`case = []` checks nothing: exit 2 naming cases.toml's case, as a missing `case` key does."""
     (tmp_path / "cases.toml").write_text("case = []\n")
     _one_error_line(harness("golden", action, golden_dir=tmp_path), "cases.toml: case", "one or more")
+
+
+def test_refresh_force_refuses_a_linked_case_folder(tmp_path):
+    """golden/<case> a link to a folder elsewhere (or a file): verify reads through it, refresh --force neither
+    replaces it by a folder nor writes through it: exit 2 naming it, nothing changed."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, lambda m: m.update(seed=2))  # a change refresh --force would write
+    elsewhere = tmp_path / "elsewhere" / CASE
+    elsewhere.parent.mkdir()
+    (root / CASE).rename(elsewhere)
+    (root / CASE).symlink_to(elsewhere)
+    before = _contents(elsewhere)
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 1
+    (elsewhere / "outputs.obtained.safetensors").unlink()
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a link")
+    assert (root / CASE).is_symlink() and _contents(elsewhere) == before
+    (root / CASE).unlink()
+    (root / CASE).write_text("mine\n")
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a file")
+    assert (root / CASE).read_text() == "mine\n"

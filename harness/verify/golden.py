@@ -352,11 +352,14 @@ def _not_the_goldens(folder: Path) -> list[str]:
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put
-    back by the next load or refresh). A file in the case folder that is not the golden's is refused."""
+    back by the next load or refresh). A linked case folder, or a file in it that is not the golden's, is refused."""
     root = _root(root)
     folder = case_dir(case_name, root)
     with refresh_lock(root):
         recover(case_name, root)
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise HarnessError(str(folder), "a link or a file, not a case folder: a refresh neither replaces it nor writes "
+                               "through it (put the case folder itself there)")
         if foreign := _not_the_goldens(folder):
             raise HarnessError(str(folder / foreign[0]), "not the golden's own file: a refresh does not delete it "
                                "(move it out of the case folder)")
