@@ -54,7 +54,7 @@ def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path,
 @pytest.mark.parametrize("name,retype", [
     ("s0.l0.out_fp32", lambda t: t.double()), ("s0.l1.lse", lambda t: t.half()), ("s0.positions", lambda t: t.float()),
     ("s0.l0.out_bf16", lambda t: t.float()), ("s0.l1.lse", lambda t: t[..., None]),
-])
+], ids=["out_fp32-float64", "lse-float16", "positions-float32", "out_bf16-float32", "lse-rank3"])
 def test_a_resigned_golden_of_other_dtypes_is_one_line(tmp_path, name, retype):
     """Each stored tensor's dtype and rank is checked on load: exit 2 naming the file and tensor, never a
     traceback nor a pass that `run` then trips over."""
