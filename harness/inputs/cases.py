@@ -121,8 +121,8 @@ def _case_table() -> dict[str, dict]:
     """golden/cases.toml as {case name: entry}."""
     cases_file = golden_dir() / "cases.toml"
     cases = read_toml(cases_file).get("case")
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
-        raise HarnessError(f"{cases_file}: case", "must be [[case]] tables with preset, scale and scenario")
+    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
+        raise HarnessError(f"{cases_file}: case", "must be one or more [[case]] tables with preset, scale and scenario")
     for i, c in enumerate(cases):
         for field in ("preset", "scale", "scenario"):
             if not isinstance(c[field], str):

@@ -9,8 +9,8 @@ depends on nothing that no hash covers. Inputs are never stored: the generator r
 
 A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
 refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
-next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, which the
-next refresh or verify removes.
+next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, and one
+killed or failed before the first rename an empty `.<case>.old-*`, which the next refresh or verify removes.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -48,6 +48,8 @@ LOCK_TIMEOUT_S = 600
 # Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
 RECOMPUTE_RTOL = 2.5e-7
 RECOMPUTE_ATOL = 1e-9
+# dtype and rank of each stored tensor, by its name's last part
+TENSOR_TYPES = {"positions": (torch.int64, 1), "out_bf16": (torch.bfloat16, 3), "out_fp32": (torch.float32, 3), "lse": (torch.float32, 2)}
 
 
 @dataclass
@@ -171,9 +173,14 @@ def _half_written(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.new-*") if p.is_dir())
 
 
+def _emptied(case_name: str, root: Path) -> list[Path]:
+    """Empty .<case>.old-* folders: a swap killed or failed before its first rename."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*") if p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+
+
 def recover(case_name: str, root: Path | None = None) -> None:
     """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
-    the previous golden back; with it present, drop the leftovers; drop half-written new folders."""
+    the previous golden back; with it present, drop the leftovers; drop half-written new folders and empty old ones."""
     folder = case_dir(case_name, root)
     for old in _stranded(case_name, _root(root)):
         if not folder.exists():
@@ -181,10 +188,12 @@ def recover(case_name: str, root: Path | None = None) -> None:
         shutil.rmtree(old.parent, ignore_errors=True)
     for new in _half_written(case_name, _root(root)):
         shutil.rmtree(new, ignore_errors=True)
+    for empty in _emptied(case_name, _root(root)):
+        empty.rmdir()
 
 
 def _leftovers(case_name: str, root: Path) -> list[Path]:
-    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root))]
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root)]
 
 
 def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
@@ -207,7 +216,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
-        raise HarnessError(str(manifest_path), "golden manifest missing; run `python -m harness golden refresh`")
+        why = "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`"
+        raise HarnessError(str(manifest_path), f"golden manifest {why}")
     manifest = read_json(manifest_path)
     if not isinstance(manifest, dict):
         raise HarnessError(str(manifest_path), "manifest must be a JSON object")
@@ -237,13 +247,17 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         for name in (f"s{step}.positions", *(f"s{step}.l{layer}.{suffix}" for suffix in ("out_fp32", "out_bf16", "lse"))):
             if name not in tensors:
                 raise HarnessError(f"{outputs_path}: {name}", "tensor missing")
+            dtype, rank = TENSOR_TYPES[name.rsplit(".", 1)[1]]
+            if tensors[name].dtype != dtype or tensors[name].dim() != rank:
+                raise HarnessError(f"{outputs_path}: {name}", f"{tensors[name].dtype} of rank {tensors[name].dim()}, "
+                                   f"expected {dtype} of rank {rank}")
     return GoldenData(tensors, manifest)
 
 
 def differences(old: GoldenData, new: GoldenData) -> list[str]:
     """What changed between a stored golden and a recomputed one (empty: equivalent)."""
     changes = []
-    for field in ("case", "preset", "scale", "scenario", "generator", "checked", "checked_request_ids"):
+    for field in [f for f in new.manifest if f not in ("inputs_sha256", "versions")]:  # the case spec (seed too), what is checked
         if old.manifest.get(field) != new.manifest.get(field):
             changes.append(f"{field}: {old.manifest.get(field)!r} -> {new.manifest.get(field)!r}")
     if old.manifest.get("inputs_sha256") != new.manifest["inputs_sha256"]:
@@ -327,14 +341,28 @@ def write_obtained(case_name: str, name: str, tensors: dict[str, torch.Tensor], 
     return f"obtained outputs: {path}"
 
 
+def _not_the_goldens(folder: Path) -> list[str]:
+    """What in a case folder is neither a golden file nor an obtained file: a swap would delete it."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if not (p.is_file() and (p.name in (MANIFEST, OUTPUTS) or p.name.endswith(".obtained.safetensors"))))
+
+
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put
-    back by the next load or refresh)."""
+    back by the next load or refresh). A linked case folder, or a file in it that is not the golden's, is refused."""
     root = _root(root)
     folder = case_dir(case_name, root)
     with refresh_lock(root):
         recover(case_name, root)
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise HarnessError(str(folder), "a link or a file, not a case folder: a refresh neither replaces it nor writes "
+                               "through it (put the case folder itself there)")
+        if foreign := _not_the_goldens(folder):
+            raise HarnessError(str(folder / foreign[0]), "not the golden's own file: a refresh does not delete it "
+                               "(move it out of the case folder)")
         new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
         try:
             share_folder(new)

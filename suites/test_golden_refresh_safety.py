@@ -1,0 +1,107 @@
+"""Golden refresh destroys nothing of the user's and golden verify passes only what `run` accepts: a case
+folder without a manifest, a file of the user's in one, a linked one, a re-signed seed, tensors of
+other dtypes, leftovers of a killed refresh and an empty case list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.inputs.cases import load_case
+from harness.verify import golden
+from suites.test_cli import _one_error_line, harness
+from suites.test_outputs_and_goldens import CASE, _golden_copy, _resign
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_refresh_keeps_a_case_folder_without_a_manifest(tmp_path):
+    """Without --force a folder that exists without a manifest is not a new case; with --force a
+    file that is not the golden's own is not deleted: both exit 2, nothing changed."""
+    root = _golden_copy(tmp_path, [CASE])
+    (root / CASE / "manifest.json").unlink()
+    (root / CASE / "NOTES.txt").write_text("mine\n")
+    before = _contents(root / CASE)
+    _one_error_line(harness("golden", "refresh", "--case", CASE, golden_dir=root),
+                    "manifest.json", "existing case folder", "not overwritten (refresh --force replaces it)")
+    assert _contents(root / CASE) == before
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), "NOTES.txt", "not the golden's")
+    assert _contents(root / CASE) == before
+    (root / CASE / "NOTES.txt").unlink()
+    (root / CASE / "gather_cast.obtained.safetensors").write_bytes(b"an earlier run's")
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(_contents(root / CASE)) == ["manifest.json", "outputs.safetensors"]
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
+
+
+@pytest.mark.parametrize("field", ["seed", "reference_precision"])
+def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path, field):
+    """What `run` refuses as stale (case_mismatch) golden verify must not call ok, nor refresh unchanged."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, lambda m: m.update({field: {"seed": 2, "reference_precision": "float32"}[field]}))
+    proc = harness("golden", "verify", "--case", CASE, golden_dir=root)
+    assert proc.returncode == 1 and f"  {field}: " in proc.stdout, proc.stdout + proc.stderr
+    assert harness("golden", "refresh", "--case", CASE, golden_dir=root).returncode == 1
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "overwritten (--force)" in proc.stdout, proc.stdout + proc.stderr
+    assert golden.case_mismatch(golden.load(CASE, root), load_case(CASE)) == ""
+
+
+@pytest.mark.parametrize("name,retype", [
+    ("s0.l0.out_fp32", lambda t: t.double()), ("s0.l1.lse", lambda t: t.half()), ("s0.positions", lambda t: t.float()),
+    ("s0.l0.out_bf16", lambda t: t.float()), ("s0.l1.lse", lambda t: t[..., None]),
+], ids=["out_fp32-float64", "lse-float16", "positions-float32", "out_bf16-float32", "lse-rank3"])
+def test_a_resigned_golden_of_other_dtypes_is_one_line(tmp_path, name, retype):
+    """Each stored tensor's dtype and rank is checked on load: exit 2 naming the file and tensor, never a
+    traceback nor a pass that `run` then trips over."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors[name] = retype(stored.tensors[name])
+    golden.write(stored, CASE, root)  # re-signed
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "expected")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
+                            golden_dir=root), f"outputs.safetensors: {name}")
+
+
+@pytest.mark.parametrize("action", ["verify", "refresh"])
+def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path, action):
+    """A refresh killed (or failed) before its first rename leaves an empty .<case>.old-*: it goes with the other
+    leftovers; a non-empty one that holds no golden, and other names, are not the harness's and stay."""
+    root = _golden_copy(tmp_path, [CASE])
+    for name in (f".{CASE}.old-e1mpty00", f".{CASE}.old-full", f".{CASE}.older"):
+        (root / name).mkdir()
+    (root / f".{CASE}.old-full" / "NOTES.txt").write_text("mine\n")
+    proc = harness("golden", action, "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0 and f"removed .{CASE}.old-e1mpty00, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == [f".{CASE}.old-full", f".{CASE}.older", "cases.toml", CASE]
+
+
+@pytest.mark.parametrize("action", ["verify", "refresh"])
+def test_an_empty_case_list_is_bad_input(tmp_path, action):
+    """`case = []` checks nothing: exit 2 naming cases.toml's case, as a missing `case` key does."""
+    (tmp_path / "cases.toml").write_text("case = []\n")
+    _one_error_line(harness("golden", action, golden_dir=tmp_path), "cases.toml: case", "one or more")
+
+
+def test_refresh_force_refuses_a_linked_case_folder(tmp_path):
+    """golden/<case> a link to a folder elsewhere (or a file): verify reads through it, refresh --force neither
+    replaces it by a folder nor writes through it: exit 2 naming it, nothing changed."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, lambda m: m.update(seed=2))  # a change refresh --force would write
+    elsewhere = tmp_path / "elsewhere" / CASE
+    elsewhere.parent.mkdir()
+    (root / CASE).rename(elsewhere)
+    (root / CASE).symlink_to(elsewhere)
+    before = _contents(elsewhere)
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 1
+    (elsewhere / "outputs.obtained.safetensors").unlink()
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a link")
+    assert (root / CASE).is_symlink() and _contents(elsewhere) == before
+    (root / CASE).unlink()
+    (root / CASE).write_text("mine\n")
+    _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a file")
+    assert (root / CASE).read_text() == "mine\n"
