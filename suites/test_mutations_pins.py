@@ -12,6 +12,7 @@ from suites.mutation import assert_caught
 
 B, P, E, S = "suites/test_bounds.py", "suites/test_pins.py", "suites/test_envvars.py", "suites/test_shard_plan.py"
 OUTPUTS = "suites/test_outputs_and_goldens.py"
+REFRESH = "suites/test_golden_refresh_safety.py"
 
 # (id, file, exact original text, mutated text, tests that must fail)
 MUTATIONS = [
@@ -56,6 +57,25 @@ MUTATIONS = [
      "__launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 4 : 1)", ["suites/test_fused_cuda_build.py::test_every_instance_builds_and_spills_only_where_pinned"]),
     ("existing-output-replaced", "harness/fsio.py", "if path.exists() and not force:", "if False:",
      [f"{OUTPUTS}::test_an_existing_file_is_replaced_only_with_force"]),
+    ("refresh-takes-a-folder-without-manifest-for-new", "harness/cli/golden.py",
+     "if not os.path.lexists(golden.case_dir(case.name)):", "if not (golden.case_dir(case.name) / golden.MANIFEST).exists():",
+     [f"{REFRESH}::test_refresh_keeps_a_case_folder_without_a_manifest"]),
+    ("refresh-force-deletes-the-users-files", "harness/verify/golden.py", "        if foreign := _not_the_goldens(folder):",
+     "        if foreign := []:", [f"{REFRESH}::test_refresh_keeps_a_case_folder_without_a_manifest"]),
+    ("verify-ignores-the-seed", "harness/verify/golden.py", 'if f not in ("inputs_sha256", "versions")]',
+     'if f not in ("inputs_sha256", "versions", "seed", "reference_precision")]',
+     [f"{REFRESH}::test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it"]),
+    ("golden-dtypes-unchecked", "harness/verify/golden.py", "if tensors[name].dtype != dtype or tensors[name].dim() != rank:",
+     "if tensors[name].dim() != rank:", [f"{REFRESH}::test_a_resigned_golden_of_other_dtypes_is_one_line"]),
+    ("golden-ranks-unchecked", "harness/verify/golden.py", "if tensors[name].dtype != dtype or tensors[name].dim() != rank:",
+     "if tensors[name].dtype != dtype:", [f"{REFRESH}::test_a_resigned_golden_of_other_dtypes_is_one_line"]),
+    ("empty-old-folders-kept", "harness/verify/golden.py", "    for empty in _emptied(case_name, _root(root)):",
+     "    for empty in []:", [f"{REFRESH}::test_empty_old_folders_of_a_killed_refresh_are_removed"]),
+    ("empty-case-list-accepted", "harness/inputs/cases.py", "if not isinstance(cases, list) or not cases or not all(",
+     "if not isinstance(cases, list) or not all(", [f"{REFRESH}::test_an_empty_case_list_is_bad_input"]),
+    ("refresh-replaces-a-linked-folder", "harness/verify/golden.py",
+     "        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):", "        if False:",
+     [f"{REFRESH}::test_refresh_force_refuses_a_linked_case_folder"]),
     ("free-path-renamed-over", "harness/fsio.py", "            if key in _FOUND_FREE:", "            if False:",
      [f"{OUTPUTS}::test_a_file_made_while_the_run_works_is_kept"]),
     ("report-writes-through-links", "harness/render/report.py", "        if (out_dir / name).is_symlink():", "        if False:",

@@ -77,3 +77,49 @@ def test_a_schema_that_is_not_a_version_string_is_one_error_line(tmp_path, capsy
     capsys.readouterr()
     assert main(["compare", str(good), str(bad)]) == 2
     assert _error_line(capsys).startswith(f"error: {bad}: schema")
+
+
+def _edited(tmp_path: Path, source: Path, edit) -> tuple[Path, int]:
+    """A copy of `source` with one row edited by `edit(row) -> bool` (True for the row it changed); its index."""
+    doc = json.loads(source.read_text())
+    doc["created"] = "2026-01-01T00:00:00+00:00"  # another run's stamp: the copy is not the same run
+    index = next(i for i, row in enumerate(doc["rows"]) if edit(row))
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(doc))
+    return out, index
+
+
+def _verdict_says_fail(row) -> bool:
+    if row["metric"] == "verdict" and row["value"] == "pass":
+        row["detail"]["status"] = "fail"
+        return True
+    return False
+
+
+def _more_mismatches_than_values(row) -> bool:
+    stats = (row.get("detail") or {}).get("stats") or {}
+    if row["metric"] == "verdict" and stats.get("total"):
+        stats["mismatches"] = stats["total"] + 1
+        return True
+    return False
+
+
+def _samples_not_the_value(row) -> bool:
+    if row["metric"] == "cast_us" and row["samples"]:
+        row["samples"] = [s / 2 for s in row["samples"]]  # the value still says what the run measured
+        return True
+    return False
+
+
+@pytest.mark.parametrize("edit, field, words", [(_verdict_says_fail, "detail.status", "contradicts the verdict 'pass'"),
+                                               (_more_mismatches_than_values, "detail.stats.mismatches", "more than total"),
+                                               (_samples_not_the_value, "value", "is not the median of its samples")])
+def test_a_row_that_contradicts_itself_is_bad_input(tmp_path, capsys, edit, field, words):
+    good = _run(tmp_path, "r.json", "--scenario", "b1-l500", "--repeats", "3")
+    bad, index = _edited(tmp_path, good, edit)
+    capsys.readouterr()
+    assert main(["compare", str(good), str(bad)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {bad}: ") and f"rows[{index}].{field}" in line and words in line, line
+    twin, _ = _edited(tmp_path, good, lambda row: row["metric"] == "verdict")  # twin: the same copy, unedited
+    assert main(["compare", str(good), str(twin)]) == 0
