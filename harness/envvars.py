@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,16 +78,17 @@ def parse(var: EnvVar, raw: str, check_names: bool = True):
     if var.kind in ("path", "text"):
         if not raw.strip():
             raise HarnessError(var.name, f"is set but empty; unset it or give {var.bounds()}")
+        if var.kind == "text" and not (raw.isprintable() and _utf8(raw)):
+            raise HarnessError(var.name, f"must be printable UTF-8 text, got {raw!r}")
         return raw
     if var.kind == "flag":
         if raw not in ("0", "1"):
             raise HarnessError(var.name, f"must be 0 or 1, got {raw!r}")
         return raw == "1"
     if var.kind == "int":
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise HarnessError(var.name, f"must be an integer {var.minimum}..{var.maximum}, got {raw!r}") from None
+        if not re.fullmatch(r"-?[0-9]+", raw.strip()):
+            raise HarnessError(var.name, f"must be an integer {var.minimum}..{var.maximum}, got {raw!r}")
+        value = int(raw)
         if not var.minimum <= value <= var.maximum:
             raise HarnessError(var.name, f"must be {var.minimum}..{var.maximum}, got {value}")
         return value
@@ -102,6 +104,15 @@ def parse(var: EnvVar, raw: str, check_names: bool = True):
     return names
 
 
+def _utf8(text: str) -> bool:
+    """Whether `text` is valid UTF-8 (an environment's undecodable bytes arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read(name: str, environ: Mapping[str, str] | None = None, check_names: bool = True):
     """The parsed value of the declared variable `name`, or None when it is unset."""
     raw = (os.environ if environ is None else environ).get(name)
@@ -114,9 +125,9 @@ def markdown() -> str:
     return "\n".join(rows)
 
 
-def check_all() -> list[str]:
-    """Parse every declared variable that is set (HarnessError on the first bad one); their names."""
-    return [v.name for v in VARIABLES if read(v.name) is not None]
+def check_all(kinds: tuple[str, ...] = KINDS) -> list[str]:
+    """Parse every declared variable of `kinds` that is set (HarnessError on the first bad one); their names."""
+    return [v.name for v in VARIABLES if v.kind in kinds and read(v.name) is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,6 +75,12 @@ def test_repeats_bound_is_the_one_cap():
     ("MLA_HARNESS_STRICT_SKIPS", "true", "must be 0 or 1"),
     ("MLA_HARNESS_NUM_GPUS", "-3", "must be 1..1024"),
     ("MLA_HARNESS_GOLDEN_DIR", " ", "set but empty"),
+    ("MLA_HARNESS_NUM_GPUS", "+3", "must be an integer"),
+    ("MLA_HARNESS_NUM_GPUS", "1_0", "must be an integer"),
+    ("MLA_HARNESS_NUM_GPUS", "\u0663", "must be an integer"),
+    ("MLA_HARNESS_GIT_COMMIT", "   ", "set but empty"),
+    ("MLA_HARNESS_GIT_COMMIT", "abc\ndef", "printable UTF-8"),
+    ("MLA_HARNESS_GIT_COMMIT", "\udcff\udcfe", "printable UTF-8"),  # undecodable bytes, as os.environ hands them over
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch, capsys, name, value, needle):
     for var in envvars.VARIABLES:
@@ -83,6 +89,21 @@ def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch, capsys, name, 
     assert envvars.main([]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {name}: ") and needle in err, err
+
+
+@pytest.mark.parametrize(("name", "value"), [("MLA_HARNESS_GIT_COMMIT", "  "), ("MLA_HARNESS_GOLDEN_DIR", ""),
+                                           ("MLA_HARNESS_NUM_GPUS", "+3")])
+def test_harness_commands_check_the_variables_before_any_work(monkeypatch, capsys, name, value):
+    """`python -m harness` refuses a bad variable up front (one line, exit 2), not when it first reads it (for the
+    commit: when the results are written, after the whole run)."""
+    from harness.cli import main
+
+    monkeypatch.setenv(name, value)
+    assert main(["run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"error: {name}: ") and captured.err.count("\n") == 1
+    monkeypatch.delenv(name)  # twin: unset, the same run passes
+    assert main(["run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "0"]) == 0
 
 
 def test_good_values_parse(monkeypatch, capsys):

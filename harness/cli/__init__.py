@@ -13,6 +13,7 @@ import sys
 
 from rich.console import Console
 
+from harness import envvars
 from harness.cli import compare, export, golden, report, run, tpot
 from harness.cli.common import Formatter
 from harness.errors import CheckFailed, HarnessError
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
     try:
+        envvars.check_all(kinds=("path", "text", "flag", "int"))  # a bad variable fails before any work ("names" import their lists)
         if getattr(args, "golden_dir", None) is not None:
             from harness.inputs.cases import use_golden_dir
 

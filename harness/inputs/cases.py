@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import envvars
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
 from harness.fsio import refuse_overwriting_inputs
@@ -31,7 +32,7 @@ def use_golden_dir(path: Path | None) -> None:
 def golden_dir() -> Path:
     """Where goldens live: --golden-dir, else $MLA_HARNESS_GOLDEN_DIR, else the checkout's golden/
     (a source checkout or an editable install; a non-editable install has none)."""
-    for where, path in (("--golden-dir", _golden_dir_flag), ("MLA_HARNESS_GOLDEN_DIR", os.environ.get("MLA_HARNESS_GOLDEN_DIR"))):
+    for where, path in (("--golden-dir", _golden_dir_flag), ("MLA_HARNESS_GOLDEN_DIR", envvars.read("MLA_HARNESS_GOLDEN_DIR"))):
         if path:
             if not Path(path).is_dir():
                 raise HarnessError(where, f"{path} is not a directory")

@@ -12,12 +12,13 @@ import msgspec
 import numpy as np
 import torch
 
+from harness import envvars
 from harness.measure.clocks import smi_id
 from harness.results.schema import Environment
 
 
 def _git_commit() -> str | None:
-    if commit := os.environ.get("MLA_HARNESS_GIT_COMMIT"):
+    if commit := envvars.read("MLA_HARNESS_GIT_COMMIT"):
         return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
     try:
         out = subprocess.run(
