@@ -453,3 +453,16 @@ def test_the_regression_line_says_what_failed(write, capsys):
     head = write("head.json", _rows(cast_us=10.4 * 1.2, verdict="error", seed=3))  # twin: two other kinds
     assert main_compare(base, head, "5%") == 1
     assert "(regressed: whole CI beyond 5%; failing: the head's verdict does not pass)" in capsys.readouterr().out
+
+
+def test_machine_differences_are_said_not_judged(write, capsys):
+    """Another driver, power limit or host is named in a note; the control copy and the GPU decide whether timings
+    compare, so an A/A pair across two such machines still passes. Twin: one machine, no note."""
+    other = {**ENV, "hostname": "ci-2", "driver": "575.51", "power_limit": "350.00 W"}
+    base = write("base.json", _rows(), {**ENV, "driver": "580.82", "power_limit": "700.00 W"})
+    head = write("head.json", _rows(seed=7), other)
+    assert main_compare(base, head, "5%") == 0
+    out = capsys.readouterr().out
+    assert "note: the machines differ in hostname: ci -> ci-2; driver: 580.82 -> 575.51; power_limit: 700.00 W -> 350.00 W" in out
+    assert main_compare(base, write("same.json", _rows(seed=7), {**ENV, "driver": "580.82", "power_limit": "700.00 W"}), "5%") == 0
+    assert "machines differ" not in capsys.readouterr().out

@@ -44,7 +44,7 @@ from rich.table import Table
 from harness.errors import HarnessError
 from harness.gate import decision
 from harness.results.metrics import METRICS
-from harness.results.schema import CASE_FIELDS, ResultsFile, Row, parse_results, read_results
+from harness.results.schema import CASE_FIELDS, Environment, ResultsFile, Row, parse_results, read_results
 
 REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
@@ -322,6 +322,17 @@ def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dic
     return None
 
 
+MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "power_limit", "clock_sm_max", "sm_count")
+
+
+def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:
+    """'field: base -> head' for each recorded machine field that differs (said, not judged: the GPU and the
+    control copy decide whether timings compare)."""
+    envs = [r.environment or Environment() for r in (base, head)]
+    pairs = ((f, getattr(envs[0], f), getattr(envs[1], f)) for f in MACHINE_FIELDS)
+    return [f"{f}: {b} -> {h}" for f, b, h in pairs if b is not None and h is not None and b != h]
+
+
 def has_control(results: ResultsFile) -> bool:
     return any(r.metric == CONTROL and r.value is not None for r in results.rows)
 
@@ -413,6 +424,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     if any(c.status != "unchanged" or c.note for c in comparison.changes):
         console.print(comparison_table(comparison))
     console.print(_summary(comparison))
+    if moved := machine_differences(base, head):
+        console.print(f"[yellow]note[/]: the machines differ in {'; '.join(moved)} (said, not judged)", highlight=False)
     for side, results in (("base", base), ("head", head)):
         if not has_control(results):
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
