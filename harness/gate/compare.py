@@ -1,7 +1,7 @@
 """Compare two results files (base vs head) of the same case and gate on regressions.
 
-Only like with like: both files must carry the same case record (schema.Case: preset,
-scenario, scale, slots, layers, backend, kernel) and the same device type; a different case is
+Only like with like: both files must carry the same case record (schema.Case: command, preset,
+scenario, scale, slots, layers, backend, kernel, workload) and the same device type; a different case is
 bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
 A file whose environment.device is absent or neither cpu nor cuda is bad input when it holds a
 timed metric that gates somewhere (its timings cannot be gated without the device).
