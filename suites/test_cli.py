@@ -310,6 +310,22 @@ def test_ctrl_c_is_one_line_exit_130(monkeypatch):
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted"
 
 
+def test_sigterm_is_an_interruption_that_leaves_no_temporary_file(tmp_path):
+    """A cancelled CI job's SIGTERM unwinds like Ctrl-C: 'interrupted', exit 130, no half-written output; the
+    caller's own SIGTERM handler is back once main returns (twin: without the signal the same run passes)."""
+    code = ("import os, signal, sys, threading\nfrom harness.cli import main\nimport harness.api as api\nrun = api.run\n"
+            "def slow(*a, **k):\n    os.kill(os.getpid(), signal.SIGTERM) if os.environ.get('KILL') else None\n    return run(*a, **k)\n"
+            "api.run = slow\nrc = main(sys.argv[1:])\nprint(rc, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n")
+    argv = ["run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", "r.json"]
+    for kill, expected in (("1", "130 True"), ("", "0 True")):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "KILL": kill})
+        assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout[-500:] + proc.stderr[-2000:]
+        if kill:
+            assert proc.stderr.strip() == "interrupted" and os.listdir(tmp_path) == []
+    assert json.loads((tmp_path / "r.json").read_text())["case"]["scenario"] == "b1-l500"
+
+
 def test_help_lists_names_and_does_not_import_torch():
     """`--help` and `run --help` stay fast (no torch); `run --help` lists the names."""
     code = ("import sys, contextlib, io\nfrom harness.cli import main\nbuf = io.StringIO()\n"

@@ -2,13 +2,14 @@
 
 One module per command (its HELP, add_arguments and command: arguments -> api -> render); common.py what they share.
 
-Exit codes: 0 pass, 1 a check failed, 2 bad input (one line naming the file/field), 130 interrupted.
+Exit codes: 0 pass, 1 a check failed, 2 bad input (one line naming the file/field), 130 interrupted (Ctrl-C or SIGTERM).
 torch is imported only by the commands that compute (`--help` and argument errors stay fast).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from rich.console import Console
@@ -30,7 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a cancelled CI job) unwinds like Ctrl-C: temporary files go, exit 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
