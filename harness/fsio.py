@@ -14,6 +14,7 @@ A non-regular target (a pipe, /dev/stdout) is streamed to. New files get the usu
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -35,6 +36,14 @@ def _target(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+def _loops(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _is_stream(path: Path) -> bool:
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
@@ -54,6 +63,8 @@ def check_writable(path: str | Path, flag: str, force: bool = False) -> None:
 
 
 def _check_writable(path: Path, flag: str, force: bool) -> None:
+    if path.is_symlink() and _loops(path):
+        raise HarnessError(flag, f"{path} is a link that leads back to itself; nothing was written")
     if path.is_dir():
         raise HarnessError(flag, f"{path} is a folder, not a file")
     if _is_stream(path):

@@ -163,6 +163,18 @@ def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
     assert harness("report", "r.json", "--out", "fresh").returncode == 0 and (tmp_path / "fresh" / "report.md").is_file()
 
 
+def test_a_link_loop_is_refused_not_replaced(tmp_path):
+    """A --json that is a link leading back to itself was replaced by a file without --force (it does not 'exist')."""
+    from harness.fsio import check_writable
+
+    loop = tmp_path / "loop.json"
+    os.symlink(loop, loop)
+    with pytest.raises(HarnessError, match="leads back to itself"):
+        check_writable(loop, "--json", force=True)
+    assert loop.is_symlink()
+    check_writable(tmp_path / "free.json", "--json")  # twin: a free path passes
+
+
 def test_a_file_made_while_the_run_works_is_kept(tmp_path, monkeypatch, capsys):
     """--json was free when checked; a file that appears there while the run works (the user's, or a second
     run's) is kept: exit 2 naming it, not replaced. Twin: with --force it is replaced."""
