@@ -22,8 +22,11 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   exits 1, but without a summary line, so the gate reads that as a failure;
 - a benchmark that vanished from the head, or was skipped there (n/a), is not even listed
   (`continuous` shows changed rows only), so after asv's verdict the gate reads both commits'
-  stored results: a benchmark the base has and the head lacks, or one that failed or is n/a
-  in the head, is a failure (exit 2) however asv worded it; unreadable results are one too.
+  stored results (of one machine, one entry per environment): a benchmark the base has and the head
+  lacks, or one that failed or is n/a in the head, is a failure (exit 2) however asv worded it;
+  unreadable or absent results are one too;
+- a row marked `x` (asv cannot compare: the benchmark's code or parameters changed) is a failure, and so
+  is "PERFORMANCE DECREASED." with no row the gate could read.
 
 Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
 `is_different`): when both commits have stats from more than one repeat, asv first
@@ -47,6 +50,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import json5
+
 from harness import envvars
 from harness.errors import HarnessError
 
@@ -68,12 +73,13 @@ class Outcome:
 
 
 def _table_rows(lines: list[str]) -> list[list[str]]:
-    """Cells of asv's github-format comparison rows: change, before, after, ratio, benchmark."""
+    """Cells of asv's github-format comparison rows: change, before, after, ratio, benchmark (a `|` in a
+    benchmark's parameters stays in its name)."""
     rows = []
     for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
-        if len(cells) == 5 and cells[0] in ("+", "-", "!", "x", "*", ""):
-            rows.append(cells)
+        if len(cells) >= 5 and cells[0] in ("+", "-", "!", "x", "*", ""):
+            rows.append([*cells[:4], "|".join(cells[4:]).strip()])
     return rows
 
 
@@ -121,6 +127,7 @@ def classify(returncode: int, output: str) -> Outcome:
     failures = [m["name"] for m in map(FAILED_LINE.match, lines) if m]
     failures += [f"{r[4]} (newly failing)" for r in rows if r[0] == "!"]
     failures += [f"{r[4]} ({r[2]} in the head)" for r in rows if r[0] != "!" and r[2] in LOST_VALUES]
+    failures += [f"{r[4]} (not comparable: its code or parameters changed between the commits)" for r in rows if r[0] == "x"]
     describe = lambda r: f"{r[4]} ({r[1]} -> {r[2]}, ratio {r[3]})"  # noqa: E731
     regressions = [describe(r) for r in rows if r[0] == "+"]
     gating = [describe(r) for r in rows if r[0] == "+" and gates(r)]
@@ -132,7 +139,9 @@ def classify(returncode: int, output: str) -> Outcome:
     if gating:
         return Outcome(REGRESSION, "performance decreased beyond the factor", gating,
                        informational=[r for r in regressions if r not in gating])
-    if summary == DECREASED or regressions:  # only informational metrics got slower: reported, never failing
+    if summary == DECREASED and not regressions:
+        return Outcome(FAILURE, "asv reported a decrease in no row the gate could read")
+    if regressions:  # only informational metrics got slower: reported, never failing
         return Outcome(CLEAN, "only informational benchmarks, or changes below a metric's resolution, slower",
                        informational=regressions)
     if returncode != 0:
@@ -155,24 +164,15 @@ def deciding_test(base: tuple, head: tuple) -> str:
     return CI_OVERLAP
 
 
-def _config_path(extra: list[str]) -> Path:
-    for i, arg in enumerate(extra):
-        if arg == "--config" and i + 1 < len(extra):
-            return Path(extra[i + 1])
-        if arg.startswith("--config="):
-            return Path(arg.split("=", 1)[1])
-    return Path("asv.conf.json")
-
-
-def _by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[str, tuple]:
+def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, tuple]:
     """{benchmark (with params, as asv names it): (value, stats, samples)} from asv's stored results
     of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per field). A value
     is None when the benchmark failed, NaN when it was skipped."""
     out = {}
-    for path in sorted(results_dir.glob(f"{machine or '*'}/{commit[:8]}-*.json")):
-        doc = json.loads(path.read_text())
-        if doc.get("commit_hash") != commit:
-            continue
+    paths = [p for p in sorted(results_dir.glob(f"{machine}/{commit[:8]}-*.json")) if p.name != "machine.json"]
+    docs = [d for d in (json.loads(p.read_text()) for p in paths) if d.get("commit_hash") == commit]
+    for doc in docs:
+        env = f" [{doc.get('env_name')}]" if len(docs) > 1 else ""  # one entry per environment, none hides another
         for key, row in doc["results"].items():
             entry = dict(zip(doc["result_columns"], row))
             combos = list(itertools.product(*(entry.get("params") or []))) or [()]
@@ -180,17 +180,23 @@ def _by_benchmark(results_dir: Path, machine: str | None, commit: str) -> dict[s
             values = result if isinstance(result, list) else [result] * len(combos)
             repeats, samples = entry.get("stats_repeat") or [], entry.get("samples") or []
             for i, combo in enumerate(combos):
-                name = f"{key}({', '.join(combo)})" if combo else key
+                name = (f"{key}({', '.join(combo)})" if combo else key) + env
                 repeat = repeats[i] if i < len(repeats) else None
                 out[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
                              samples[i] if i < len(samples) else None)
     return out
 
 
-def _config(extra: list[str]) -> tuple[Path, dict]:
-    """(the asv config's folder, the config) as asv reads it (// comments allowed)."""
-    config = _config_path(extra)
-    return config.parent, json.loads("\n".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("//")))
+def _config(path: Path) -> tuple[Path, dict]:
+    """(the asv config's folder, the config) as asv reads it (JSON5: comments, trailing commas); one HarnessError
+    naming the file when it is not a readable object with a string `repo`."""
+    try:
+        conf = json5.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise HarnessError(str(path), f"not a readable asv config ({exc})") from None
+    if not isinstance(conf, dict) or not isinstance(conf.get("repo", "."), str):
+        raise HarnessError(f"{path}: repo", "an asv config is an object whose repo is a path")
+    return path.parent, conf
 
 
 def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
@@ -207,12 +213,21 @@ def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
     return hashes
 
 
-def stored_results(base: str, head: str, machine: str | None, extra: list[str]) -> tuple[dict, dict]:
-    """Both commits' stored asv results (`_by_benchmark`), found through the asv config."""
-    root, conf = config = _config(extra)
-    hashes = commit_hashes(base, head, config)
+def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
+    """Both commits' stored asv results (`_by_benchmark`), found through the asv config, for the machine
+    the run used: --machine, else the results folder's only machine (several: name one)."""
+    root, conf = config = _config(args.config)
+    hashes = commit_hashes(args.base, args.head, config)
     results_dir = root / conf.get("results_dir", "results")
-    return _by_benchmark(results_dir, machine, hashes[0]), _by_benchmark(results_dir, machine, hashes[1])
+    machines = sorted(p.name for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
+    machine = args.machine or (machines[0] if len(machines) == 1 else None)
+    if machine is None:
+        raise HarnessError("--machine", f"{results_dir} holds results of {len(machines)} machines: name the one this run used")
+    found = [_by_benchmark(results_dir, machine, h) for h in hashes]
+    for what, ref, results in (("BASE", args.base, found[0]), ("HEAD", args.head, found[1])):
+        if not results:
+            raise HarnessError(what, f"no stored results of {ref!r} for machine {machine!r} in {results_dir}")
+    return found[0], found[1]
 
 
 def _skipped(value) -> bool:
@@ -251,11 +266,11 @@ def print_decided_by(tests: dict[str, str], outcome: Outcome) -> None:
         print(f"asv-gate:   {name}: {tests.get(name, 'unknown (no stored results)')}")
 
 
-def check_stored(args: argparse.Namespace, extra: list[str], outcome: Outcome) -> Outcome:
+def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
     """asv's verdict completed from both commits' stored results: a benchmark the head lost (`lost`)
     is a failure, and so are results the gate cannot read (it could not tell what vanished)."""
     try:
-        base, head = stored_results(args.base, args.head, args.machine, extra)
+        base, head = stored_results(args)
     except Exception as exc:
         return Outcome(FAILURE, f"asv results not readable ({type(exc).__name__}: {exc}): cannot tell whether "
                                 "a benchmark vanished", outcome.regressions)
@@ -276,7 +291,7 @@ def run_streaming(cmd: list[str]) -> tuple[int, str]:
     return proc.returncode, "".join(lines)
 
 
-def _factor(text: str) -> float:
+def factor_arg(text: str) -> float:
     """'1.10' or '10%' -> 1.10, which must lie in (1, 2): a slowdown factor, not a tolerance of 100% or more."""
     try:
         value = 1.0 + float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
@@ -288,7 +303,8 @@ def _factor(text: str) -> float:
 
 
 def asv_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "asv", "continuous", args.base, args.head, "--factor", f"{args.factor:g}"]
+    cmd = [sys.executable, "-m", "asv", "continuous", args.base, args.head, "--factor", f"{args.factor:g}",
+           "--config", str(args.config)]
     if args.bench:
         cmd += ["--bench", args.bench]
     if args.machine:
@@ -301,18 +317,19 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="commit or ref to compare against, e.g. origin/main")
     parser.add_argument("head", help="commit or ref under test, e.g. HEAD")
-    parser.add_argument("--factor", type=_factor, default=1.05,
+    parser.add_argument("-f", "--factor", type=factor_arg, default=1.05,
                         help="asv factor (default 1.05, i.e. 5%%: harness compare's tolerance, so a real 10%% slowdown fails)")
-    parser.add_argument("--bench", help="regex selecting benchmarks")
-    parser.add_argument("--machine", help="asv machine name")
-    return parser.parse_known_args(argv)
+    parser.add_argument("-b", "--bench", help="regex selecting benchmarks")
+    parser.add_argument("-m", "--machine", help="asv machine name")
+    parser.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv config (default asv.conf.json)")
+    return parser.parse_known_args(argv)  # asv's spellings of these (-f, a prefix, a repeat) are the gate's: asv gets one
 
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark
         envvars.check_all()
-        commit_hashes(args.base, args.head, _config(extra))
+        commit_hashes(args.base, args.head, _config(args.config))
     except (HarnessError, OSError, ValueError) as exc:
         print(f"asv-gate: FAILURE: {exc}", flush=True)
         return FAILURE
@@ -325,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         return FAILURE
     outcome = classify(returncode, output)
     if outcome.code != FAILURE:
-        outcome = check_stored(args, extra, outcome)
+        outcome = check_stored(args, outcome)
     label = {CLEAN: "OK", REGRESSION: "REGRESSION", FAILURE: "FAILURE"}[outcome.code]
     print(f"\nasv-gate: {label}: {outcome.reason} (asv exit {returncode}, factor {args.factor:g})")
     for item in outcome.regressions:

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ci import asv_gate
 from harness.errors import HarnessError
 from harness.fsio import check_writable
 
@@ -117,10 +118,20 @@ def asv_config(repo: Path, subdir: str, work: Path) -> dict:
     }
 
 
+MADE_BY = "// made by python -m ci.sglang_gate, which rewrites it on every run\n"  # asv reads JSON5: a comment
+
+
 def write_config(repo: Path, subdir: str, work: Path) -> Path:
-    work.mkdir(parents=True, exist_ok=True)
+    """The gate's asv configuration in `work`; a file there that the gate did not write (an asv.conf.json of
+    yours) is kept: bad input."""
     path = work / "asv.conf.json"
-    path.write_text(json.dumps(asv_config(repo, subdir, work), indent=2) + "\n")
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.read_text().startswith(MADE_BY):
+            raise BadInput(f"--work: {path} exists and is not the gate's: it is kept (choose another --work folder)")
+        path.write_text(MADE_BY + json.dumps(asv_config(repo, subdir, work), indent=2) + "\n")
+    except OSError as exc:
+        raise BadInput(f"--work: {work}: {exc.strerror or exc}") from None
     return path
 
 
@@ -137,7 +148,6 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
             print(f"sglang-gate: left out: {reason}", flush=True)
     os.environ.setdefault("MLA_ASV_SCENARIOS", DEFAULT_SCENARIOS)
     os.chdir(ROOT)  # asv imports the ".ci.asv_sglang_env" plugin from the working directory
-    from ci import asv_gate
 
     machine = ["--machine", args.machine] if args.machine else []
     subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", *machine, "--config", str(config)],
@@ -186,7 +196,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--sglang-repo", default=os.environ.get("MLA_SGLANG_REPO"),
                         help="your SGLang git checkout (default: $MLA_SGLANG_REPO)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="run `harness run --json OUT` for ONE commit instead of the gate")
-    parser.add_argument("--factor", type=float, default=1.05, help="the asv gate's factor (default 1.05)")
+    parser.add_argument("--factor", type=asv_gate.factor_arg, default=1.05, help="the asv gate's factor, in (1, 2) (default 1.05; 5%% is 1.05)")
     parser.add_argument("--bench", help="regex selecting asv benchmarks")
     parser.add_argument("--machine", help="asv machine name")
     parser.add_argument("--work", type=Path, default=ROOT / ".asv" / "sglang",

@@ -24,6 +24,7 @@ import pytest
 from filelock import FileLock
 
 from ci import asv_gate
+from harness.errors import HarnessError
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -277,13 +278,13 @@ def test_classify_truncated_output_is_a_failure(runs):
 
 @pytest.mark.parametrize("text, factor", [("1.10", 1.10), ("10%", 1.10), ("1.5", 1.5), ("1.999", 1.999)])
 def test_factor(text, factor):
-    assert asv_gate._factor(text) == pytest.approx(factor)
+    assert asv_gate.factor_arg(text) == pytest.approx(factor)
 
 
 @pytest.mark.parametrize("text", ["0.9", "1", "-5%", "2", "100%", "150%", "abc", "nan", "inf"])
 def test_factor_outside_1_2_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=r"factor must .*\(1, 2\)"):
-        asv_gate._factor(text)
+        asv_gate.factor_arg(text)
 
 
 def test_bad_factor_exits_2_before_running_asv(capsys):
@@ -309,7 +310,7 @@ def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys, tmp_
     assert "MLA_ASV_REPEATS" in capsys.readouterr().out
     monkeypatch.setenv("MLA_ASV_REPEATS", "10")  # twin: a good value reaches asv
     monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
-    monkeypatch.setattr(asv_gate, "check_stored", lambda args, extra, outcome: outcome)
+    monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
     assert asv_gate.main(["HEAD", "HEAD"]) == asv_gate.CLEAN
 
 
@@ -331,15 +332,18 @@ def _project(tmp_path_factory) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "asv-gate" / "project"
 
 
-def _check(project: Path, head: str) -> asv_gate.Outcome:
-    args = argparse.Namespace(base="base", head=head, machine=MACHINE)
+def _args(project: Path, head: str, machine: str | None = MACHINE) -> argparse.Namespace:
+    return argparse.Namespace(base="base", head=head, machine=machine, config=project / "asv.conf.json")
+
+
+def _check(project: Path, head: str, machine: str | None = MACHINE) -> asv_gate.Outcome:
     clean = asv_gate.Outcome(asv_gate.CLEAN, "as asv said")
     with contextlib.redirect_stdout(io.StringIO()):
-        return asv_gate.check_stored(args, ["--config", str(project / "asv.conf.json")], clean)
+        return asv_gate.check_stored(_args(project, head, machine), clean)
 
 
 def test_stored_results_of_a_clean_head_lose_nothing(runs, tmp_path_factory):
-    base, head = asv_gate.stored_results("base", "same", MACHINE, ["--config", str(_project(tmp_path_factory) / "asv.conf.json")])
+    base, head = asv_gate.stored_results(_args(_project(tmp_path_factory), "same"))
     assert set(base) == set(head) and "bench.track_param(2)" in base and asv_gate.lost(base, head) == []
     assert _check(_project(tmp_path_factory), "same").code == asv_gate.CLEAN
 
@@ -390,8 +394,8 @@ def test_classify_reads_failed_and_na_cells_as_failures(runs):
 def test_command_passes_options_through():
     args, extra = asv_gate.parse_args(["origin/main", "HEAD", "--bench", "cast", "--show-stderr", "-e"])
     cmd = asv_gate.asv_command(args, extra)
-    assert cmd[1:] == ["-m", "asv", "continuous", "origin/main", "HEAD", "--factor", "1.05", "--bench", "cast",
-                       "--show-stderr", "-e"]
+    assert cmd[1:] == ["-m", "asv", "continuous", "origin/main", "HEAD", "--factor", "1.05", "--config", "asv.conf.json",
+                       "--bench", "cast", "--show-stderr", "-e"]
 
 
 def test_script_runs_standalone():
@@ -465,3 +469,86 @@ def test_na_at_both_commits_still_fails_and_says_the_runner_cannot_run_it():
     assert both == ["b.x (n/a in the head: skipped at both commits: this runner cannot run it)"]
     assert head_only == ["b.x (n/a in the head: skipped)"]
     assert asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (1.0, None, None)}) == []  # twin: measured in the head
+
+
+# the red-team's asv repros: rows the parser must read, options asv must not re-read, results of one machine and env
+
+
+def test_a_pipe_in_a_parameter_stays_in_the_benchmarks_name():
+    output = ("| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
+              "| + | 100 | 200 | 2.00 | bench.track_pipe('a|b') |\n\nPERFORMANCE DECREASED.\n")
+    outcome = asv_gate.classify(1, output)
+    assert outcome.code == asv_gate.REGRESSION and outcome.regressions == ["bench.track_pipe('a|b') (100 -> 200, ratio 2.00)"]
+
+
+def test_a_decrease_in_no_row_the_gate_reads_is_a_failure():
+    """asv's summary says slower, but no row parsed: never CLEAN (before: 'only informational ... slower', exit 0)."""
+    outcome = asv_gate.classify(1, "| + | 100 | 200 |\n\nPERFORMANCE DECREASED.\n")
+    assert outcome.code == asv_gate.FAILURE and "no row the gate could read" in outcome.reason
+    informational = "| + | 1.2±0.1ms | 1.9±0.1ms | 1.58 | benchmarks.StepHostMs.time_step_host('b1-l4096', 'stock') |\n\n"
+    assert asv_gate.classify(1, informational + "PERFORMANCE DECREASED.\n").code == asv_gate.CLEAN  # twin: a row read
+
+
+def test_a_benchmark_asv_cannot_compare_is_a_failure():
+    """asv marks a row 'x' when the benchmark's code or parameters changed between the commits: not judged, so not passed."""
+    outcome = asv_gate.classify(0, "| x | 10 | 12 | 1.20 | bench.track_strategy('fused') |\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n")
+    assert outcome.code == asv_gate.FAILURE and outcome.failures == [
+        "bench.track_strategy('fused') (not comparable: its code or parameters changed between the commits)"]
+
+
+@pytest.mark.parametrize("argv, field, value", [(["-f", "1.5"], "factor", 1.5), (["--fact=1.2"], "factor", 1.2),
+                                                (["-m", "gt"], "machine", "gt"), (["--conf", "x.json"], "config", Path("x.json")),
+                                                (["--config", "a.json", "--config", "b.json"], "config", Path("b.json"))])
+def test_asvs_spellings_of_the_gates_options_are_the_gates(argv, field, value):
+    """-f / -m / a prefix / a repeat: the gate reads them and hands asv one value (before, `-f 3` reached asv after the
+    gate's --factor 1.05 and a 1.5x regression passed, reported as factor 1.05)."""
+    args, extra = asv_gate.parse_args(["base", "head", *argv])
+    assert getattr(args, field) == value and extra == []
+    cmd = asv_gate.asv_command(args, extra)
+    assert cmd.count("--factor") == 1 and cmd.count("--config") == 1 and "-f" not in cmd[3:] and "-m" not in cmd[3:]
+    with pytest.raises(SystemExit):  # the bound holds for every spelling
+        asv_gate.parse_args(["base", "head", "-f", "3"])
+
+
+def _results(folder: Path, machine: str, commit: str, env: str, values: dict) -> None:
+    (folder / machine).mkdir(parents=True, exist_ok=True)
+    doc = {"commit_hash": commit, "env_name": env, "result_columns": ["result", "params"],
+           "results": {name: [[value], []] for name, value in values.items()}, "version": 2}
+    (folder / machine / f"{commit[:8]}-{env}.json").write_text(json.dumps(doc))
+
+
+def _stored(tmp_path, monkeypatch, machine):
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"version": 1, "repo": ".", "results_dir": "results",}  // asv reads JSON5')
+    return asv_gate.stored_results(argparse.Namespace(base="base", head="head", machine=machine, config=conf))
+
+
+def test_stored_results_are_one_machines_and_one_entry_per_environment(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    for env, head_value in (("py-MODEa", float("nan")), ("py-MODEb", 5.0)):  # n/a in one environment only
+        _results(results, "gt", "a" * 40, env, {"bench.track_mode": 5.0})
+        _results(results, "gt", "b" * 40, env, {"bench.track_mode": head_value})
+    base, head = _stored(tmp_path, monkeypatch, None)  # the only machine
+    assert asv_gate.lost(base, head) == ["bench.track_mode [py-MODEa] (n/a in the head: skipped)"]
+    _results(results, "other", "b" * 40, "py-MODEa", {"bench.track_mode": 5.0})  # another machine's clean head
+    with pytest.raises(HarnessError, match=r"holds results of 2 machines"):
+        _stored(tmp_path, monkeypatch, None)
+    base, head = _stored(tmp_path, monkeypatch, "gt")  # named: the other machine's results are not read
+    assert asv_gate.lost(base, head) == ["bench.track_mode [py-MODEa] (n/a in the head: skipped)"]
+
+
+def test_no_stored_results_for_a_commit_is_a_failure(tmp_path, monkeypatch):
+    """A config that leads elsewhere finds no results: that is not 'nothing lost' (before: exit 0)."""
+    _results(tmp_path / "results", "gt", "a" * 40, "py", {"bench.track_value": 1.0})
+    with pytest.raises(HarnessError, match=r"^HEAD: no stored results of 'head' for machine 'gt'"):
+        _stored(tmp_path, monkeypatch, "gt")
+
+
+@pytest.mark.parametrize("text, words", [("[1, 2]", "repo"), ('{"repo": 5}', "repo"), ("{not json", "not a readable asv config")])
+def test_a_malformed_asv_config_is_one_line(tmp_path, capsys, text, words):
+    conf = tmp_path / "c.json"
+    conf.write_text(text)
+    assert asv_gate.main(["base", "head", "--config", str(conf)]) == asv_gate.FAILURE
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"asv-gate: FAILURE: {conf}") and words in line, line

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json5
 import pytest
 
 from ci import asv_sglang_env, sglang_gate
@@ -68,7 +69,8 @@ def no_asv(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given"])
+@pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given",
+                                  "work-is-a-file", "work-holds-your-config"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv, case):
     repo = fake_sglang(tmp_path)
     monkeypatch.delenv("MLA_SGLANG_REPO", raising=False)
@@ -79,8 +81,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
         "unknown-head": (["--sglang-repo", str(repo), "a", "v9.9"], "HEAD 'v9.9': unknown commit"),
         "no-project": (["--sglang-repo", str(tmp_path), "a", "b"], "no SGLang project"),
         "no-repo-given": (["a", "b"], "--sglang-repo: not given"),
+        "work-is-a-file": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain" / "f"), "a", "b"], "--work"),
+        "work-holds-your-config": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain"), "a", "b"],
+                                   "asv.conf.json exists and is not the gate's"),
     }[case]
     (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "f").write_text("a file")
+    (tmp_path / "plain" / "asv.conf.json").write_text('{"my": "config"}')  # the user's: never replaced
     if case == "no-project":  # a git repo whose commits hold no SGLang project
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
         git(repo, "tag", "-d", "a")
@@ -92,6 +99,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
     code, lines = run_main(capsys, *argv)
     assert code == 2 and len(lines) == 1 and names in lines[0] and lines[0].startswith("sglang-gate: "), lines
     assert no_asv == {"machine": [], "gate": []}, "asv ran on bad input"
+    assert (tmp_path / "plain" / "asv.conf.json").read_text() == '{"my": "config"}'
+
+
+@pytest.mark.parametrize("factor", ["3", "1.0", "nan"])
+def test_a_factor_outside_1_2_is_refused_before_anything_runs(tmp_path, capsys, no_asv, factor):
+    repo = fake_sglang(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        sglang_gate.main(["--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "--factor", factor, "a", "b"])
+    assert exc.value.code == 2 and "factor must lie in (1, 2)" in capsys.readouterr().err
+    assert no_asv == {"machine": [], "gate": []} and not (tmp_path / "w").exists()
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "--factor", "5%", "a", "b")
+    assert code == 0 and no_asv["gate"][0][2:4] == ["--factor", "1.05"]  # twin: 5% is 1.05, as for ci.asv_gate
 
 
 def test_json_mode_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
@@ -115,7 +134,7 @@ def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys
     config = work / "asv.conf.json"
     assert argv == [git(repo, "rev-parse", "a"), git(repo, "rev-parse", "b"), "--factor", "1.05", "--config", str(config), "--show-stderr"]
     assert no_asv["machine"] and str(config) in no_asv["machine"][0]
-    conf = json.loads(config.read_text())
+    conf = json5.loads(config.read_text())  # as asv reads it (the first line says who wrote it)
     assert conf["repo"] == str(repo.resolve()) and conf["repo_subdir"] == "python"
     assert conf["environment_type"] == "sglang-runner-virtualenv" and conf["plugins"] == [".ci.asv_sglang_env"]
     assert "--no-deps" in conf["install_command"][0] and "{build_dir}" in conf["install_command"][0]
@@ -143,7 +162,7 @@ def test_the_default_list_leaves_out_what_no_commit_can_run(tmp_path, capsys, mo
 def test_a_root_level_project_is_found(tmp_path, capsys, no_asv):
     repo = fake_sglang(tmp_path, subdir="")
     assert run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
-    assert json.loads((tmp_path / "w" / "asv.conf.json").read_text())["repo_subdir"] == ""
+    assert json5.loads((tmp_path / "w" / "asv.conf.json").read_text())["repo_subdir"] == ""
 
 
 def test_asv_loads_the_config_and_resolves_its_environment(tmp_path, monkeypatch):
