@@ -1,0 +1,45 @@
+"""The benchmarked strategies a base checkout and this one both have, in this one's order, comma-separated:
+the MLA_ASV_STRATEGIES of a perf gate whose head adds, removes or reorders a strategy. asv discovers the
+parameters once and runs each commit's benchmark by parameter index, so lists that differ between the two
+commits would pair the base's results of one strategy with the head's of another.
+
+usage: python -m ci.shared_strategies BASE_CHECKOUT
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# suites/asv/benchmarks.py's own default list, read in a process that imports the given checkout's harness
+LIST = "import sys; sys.path.insert(0, 'suites/asv'); from benchmarks import benchmarked; print(','.join(benchmarked()))"
+
+
+def benchmarked(checkout: Path) -> list[str]:
+    """The strategies the asv benchmarks time by default with `checkout`'s harness (this checkout's benchmark files)."""
+    proc = subprocess.run([sys.executable, "-c", LIST.replace("suites/asv", str(ROOT / "suites" / "asv"))],
+                          cwd=checkout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout)}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"shared-strategies: {checkout}: the harness there does not list its strategies ({tail[0]})")
+    return proc.stdout.strip().split(",")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0], "harness").is_dir():
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    base = set(benchmarked(Path(args[0]).resolve()))
+    shared = [s for s in benchmarked(ROOT) if s in base]
+    if not shared:
+        print(f"shared-strategies: no benchmarked strategy in both {args[0]} and {ROOT}", file=sys.stderr)
+        return 2
+    print(",".join(shared))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

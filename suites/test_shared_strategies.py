@@ -1,0 +1,36 @@
+"""ci/shared_strategies.py: the perf gate's MLA_ASV_STRATEGIES when a head adds, removes or reorders a benchmarked
+strategy (asv pairs each commit's parameters by index, so differing lists would mislabel results)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shared(base: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.shared_strategies", str(base)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_list_is_the_strategies_both_commits_time_in_the_heads_order(tmp_path):
+    (tmp_path / "harness" / "strategies").mkdir(parents=True)
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    # a base that times fused_fp8 before stock, lacks gather_cast and still has a retired strategy
+    (tmp_path / "harness" / "strategies" / "__init__.py").write_text('BENCHMARKED = ("fused_fp8", "stock", "retired")\n')
+    proc = _shared(tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "stock,fused_fp8", proc.stderr
+
+
+def test_the_same_checkout_shares_every_strategy():  # the twin: nothing is left out when nothing changed
+    from harness.strategies import BENCHMARKED
+
+    proc = _shared(ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == ",".join(BENCHMARKED)
+
+
+def test_a_folder_without_a_harness_is_refused(tmp_path):
+    proc = _shared(tmp_path)
+    assert proc.returncode == 2 and "usage" in proc.stderr and proc.stdout == ""
