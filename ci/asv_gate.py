@@ -22,9 +22,10 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   exits 1, but without a summary line, so the gate reads that as a failure;
 - a benchmark that vanished from the head, or was skipped there (n/a), is not even listed
   (`continuous` shows changed rows only), so after asv's verdict the gate reads both commits'
-  stored results (of one machine, one entry per environment): a benchmark the base has and the head
-  lacks, or one that failed or is n/a in the head, is a failure (exit 2) however asv worded it;
-  unreadable or absent results are one too;
+  stored results (of one machine, one entry per environment both commits were measured in): a
+  benchmark the base has and the head lacks, one that failed in the head, or one the base measured
+  that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
+  listed, not failed, unless nothing was measured at both; unreadable or absent results fail too;
 - a row marked `x` (asv cannot compare: the benchmark's code or parameters changed) is a failure, and so
   is "PERFORMANCE DECREASED." with no row the gate could read.
 
@@ -49,8 +50,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import json5
 
 from harness import envvars
 from harness.errors import HarnessError
@@ -164,15 +163,16 @@ def deciding_test(base: tuple, head: tuple) -> str:
     return CI_OVERLAP
 
 
-def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, tuple]:
-    """{benchmark (with params, as asv names it): (value, stats, samples)} from asv's stored results
-    of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per field). A value
-    is None when the benchmark failed, NaN when it was skipped."""
-    out = {}
+def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dict[str, tuple]]:
+    """{asv environment: {benchmark (with params, as asv names it): (value, stats, samples)}} from asv's
+    stored results of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per
+    field). A value is None when the benchmark failed, NaN when it was skipped."""
+    out: dict[str, dict[str, tuple]] = {}
     paths = [p for p in sorted(results_dir.glob(f"{machine}/{commit[:8]}-*.json")) if p.name != "machine.json"]
-    docs = [d for d in (json.loads(p.read_text()) for p in paths) if d.get("commit_hash") == commit]
-    for doc in docs:
-        env = f" [{doc.get('env_name')}]" if len(docs) > 1 else ""  # one entry per environment, none hides another
+    for doc in (json.loads(p.read_text()) for p in paths):
+        if doc.get("commit_hash") != commit:
+            continue
+        entries = out.setdefault(str(doc.get("env_name")), {})
         for key, row in doc["results"].items():
             entry = dict(zip(doc["result_columns"], row))
             combos = list(itertools.product(*(entry.get("params") or []))) or [()]
@@ -180,9 +180,9 @@ def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, tup
             values = result if isinstance(result, list) else [result] * len(combos)
             repeats, samples = entry.get("stats_repeat") or [], entry.get("samples") or []
             for i, combo in enumerate(combos):
-                name = (f"{key}({', '.join(combo)})" if combo else key) + env
+                name = f"{key}({', '.join(combo)})" if combo else key
                 repeat = repeats[i] if i < len(repeats) else None
-                out[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
+                entries[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
                              samples[i] if i < len(samples) else None)
     return out
 
@@ -190,6 +190,8 @@ def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, tup
 def _config(path: Path) -> tuple[Path, dict]:
     """(the asv config's folder, the config) as asv reads it (JSON5: comments, trailing commas); one HarnessError
     naming the file when it is not a readable object with a string `repo`."""
+    import json5  # asv's own config reader (an asv dependency): the gate's other users need no asv
+
     try:
         conf = json5.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -227,7 +229,13 @@ def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     for what, ref, results in (("BASE", args.base, found[0]), ("HEAD", args.head, found[1])):
         if not results:
             raise HarnessError(what, f"no stored results of {ref!r} for machine {machine!r} in {results_dir}")
-    return found[0], found[1]
+    # the environments this run measured both commits in (a file of one commit alone is an earlier run's), one
+    # entry each, so a skip in one environment is not hidden by another
+    envs = sorted(found[0].keys() & found[1].keys())
+    if not envs:
+        raise HarnessError("HEAD", f"no asv environment holds results of both {args.base!r} and {args.head!r} in {results_dir}")
+    named = (lambda name, env: f"{name} [{env}]") if len(envs) > 1 else (lambda name, env: name)
+    return tuple({named(n, e): v for e in envs for n, v in side[e].items()} for side in found)
 
 
 def _skipped(value) -> bool:
@@ -236,18 +244,23 @@ def _skipped(value) -> bool:
 
 def lost(base: dict, head: dict) -> list[str]:
     """Benchmarks the head lost, however asv words them (`asv continuous` does not even list a vanished
-    or skipped one): one the base measured that the head lacks, or one that failed (None) or was
-    skipped (NaN) in the head."""
+    or skipped one): one the base has that the head lacks, one that failed (None) in the head, or one the
+    base measured that was skipped (NaN) in the head."""
     out = []
     for name in sorted(base.keys() | head.keys()):
         if name not in head:
             out.append(f"{name} (vanished: in the base's results, not in the head's)")
         elif head[name][0] is None:
             out.append(f"{name} (failed in the head)")
-        elif _skipped(head[name][0]):
-            both = name in base and _skipped(base[name][0])
-            out.append(f"{name} (n/a in the head: skipped{' at both commits: this runner cannot run it' if both else ''})")
+        elif _skipped(head[name][0]) and not (name in base and _skipped(base[name][0])):
+            out.append(f"{name} (n/a in the head: skipped)")
     return out
+
+
+def unmeasured(base: dict, head: dict) -> list[str]:
+    """Benchmarks n/a at both commits: this runner cannot run them, or their metric does not apply (a strategy
+    with no per-step cast has no cast_us). Said, not lost: there is no result of either commit to lose."""
+    return [n for n in sorted(base.keys() & head.keys()) if _skipped(base[n][0]) and _skipped(head[n][0])]
 
 
 def decided_by(base: dict, head: dict) -> dict[str, str]:
@@ -276,6 +289,11 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
                                 "a benchmark vanished", outcome.regressions)
     if missing := lost(base, head):
         return Outcome(FAILURE, "benchmarks lost in the head", outcome.regressions, missing)
+    if neither := unmeasured(base, head):
+        print(f"asv-gate: n/a at both commits (this runner cannot run them, or their metric does not apply): "
+              f"{len(neither)} benchmark(s): {', '.join(neither)}")
+    if len(neither) == len(base.keys() & head.keys()):
+        return Outcome(FAILURE, "no benchmark was measured at both commits: nothing was judged", outcome.regressions)
     print_decided_by(decided_by(base, head), outcome)
     return outcome
 
@@ -305,8 +323,8 @@ def factor_arg(text: str) -> float:
 def asv_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "asv", "continuous", args.base, args.head, "--factor", f"{args.factor:g}",
            "--config", str(args.config)]
-    if args.bench:
-        cmd += ["--bench", args.bench]
+    for bench in args.bench or []:
+        cmd += ["--bench", bench]
     if args.machine:
         cmd += ["--machine", args.machine]
     return cmd + extra
@@ -319,7 +337,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("head", help="commit or ref under test, e.g. HEAD")
     parser.add_argument("-f", "--factor", type=factor_arg, default=1.05,
                         help="asv factor (default 1.05, i.e. 5%%: harness compare's tolerance, so a real 10%% slowdown fails)")
-    parser.add_argument("-b", "--bench", help="regex selecting benchmarks")
+    parser.add_argument("-b", "--bench", action="append", help="regex selecting benchmarks (repeatable: any of them, as asv)")
     parser.add_argument("-m", "--machine", help="asv machine name")
     parser.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv config (default asv.conf.json)")
     return parser.parse_known_args(argv)  # asv's spellings of these (-f, a prefix, a repeat) are the gate's: asv gets one

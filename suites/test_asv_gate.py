@@ -460,14 +460,15 @@ def test_asv_exit_2_is_a_failure_whatever_its_output_says(runs, head):
     assert asv_gate.classify(status, output).code != asv_gate.FAILURE
 
 
-def test_na_at_both_commits_still_fails_and_says_the_runner_cannot_run_it():
-    """n/a in the head is lost whatever the base had (a benchmark asked for and run nowhere never passes); when
-    the base was n/a too, the line says this runner cannot run it (seen on the H200: sglang_fa3 without sgl_kernel)."""
+def test_na_in_the_head_is_lost_and_na_at_both_commits_is_said():
+    """n/a in the head where the base measured it is lost; n/a at both commits (a strategy with no cast has no
+    cast_us; native_fp8 on SM120) has no result to lose: said, not failed (it failed every perf-gate run of the
+    default strategy list), unless nothing at all was measured at both commits."""
     nan = float("nan")
-    both = asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (nan, None, None)})
-    head_only = asv_gate.lost({"b.x": (1.0, None, None)}, {"b.x": (nan, None, None)})
-    assert both == ["b.x (n/a in the head: skipped at both commits: this runner cannot run it)"]
-    assert head_only == ["b.x (n/a in the head: skipped)"]
+    assert asv_gate.lost({"b.x": (1.0, None, None)}, {"b.x": (nan, None, None)}) == ["b.x (n/a in the head: skipped)"]
+    assert asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (nan, None, None)}) == []
+    assert asv_gate.unmeasured({"b.x": (nan, None, None), "b.y": (1.0, None, None)},
+                               {"b.x": (nan, None, None), "b.y": (1.0, None, None)}) == ["b.x"]
     assert asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (1.0, None, None)}) == []  # twin: measured in the head
 
 
@@ -552,3 +553,45 @@ def test_a_malformed_asv_config_is_one_line(tmp_path, capsys, text, words):
     assert asv_gate.main(["base", "head", "--config", str(conf)]) == asv_gate.FAILURE
     (line,) = capsys.readouterr().out.strip().splitlines()
     assert line.startswith(f"asv-gate: FAILURE: {conf}") and words in line, line
+
+
+def test_an_earlier_runs_file_of_one_commit_is_not_this_runs(tmp_path, monkeypatch):
+    """A results file of the head alone, in another environment (an earlier run's), is not compared: the environment
+    both commits were measured in is (before, its names took an env suffix and every base benchmark 'vanished')."""
+    results = tmp_path / "results"
+    for commit in ("a" * 40, "b" * 40):
+        _results(results, "gt", commit, "py3.12", {"bench.track_value": 1.0})
+    _results(results, "gt", "b" * 40, "py3.11", {"bench.track_value": float("nan")})  # stale, the head's only
+    base, head = _stored(tmp_path, monkeypatch, "gt")
+    assert base == head == {"bench.track_value": (1.0, None, None)} and asv_gate.lost(base, head) == []
+
+
+def test_nothing_measured_at_both_commits_is_a_failure(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results"
+    for commit in ("a" * 40, "b" * 40):
+        _results(results, "gt", commit, "py", {"bench.track_cast": float("nan")})
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf)
+    outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
+    assert outcome.code == asv_gate.FAILURE and "nothing was judged" in outcome.reason
+    assert "n/a at both commits" in capsys.readouterr().out
+    _results(results, "gt", "a" * 40, "py", {"bench.track_cast": float("nan"), "bench.track_value": 1.0})  # twin
+    _results(results, "gt", "b" * 40, "py", {"bench.track_cast": float("nan"), "bench.track_value": 1.0})
+    assert asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said")).code == asv_gate.CLEAN
+
+
+def test_every_bench_regex_reaches_asv():
+    """asv's -b/--bench appends ("any of these"): the gate hands asv each one, not the last."""
+    args, extra = asv_gate.parse_args(["base", "head", "-b", "CastUs", "--bench", "StepDeviceMs"])
+    cmd = asv_gate.asv_command(args, extra)
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--bench"] == ["CastUs", "StepDeviceMs"]
+
+
+def test_the_gates_other_users_need_no_asv():
+    """ci.sglang_gate --json (no asv) imports ci.asv_gate for its factor rule: that import needs no json5 or asv."""
+    code = ("import sys; sys.modules['json5'] = None; sys.modules['asv'] = None\n"
+            "from ci import asv_gate, sglang_gate\nprint(asv_gate.factor_arg('5%'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1.05", proc.stderr

@@ -70,7 +70,7 @@ REFUSED = {  # id: (argv, the option and a fragment the error line names)
     "run --json the --dump-outputs folder": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "out", "--json", "out"],
                                              ["--json", "--dump-outputs folder", "must not overlap"]),
     "run --json one of its dumps": (["run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "out", "--json",
-                                     f"out/{CASE}.gather_cast.safetensors"], ["--json", "--dump-outputs folder"]),
+                                     f"out/{CASE}.gather_cast.safetensors"], ["--json", "one of its dumps"]),
 }
 
 
@@ -161,6 +161,14 @@ def test_report_out_must_be_a_new_or_empty_folder_or_forced(disk, tmp_path):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and "report.md" in os.listdir("busy")
     assert set(os.listdir("busy")) - {"notes.txt"} <= set(REPORT_FILES)  # the guard knows every file --out writes
     assert harness("report", "r.json", "--out", "fresh").returncode == 0 and (tmp_path / "fresh" / "report.md").is_file()
+
+
+def test_results_beside_the_dumps_in_one_folder(disk, tmp_path):
+    """The twin of the overlap refusals: --json in the --dump-outputs folder under its own name is written."""
+    proc = harness("run", *QUICK, "--scenario", "b1-l500", "--dump-outputs", "out", "--json", "out/results.json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == sorted([f"{CASE}.gather_cast.safetensors", f"{CASE}.stock.safetensors",
+                                                          "results.json"])
 
 
 def test_a_link_loop_is_refused_not_replaced(tmp_path):

@@ -37,10 +37,8 @@ def command(args, console: Console) -> int:
     case = case_from(args, device, console)
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
     refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
-    if args.json and args.dump_outputs:
-        folder, results = Path(os.path.realpath(args.dump_outputs)), Path(os.path.realpath(args.json))
-        if results == folder or folder in results.parents:
-            raise HarnessError("--json", f"{args.json} lies in the --dump-outputs folder {args.dump_outputs}: the run's outputs must not overlap")
+    if args.json and os.path.realpath(args.json) in {os.path.realpath(p) for p in (args.dump_outputs, *dumps) if p}:
+        raise HarnessError("--json", f"{args.json} is the --dump-outputs folder or one of its dumps: the run's outputs must not overlap")
     if args.json:
         check_writable(args.json, "--json", args.force)
     if args.dump_outputs:

@@ -438,7 +438,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {named}; the rule needs {decision.MIN_SAMPLES} samples on "
-                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}); {verdict}")
+                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}; a file of one number per row, such as "
+                      f"tpot --engine sglang's, cannot be gated); {verdict}")
     if (shaken := comparison.disturbed) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
