@@ -75,8 +75,8 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
         raise HarnessError(flag, f"{path} exists; nothing was written (choose a new path, or --force replaces it)")
     target = _target(path)
     (_FOUND_FREE.discard if force else _FOUND_FREE.add)(Path(os.path.abspath(target)))
-    check_writable_dir(target.parent, flag)
-    limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    check_new_dir(target.parent, flag)  # created when written: a refusal later leaves no empty folder behind
+    limit = os.pathconf(next(p for p in (target.parent, *target.parent.absolute().parents) if p.exists()), "PC_NAME_MAX")
     if len(os.fsencode(f".{target.name}.tmp-{os.getpid()}")) > limit:
         raise HarnessError(flag, f"file name {target.name[:40]!r}... is too long (limit {limit} bytes with the temporary prefix)")
 
@@ -121,19 +121,6 @@ def check_new_dir(folder: str | Path, flag: str) -> None:
         raise HarnessError(flag, f"{existing} exists and is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise HarnessError(flag, f"{existing} is not writable")
-
-
-def check_writable_dir(folder: str | Path, flag: str) -> None:
-    """Create `folder` if needed; fail unless files can be created in it."""
-    folder = Path(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise HarnessError(flag, f"{folder} exists and is not a folder") from None
-    except OSError as exc:
-        raise HarnessError(flag, f"cannot create {folder} ({exc.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise HarnessError(flag, f"{folder} is not writable")
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

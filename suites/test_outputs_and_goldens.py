@@ -171,6 +171,20 @@ def test_results_beside_the_dumps_in_one_folder(disk, tmp_path):
                                                           "results.json"])
 
 
+def test_a_refused_run_leaves_no_folder_behind(tmp_path, capsys):
+    """Output folders are made when written: a run refused after its output checks (a planted fault that cannot
+    fire) leaves neither the --json folder nor the --dump-outputs folder (both were created by the checks)."""
+    from harness.cli import main
+
+    argv = ["run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "stock",
+            "--plant-fault", "remap-off-by-one", "--json", str(tmp_path / "new" / "a" / "r.json"),
+            "--dump-outputs", str(tmp_path / "dumps")]
+    assert main(argv) == 2 and "remap-off-by-one" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+    argv = [a for a in argv if a not in ("--plant-fault", "remap-off-by-one")]  # twin: the same outputs, written
+    assert main(argv) == 0 and (tmp_path / "new" / "a" / "r.json").is_file() and os.listdir(tmp_path / "dumps")
+
+
 def test_a_link_loop_is_refused_not_replaced(tmp_path):
     """A --json that is a link leading back to itself was replaced by a file without --force (it does not 'exist')."""
     from harness.fsio import check_writable

@@ -12,7 +12,7 @@ from rich.console import Console
 from harness.backends import BACKENDS, KERNEL_CHOICES
 from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, strategy_help
 from harness.errors import CheckFailed, HarnessError
-from harness.fsio import check_writable, check_writable_dir
+from harness.fsio import check_new_dir, check_writable
 
 HELP = "run every strategy on one case, check against golden, time"
 
@@ -42,7 +42,7 @@ def command(args, console: Console) -> int:
     if args.json:
         check_writable(args.json, "--json", args.force)
     if args.dump_outputs:
-        check_writable_dir(args.dump_outputs, "--dump-outputs")
+        check_new_dir(args.dump_outputs, "--dump-outputs")
         for path in dumps:
             check_writable(path, "--dump-outputs", args.force)
     cannot_fire(faults, strategies, case)
