@@ -183,7 +183,7 @@ def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dic
                 name = f"{key}({', '.join(combo)})" if combo else key
                 repeat = repeats[i] if i < len(repeats) else None
                 entries[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
-                             samples[i] if i < len(samples) else None)
+                                 samples[i] if i < len(samples) else None)
     return out
 
 
