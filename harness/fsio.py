@@ -75,8 +75,8 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
         raise HarnessError(flag, f"{path} exists; nothing was written (choose a new path, or --force replaces it)")
     target = _target(path)
     (_FOUND_FREE.discard if force else _FOUND_FREE.add)(Path(os.path.abspath(target)))
-    check_new_dir(target.parent, flag)  # created when written: a refusal later leaves no empty folder behind
-    limit = os.pathconf(next(p for p in (target.parent, *target.parent.absolute().parents) if p.exists()), "PC_NAME_MAX")
+    existing = check_new_dir(target.parent, flag)  # created when written: a refusal later leaves no empty folder behind
+    limit = os.pathconf(existing, "PC_NAME_MAX")
     if len(os.fsencode(f".{target.name}.tmp-{os.getpid()}")) > limit:
         raise HarnessError(flag, f"file name {target.name[:40]!r}... is too long (limit {limit} bytes with the temporary prefix)")
 
@@ -113,14 +113,16 @@ def refuse_overwriting_inputs(outputs, inputs, protected) -> None:
                 raise HarnessError(flag, f"{out} is {what} {path}: outputs never overwrite inputs")
 
 
-def check_new_dir(folder: str | Path, flag: str) -> None:
-    """Fail unless `folder` is a writable folder or can be created (nothing is created)."""
+def check_new_dir(folder: str | Path, flag: str) -> Path:
+    """Fail unless `folder` is a writable folder or can be created (nothing is created); the folder, or its
+    nearest existing ancestor."""
     folder = Path(folder)
     existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
     if not existing.is_dir():
         raise HarnessError(flag, f"{existing} exists and is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise HarnessError(flag, f"{existing} is not writable")
+    return existing
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

@@ -117,15 +117,11 @@ def compute(case: Case, progress=None) -> GoldenData:
         checked.append([step, layer])
         if progress is not None:
             progress()
-    spec = case.spec()
     manifest = {
         "schema": SCHEMA,
         "case": case.name,
-        "preset": spec["preset"],
+        **case.spec(),  # preset, scenario, generator, seed
         "scale": {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers},
-        "scenario": spec["scenario"],
-        "generator": spec["generator"],
-        "seed": spec["seed"],
         "reference_precision": "float64",
         "checked": checked,
         "checked_request_ids": case.checked_request_ids().tolist(),
