@@ -197,7 +197,7 @@ def dump(outputs: Outputs, path: Path) -> None:
     for (step, layer), (out, lse) in outputs.items():
         tensors[f"s{step}.l{layer}.out"] = out.contiguous()
         tensors[f"s{step}.l{layer}.lse"] = lse.contiguous()
-    write_bytes(path, safetensors.torch.save(tensors))
+    write_bytes(path, safetensors.torch.save(tensors), "--dump-outputs")
 
 
 def to_rows(case: Case, outcome: RunOutcome) -> list[Row]:

@@ -125,10 +125,12 @@ def check_new_dir(folder: str | Path, flag: str) -> Path:
     return existing
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
+def write_bytes(path: str | Path, data: bytes, flag: str | None = None) -> Path:
     """Write `data` to `path` (through symlinks; atomically for regular files; a path check_writable
-    found free only while nothing is there: linked into place, never renamed over). Returns the path."""
+    found free only while nothing is there: linked into place, never renamed over). Returns the path.
+    An error names `flag` (the option that gave the path) before the path."""
     path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
     try:
         if _is_stream(path):
             with open(path, "wb") as f:
@@ -152,10 +154,10 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
     except FileExistsError:
-        raise HarnessError(str(path), "a file appeared there while the run worked: it was kept and nothing was written "
+        raise HarnessError(label, "a file appeared there while the run worked: it was kept and nothing was written "
                                       "(choose a new path, or --force replaces it)") from None
     except OSError as exc:
-        raise HarnessError(str(path), f"cannot write: {exc.strerror or exc}") from None
+        raise HarnessError(label, f"cannot write: {exc.strerror or exc}") from None
     return path
 
 
@@ -172,8 +174,8 @@ def _place_new(tmp: Path, target: Path) -> None:
         os.replace(tmp, target)
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    return write_bytes(path, text.encode())
+def write_text(path: str | Path, text: str, flag: str | None = None) -> Path:
+    return write_bytes(path, text.encode(), flag)
 
 
 def share_folder(folder: str | Path) -> None:

@@ -4,6 +4,7 @@ command line, latency parsing (the engine itself: suites/sglang/test_sglang_driv
 import json
 import os
 import stat
+import statistics
 import sys
 
 import pytest
@@ -25,6 +26,7 @@ def test_config_folder_and_one_rank_overrides(tmp_path):
     pairs = dict(zip(args[::1], args[1::1]))
     assert pairs["--load-format"] == "dummy" and pairs["--kv-cache-dtype"] == "fp8_e4m3" and pairs["--attention-backend"] == "flashinfer"
     assert json.loads(pairs["--json-model-override-args"])["num_attention_heads"] == 8 and pairs["--tp-size"] == "1"
+    assert pairs["--log-decode-step"] == "1"  # every step's latency logged: the samples
 
 
 def test_decode_latency_from_result_file_then_log(tmp_path):
@@ -37,6 +39,36 @@ def test_decode_latency_from_result_file_then_log(tmp_path):
         sglang_driver.parse_decode_ms(tmp_path / "missing.jsonl", "Prefill. latency: 0.5 s")
 
 
+def one_batch_log(batch: int, steps_s: list[float], warmup: int = 5) -> str:
+    """What sglang 0.5.23's one_batch prints with --log-decode-step 1 (latency_test_run_once's format):
+    a warmup run's first steps, then the measured run's every step and SGLang's median."""
+    lines = ["Warmup ...", "Prefill. latency: 0.20000 s, throughput:  20480.00 token/s"]
+    lines += [f"Decode {i}. Batch size: {batch}, latency: 0.09000 s, throughput:     11.11 token/s" for i in range(warmup)]
+    lines += ["Benchmark ...", "Prefill. latency: 0.10000 s, throughput:  40960.00 token/s"]
+    lines += [f"Decode {i}. Batch size: {batch}, latency: {s:6.5f} s, throughput: {batch / s:9.2f} token/s" for i, s in enumerate(steps_s)]
+    lines += [f"Decode.  median latency: {statistics.median(steps_s):6.5f} s, median throughput: 1.00 token/s", "Total. latency: 1.000 s"]
+    return "\n".join(lines) + "\n"
+
+
+def test_every_decode_step_of_the_measured_run_is_a_sample():
+    steps = [0.0201, 0.0199, 0.0203, 0.0200, 0.0202, 0.0250, 0.0198]
+    log = one_batch_log(4, steps)
+    assert sglang_driver.parse_step_ms(log, 4, len(steps) + 1) == pytest.approx([s * 1e3 for s in steps])  # not the warmup's 90 ms
+
+
+@pytest.mark.parametrize("log, why", [
+    (one_batch_log(4, [0.02] * 6), "one step missing"),
+    (one_batch_log(4, [0.02] * 8), "one step too many"),
+    (one_batch_log(8, [0.02] * 7), "another batch size"),
+    (one_batch_log(4, [0.02] * 7).replace("Benchmark ...", "Bench"), "no measured run"),
+    (one_batch_log(4, [0.02] * 7).replace("Decode 3.", "Decode 9."), "steps out of order"),
+])
+def test_a_log_that_is_not_the_runs_every_step_is_refused(log, why):
+    """The samples are exactly the run's output_len - 1 decode steps of its batch, in order; twin: the test above."""
+    with pytest.raises(HarnessError, match="sglang one_batch"):
+        sglang_driver.parse_step_ms(log, 4, 8)
+
+
 def _fake_python(tmp_path, body: str):
     """A stand-in interpreter for the plumbing test: it only prints what one_batch would."""
     exe = tmp_path / "fake-python"
@@ -46,9 +78,10 @@ def _fake_python(tmp_path, body: str):
 
 
 def test_driver_runs_the_launcher_and_reads_its_latency(tmp_path):
-    python = _fake_python(tmp_path, "print(' '.join(sys.argv[1:5]))\nprint('Decode.  median latency: 0.02000 s')")
+    log = one_batch_log(1, [0.019, 0.020, 0.021, 0.020, 0.022, 0.020, 0.019])
+    python = _fake_python(tmp_path, f"print(' '.join(sys.argv[1:5]))\nprint({log!r})")
     out = sglang_driver.run(load_shape("deepseek-v3-tp8"), "gather_cast", 1, 4096, 8, tmp_path, python=python)
-    assert out["tpot_ms"] == pytest.approx(20.0)
+    assert out["tpot_ms"] == pytest.approx(20.0) and len(out["step_ms"]) == 7 and out["sglang_median_ms"] == pytest.approx(20.0)
     assert out["command"][1:5] == ["-m", "harness.tpot.sglang_launch", "--strategy", "gather_cast"]
     assert "-m harness.tpot.sglang_launch --strategy" in out["log_tail"]
 
@@ -63,10 +96,39 @@ def test_driver_failure_is_one_error_naming_the_engine(tmp_path):
 def test_cli_engine_sglang_rejects_strategies_it_cannot_install(tmp_path, capsys):
     from harness.cli import main
 
-    python = _fake_python(tmp_path, "print('Decode.  median latency: 0.03 s')")
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
     out = tmp_path / "r.json"
     assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
                  "--strategy", "gather_cast", "--strategy", "shadow", "--json", str(out)]) == 0
     rows = {r["strategy"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["gather_cast"]["value"] == pytest.approx(30.0) and rows["shadow"]["value"] is None
+    assert rows["gather_cast"]["samples"] == pytest.approx([30.0] * 31)
     assert "unsupported" in rows["shadow"]["detail"] and os.path.exists(tmp_path / "w" / "model" / "config.json")
+
+
+def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatch, capsys):
+    """The steps are samples `compare` judges: a head whose every step is 20% slower fails (exit 1); a head
+    with the base's steps in another order passes (twin)."""
+    import random
+
+    import harness.measure.environment
+    from harness.cli import main
+
+    env = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
+    monkeypatch.setattr(harness.measure.environment, "environment", lambda device: dict(env))  # as on the GPU box
+    base_steps = [0.020 + 0.0001 * (i % 7) for i in range(31)]
+
+    def results(name, steps):
+        python = _fake_python(tmp_path, f"print({one_batch_log(1, steps)!r})")
+        out = tmp_path / f"{name}.json"
+        assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
+                     "--strategy", "gather_cast", "--json", str(out)]) == 0
+        return str(out)
+
+    base = results("base", base_steps)
+    slow = results("slow", [s * 1.2 for s in base_steps])
+    same = results("same", random.Random(0).sample(base_steps, len(base_steps)))
+    capsys.readouterr()
+    assert main(["compare", base, slow]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main(["compare", base, same]) == 0

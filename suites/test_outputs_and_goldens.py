@@ -213,9 +213,19 @@ def test_a_file_made_while_the_run_works_is_kept(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(harness.api, "run", run_then_a_file_appears)
     assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"error: {out}: a file appeared there while the run worked") and out.read_text() == "mine"
+    assert line.startswith(f"error: --json {out}: a file appeared there while the run worked") and out.read_text() == "mine"
     assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["case"]["scenario"] == "b1-l500"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux) to fail a write after the run")
+def test_a_write_that_fails_after_the_run_names_its_flag(capsys):
+    """A device that refuses the write (full disk) once the run is done: one line naming --json and the path."""
+    from harness.cli import main
+
+    assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", "/dev/full"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: --json /dev/full: cannot write: No space left on device"
 
 
 def test_report_force_never_writes_through_a_link_in_out(disk, tmp_path):

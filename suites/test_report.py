@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harness.cli import main
 from harness.errors import HarnessError
-from harness.render.report import render_report
+from harness.render.report import check_out_dir, render_report
 from harness.results.document import Row, document
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -129,6 +129,23 @@ def test_trend_over_two_runs(tmp_path):
     assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")["step ms"] == "4.000 ±0.200"  # latest
     if HAVE_MPL:
         assert (tmp_path / "out" / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@NEEDS_MPL
+def test_force_removes_an_earlier_reports_plot_this_one_does_not_make(tmp_path):
+    """--force over an earlier two-run report: the new one-run report has no trend, so the old trend plot
+    (which report.md no longer shows) is removed; the user's own files stay. Twin: a two-run report keeps it."""
+    new = _write(tmp_path / "new.json", commit="bbbbbbb1", created="2026-02-01T00:00:00+00:00")
+    old = _write(tmp_path / "old.json", commit="aaaaaaa1", created="2026-01-01T00:00:00+00:00")
+    out = tmp_path / "out"
+    _render([new, old], out)
+    assert (out / "trend_step_ms.png").is_file()
+    (out / "notes.txt").write_text("mine")
+    check_out_dir(out, force=True)
+    assert "removed the earlier report's trend_step_ms.png" in _render([new], out)
+    assert sorted(p.name for p in out.iterdir()) == ["cast_us.png", "notes.txt", "report.md", "step_ms.png"]
+    _render([new, old], out)  # twin: the plot is made again and kept
+    assert (out / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_same_run_twice_is_not_a_trend(tmp_path):  # negative control for trend detection

@@ -47,4 +47,4 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
         "scenario": json.dumps(case.scenario.to_dict()),
         "layout": "rows_u8[i] is pool row kv_indices[i] as e4m3 bits; request b reads rows kv_indptr[b]:kv_indptr[b+1]",
     }
-    return write_bytes(out, safetensors.torch.save(tensors, metadata=meta))
+    return write_bytes(out, safetensors.torch.save(tensors, metadata=meta), "--out")

@@ -397,13 +397,17 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         plots = {}
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
     files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
-    for name in files:  # --force replaces the report's own files in --out, never a file a link there leads to
+    for name in REPORT_FILES:  # --force replaces the report's own files in --out, never a file a link there leads to
         if (out_dir / name).is_symlink():
             raise HarnessError("--out", f"{out_dir / name} is a link to {os.path.realpath(out_dir / name)}; nothing was written")
+    stale = [out_dir / name for name in REPORT_FILES if name not in files and (out_dir / name).exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
-            write_bytes(out_dir / name, data)
+            write_bytes(out_dir / name, data, "--out")
+        for path in stale:  # an earlier report's plot that this one does not make would sit beside it unlinked
+            path.unlink()
     except OSError as exc:
         raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None
-    console.print(f"wrote {out_dir / 'report.md'}" + "".join(f", {name}" for name in plots), markup=False, highlight=False)
+    console.print(f"wrote {out_dir / 'report.md'}" + "".join(f", {name}" for name in plots)
+                  + "".join(f"; removed the earlier report's {path.name}" for path in stale), markup=False, highlight=False)

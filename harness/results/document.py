@@ -72,5 +72,5 @@ def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -
 
 
 def write_results(path: str | Path, rows: list[Row], env: dict, repro: str, case: Case | None = None) -> None:
-    """Write the results document of `rows` (see `document`)."""
-    write_text(path, json.dumps(document(rows, env, repro, case), indent=1) + "\n")
+    """Write the results document of `rows` (see `document`) to the path --json gave."""
+    write_text(path, json.dumps(document(rows, env, repro, case), indent=1) + "\n", "--json")

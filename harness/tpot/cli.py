@@ -33,7 +33,8 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=("harness", "sglang"), default="harness",
                    help="harness: the model-shaped step here; sglang: SGLang's one-batch benchmark (needs SGLang on a GPU)")
     p.add_argument("--sglang-python", default=sys.executable, help="--engine sglang: the Python that has sglang")
-    p.add_argument("--sglang-output-len", type=int, default=32, help="--engine sglang: decode steps per run")
+    p.add_argument("--sglang-output-len", type=int, default=32,
+                   help="--engine sglang: tokens generated per run; its output_len - 1 decode steps are the samples (default 32)")
     p.add_argument("--sglang-workdir", type=Path, default=Path("sglang-tpot"), help="--engine sglang: model folder and logs")
     p.add_argument("--sglang-full-tp", action="store_true", help="--engine sglang: run all tp ranks instead of one shrunk rank")
 
@@ -53,6 +54,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if args.json:
         check_writable(args.json, "--json", args.force)  # before the timing run: a folder or unwritable path is bad input
     if args.engine == "sglang":
+        check_repeats("--sglang-output-len", args.sglang_output_len, 2)  # SGLang times output_len - 1 decode steps
         _require_sglang(args.sglang_python)
     from harness.tpot.allreduce import DEFAULT_TABLE
 
@@ -114,8 +116,10 @@ def _require_sglang(python: str) -> None:
 
 
 def _sglang(args, console: Console, case, shape, names) -> int:
-    """TPOT from SGLang's one-batch benchmark per strategy (the driver has not run on a GPU here)."""
+    """TPOT from SGLang's one-batch benchmark per strategy: every decode step a sample, their median the value
+    (the driver has not run on a GPU here)."""
     from harness.measure.environment import environment
+    from harness.measure.timing import Samples
     from harness.results.document import Row, case_record, repro_command, write_results
     from harness.tpot import sglang_driver
     from harness.tpot.sglang_plugin import SUPPORTED
@@ -129,9 +133,11 @@ def _sglang(args, console: Console, case, shape, names) -> int:
             continue
         out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
                                 python=args.sglang_python, one_rank=not args.sglang_full_tp)
-        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms")
-        rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower",
-                        detail={"engine": "sglang.benchmark.one_batch", "command": out["command"]}, **ident))
+        steps = Samples("ms", tuple(out["step_ms"]))
+        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps")
+        rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower", iqr=steps.iqr, samples=list(steps.values),
+                        detail={"engine": "sglang.benchmark.one_batch", "sglang_median_ms": out["sglang_median_ms"],
+                                "command": out["command"]}, **ident))
     if args.json:
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
         write_results(args.json, rows, environment(torch_device()), repro_command(),

@@ -173,7 +173,7 @@ def plot(bars, path: Path) -> bool:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    write_bytes(path, buf.getvalue())
+    write_bytes(path, buf.getvalue(), "--out")
     return True
 
 
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
             check_writable(path, flag, args.force)
         text, bars = render(args.results, args.tp2)
         args.out.mkdir(parents=True, exist_ok=True)
-        write_text(args.out / "tpot.md", text)
+        write_text(args.out / "tpot.md", text, "--out")
         plotted = plot(bars, args.out / "tpot.png")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

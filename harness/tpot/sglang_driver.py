@@ -1,6 +1,7 @@
 """`harness tpot --engine sglang`: SGLang's one-batch benchmark on a config-only model folder, with
-the strategy installed into SGLang (harness/tpot/sglang_plugin.py), its decode latency parsed into
-the results JSON. Needs SGLang on a GPU box; this driver has not run on a GPU here.
+the strategy installed into SGLang (harness/tpot/sglang_plugin.py), every decode step's latency (its
+`--log-decode-step 1` log lines) parsed into the results JSON as samples, so `compare` can gate them.
+Needs SGLang on a GPU box; this driver has not run on a GPU here.
 
 The folder holds only config.json (weights are SGLang's `--load-format dummy`), FP8 block-quantized
 as the real checkpoints. `one_rank` shrinks the model to one TP rank through
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +27,10 @@ DSA_INDEXER = {"index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
 # SM12x, store 656-byte rows with block scales): the deployment the harness models (docs/correctness.md#scope)
 DSA_RAW_ROWS = ["--dsa-prefill-backend", "trtllm", "--dsa-decode-backend", "trtllm"]
 DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
+# sglang 0.5.23 one_batch.latency_test_run_once, per step with --log-decode-step 1; its warmup run logs
+# steps 0-4 before the "Benchmark ..." line, so only the lines after the last one are the measured run's
+BENCHMARK_LINE = "Benchmark ..."
+STEP_LINE = re.compile(r"^Decode (\d+)\. Batch size: (\d+), latency: ([0-9.eE+-]+) s", re.MULTILINE)
 
 
 def model_config(shape: ModelShape) -> dict:
@@ -68,7 +74,7 @@ def one_batch_args(folder: Path, shape: ModelShape, batch_size: int, input_len: 
     args = ["--model-path", str(folder), "--load-format", "dummy", "--kv-cache-dtype", "fp8_e4m3",
             "--attention-backend", "flashinfer", "--skip-tokenizer-init", "--trust-remote-code",
             "--batch-size", str(batch_size), "--input-len", str(input_len), "--output-len", str(output_len),
-            "--result-filename", str(result_file)]
+            "--result-filename", str(result_file), "--log-decode-step", "1"]
     if shape.preset.index_k_bytes:  # a DSA model
         args += DSA_RAW_ROWS
     if one_rank:
@@ -98,9 +104,23 @@ def parse_decode_ms(result_file: Path, stdout: str) -> float:
     return float(found[-1]) * 1e3
 
 
+def parse_step_ms(stdout: str, batch_size: int, output_len: int) -> list[float]:
+    """Each measured decode step's latency in ms, in step order: the `Decode i.` lines after the last
+    "Benchmark ..." line, which must be steps 0..output_len-2 of `batch_size` requests (SGLang times
+    output_len - 1 decode steps and takes their median)."""
+    if BENCHMARK_LINE not in stdout:
+        raise HarnessError("sglang one_batch", f"no {BENCHMARK_LINE!r} line in its log: not sglang.benchmark.one_batch's output")
+    steps = STEP_LINE.findall(stdout.rsplit(BENCHMARK_LINE, 1)[1])
+    if [(int(i), int(b)) for i, b, _ in steps] != [(i, batch_size) for i in range(output_len - 1)]:
+        raise HarnessError("sglang one_batch", f"its log has {len(steps)} decode step lines, not steps 0..{output_len - 2} of batch "
+                                               f"{batch_size} (does this SGLang log every step with --log-decode-step 1?)")
+    return [float(seconds) * 1e3 for _, _, seconds in steps]
+
+
 def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, output_len: int, workdir: Path,
         python: str = sys.executable, one_rank: bool = True, timeout_s: int = 3600) -> dict:
-    """Run the benchmark once for `strategy`; {tpot_ms, command, log_tail}."""
+    """Run the benchmark once for `strategy`: {step_ms (every decode step), tpot_ms (their median),
+    sglang_median_ms (SGLang's own, unrounded), command, log_tail}."""
     folder = write_model_folder(shape, workdir / "model")
     result_file = workdir / f"one_batch-{strategy}.jsonl"
     result_file.unlink(missing_ok=True)
@@ -109,4 +129,6 @@ def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, outpu
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise HarnessError("sglang one_batch", f"exit {proc.returncode}: {log.strip().splitlines()[-1] if log.strip() else 'no output'}")
-    return {"tpot_ms": parse_decode_ms(result_file, log), "command": cmd, "log_tail": log[-2000:]}
+    steps = parse_step_ms(proc.stdout, batch_size, output_len)
+    return {"step_ms": steps, "tpot_ms": statistics.median(steps), "sglang_median_ms": parse_decode_ms(result_file, log),
+            "command": cmd, "log_tail": log[-2000:]}

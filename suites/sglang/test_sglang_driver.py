@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +19,7 @@ except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA-only t
     pytest.skip(f"sglang is not importable ({type(exc).__name__}: {exc})"[:200], allow_module_level=True)
 pytestmark = pytest.mark.sglang
 
+from harness.errors import HarnessError  # noqa: E402
 from harness.tpot import sglang_driver  # noqa: E402
 from harness.tpot.config import load_shape  # noqa: E402
 
@@ -48,6 +51,59 @@ def test_command_line_parses_with_sglangs_own_parser(tmp_path):
     bench = BenchArgs.from_cli_args(ns)
     assert (bench.batch_size, bench.input_len, bench.output_len) == ((32,), (4096,), (16,)) or \
         (list(bench.batch_size), list(bench.input_len), list(bench.output_len)) == ([32], [4096], [16])
+
+
+class SteppingRunner:
+    """The model-runner surface sglang's latency_test_run_once uses, each decode step sleeping a known time."""
+
+    def __init__(self, step_s: list[float]):
+        self.step_s = iter(step_s)
+
+    def max_batch_size(self, input_len, output_len):
+        return 1024
+
+    def clear(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def extend(self, reqs):
+        return torch.zeros(4, dtype=torch.int64), None, "batch"
+
+    def decode(self, ids, batch):
+        time.sleep(next(self.step_s))
+        return ids, None
+
+    def cleanup(self, batch):
+        pass
+
+
+def _one_batch_run(tmp_path, log_decode_step: int) -> tuple[str, dict]:
+    """SGLang's own measured run (latency_test_run_once) with a stand-in runner, as the driver launches it:
+    batch 4, output_len 9 (8 timed decode steps). Its log, under the line one_batch prints before it."""
+    from sglang.benchmark.one_batch import latency_test_run_once
+
+    lines = []
+    result = latency_test_run_once("r", SteppingRunner([0.002 + 0.001 * (i % 3) for i in range(8)]), lines.append, None, 4, 16, 9,
+                                   log_decode_step, False, False, ("CPU",), "", "all", 0)
+    return "\n".join([sglang_driver.BENCHMARK_LINE, *lines]), result
+
+
+def test_the_driver_reads_every_step_sglangs_benchmark_logs(tmp_path):
+    """With the driver's --log-decode-step, SGLang logs every decode step: the driver's samples are its 8 steps
+    and their median is SGLang's median_decode_latency (to the log's 10 µs rounding). Twin: SGLang's default
+    (0) logs only steps 0-4, and the driver refuses the log instead of gating on five steps."""
+    from sglang.benchmark.one_batch import BenchArgs
+
+    _, args = _driver_args(tmp_path)
+    bench = BenchArgs.from_cli_args(_sglang_parser().parse_args(args))
+    log, result = _one_batch_run(tmp_path, bench.log_decode_step)
+    steps = sglang_driver.parse_step_ms(log, 4, 9)
+    assert len(steps) == 8 and statistics.median(steps) == pytest.approx(result["median_decode_latency"] * 1e3, abs=0.011)
+    log, _ = _one_batch_run(tmp_path, BenchArgs.log_decode_step)
+    with pytest.raises(HarnessError, match="5 decode step lines"):
+        sglang_driver.parse_step_ms(log, 4, 9)
 
 
 def _sglang_row_width(tmp_path, shape, args) -> int:
