@@ -16,7 +16,7 @@ CPU_STRATEGIES = [n for n in ORDER if REGISTRY[n].unsupported_reason(CPU, make_b
 
 
 def test_buckets_follow_sglang_defaults():
-    assert [bucket_for(n) for n in (1, 2, 3, 5, 12, 13, 17, 128, 129, 257, 600)] == [1, 2, 4, 8, 12, 16, 24, 128, 136, 272, 600]
+    assert [bucket_for(n) for n in (1, 2, 3, 5, 12, 13, 17, 128, 129, 257, 497, 600)] == [1, 2, 4, 8, 12, 16, 24, 128, 136, 272, 512, 600]
     with pytest.raises(ValueError):
         bucket_for(0)
 

@@ -5,7 +5,10 @@ fits: the batch is padded up to the bucket with requests that attend one row, th
 slot 0 (padded `seq_lens` are 1, their cache location row 0), and the kv_indices buffer
 the graph reads has room for the largest step (SGLang: max_bs * max_context_len; here the
 largest padded step of the schedule). Buckets are SGLang 0.5.23's defaults without
-speculative decoding (`generate_decode_cuda_graph_batch_sizes`).
+speculative decoding (`generate_decode_cuda_graph_batch_sizes`) for its default largest bucket
+(`cuda_graph_max_bs`) of a TP >= 4 server on a GPU of 60 GB or more: 512 (`_handle_gpu_memory_settings`;
+checked against SGLang's own code in suites/sglang/test_cuda_graph_buckets.py). SGLang runs a larger batch
+eagerly; here it gets a graph of its own size.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import numpy as np
 
 from harness.spec.schedule import Schedule, StepBatch
 
-BUCKETS = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16))
+MAX_BS = 512
+BUCKETS = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, MAX_BS, 16), MAX_BS)
 PAD_REQUEST = -1  # request id of a padding entry
 PAD_ROW = 0  # the dummy slot every padding entry reads and writes (kept all-zero)
 
 
 def bucket_for(batch_size: int, buckets=BUCKETS) -> int:
-    """The smallest bucket that holds `batch_size` (SGLang captures max_bs itself beyond the list)."""
+    """The smallest bucket that holds `batch_size` (beyond the largest, a graph of the batch's own size)."""
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     return next((b for b in buckets if b >= batch_size), batch_size)
