@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ci import asv_gate
+from harness import envvars
 from harness.errors import HarnessError
 from harness.fsio import check_writable
 
@@ -193,8 +194,7 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m ci.sglang_gate", description=__doc__.splitlines()[0])
-    parser.add_argument("--sglang-repo", default=os.environ.get("MLA_SGLANG_REPO"),
-                        help="your SGLang git checkout (default: $MLA_SGLANG_REPO)")
+    parser.add_argument("--sglang-repo", help="your SGLang git checkout (default: $MLA_SGLANG_REPO)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="run `harness run --json OUT` for ONE commit instead of the gate")
     parser.add_argument("--factor", type=asv_gate.factor_arg, default=1.05, help="the asv gate's factor, in (1, 2) (default 1.05; 5%% is 1.05)")
     parser.add_argument("--bench", help="regex selecting asv benchmarks")
@@ -214,9 +214,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:
-        repo = check_repo(args.sglang_repo)
+        repo = check_repo(args.sglang_repo or envvars.read("MLA_SGLANG_REPO"))
         return json_run(args, extra, repo) if args.json else gate(args, extra, repo)
-    except BadInput as exc:
+    except (BadInput, HarnessError) as exc:
         print(f"sglang-gate: {exc}", file=sys.stderr)
         return BAD_INPUT
 

@@ -29,6 +29,9 @@ def benchmarked(checkout: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
     if len(args) != 1 or not Path(args[0], "harness").is_dir():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2

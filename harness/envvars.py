@@ -1,4 +1,4 @@
-"""Every MLA_HARNESS_* and MLA_ASV_* environment variable, declared once (name, kind, bounds,
+"""Every MLA_HARNESS_*, MLA_ASV_* and MLA_SGLANG_* environment variable, declared once (name, kind, bounds,
 who reads it, meaning) and parsed here: a bad value is one HarnessError naming the variable.
 
 `python -m harness.envvars` checks every variable that is set (exit 2 on the first bad one);
@@ -58,6 +58,7 @@ VARIABLES = (
            names_from="harness.spec.scenario:builtin_names", names_are="built-in scenarios"),
     EnvVar("MLA_ASV_STRATEGIES", "names", "asv benchmarks", "the strategies benchmarked (default: the registry's `BENCHMARKED`)",
            names_from="harness.strategies:ORDER", names_are="registered strategies"),
+    EnvVar("MLA_SGLANG_REPO", "path", "`ci.sglang_gate` (set by `sglang-gate.yml`)", "your SGLang git checkout, when `--sglang-repo` is not given"),
     EnvVar("MLA_ASV_REPEATS", "int", "asv benchmarks", "samples per benchmark (default 30 / 20 TPOT on CUDA, 3 / 2 on CPU)", 1, MAX_REPEATS),
     EnvVar("MLA_ASV_TPOT", "flag", "asv `bench_tpot.py`", "1: run the TPOT benchmarks on CPU too"),
     EnvVar("MLA_ASV_ALLREDUCE_TABLE", "path", "asv `bench_tpot.py`",
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"ok: {', '.join(checked) or 'no MLA_HARNESS_* / MLA_ASV_* variable set'}")
+    print(f"ok: {', '.join(checked) or 'no MLA_HARNESS_* / MLA_ASV_* / MLA_SGLANG_* variable set'}")
     return 0
 
 

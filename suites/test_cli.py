@@ -291,6 +291,7 @@ def test_fsio_streams_refuses_full_devices_and_keeps_modes(tmp_path):
 def test_nothing_requested_ran_is_not_a_pass():
     proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "stock_vectorized")
     assert proc.returncode == 1 and "nothing requested was checked" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("on cpu: stock_vectorized runs on cuda only")  # its own reason
 
 
 def test_reference_live_says_so():

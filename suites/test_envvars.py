@@ -1,4 +1,4 @@
-"""harness/envvars.py: every MLA_HARNESS_* / MLA_ASV_* variable is declared once, docs/environment.md
+"""harness/envvars.py: every MLA_HARNESS_* / MLA_ASV_* / MLA_SGLANG_* variable is declared once, docs/environment.md
 carries the generated table, a bad value is one line naming the variable (exit 2), and the asv
 benchmarks raise it from setup (not at discovery), falling back on a base commit without envvars."""
 
@@ -16,7 +16,7 @@ from harness import envvars
 from harness.spec.scenario import MAX_REPEATS
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = re.compile(r"\bMLA_(?:HARNESS|ASV)_[A-Z0-9_]*[A-Z0-9]\b")
+NAME = re.compile(r"\bMLA_(?:HARNESS|ASV|SGLANG)_[A-Z0-9_]*[A-Z0-9]\b")
 SEARCHED = ("harness", "suites", "ci", ".ci", ".github", "docs", "conftest.py", "README.md", "pyproject.toml")
 
 
@@ -114,7 +114,7 @@ def test_good_values_parse(monkeypatch, capsys):
     assert envvars.read("MLA_ASV_TPOT", env) is True and envvars.read("MLA_ASV_TPOT", {}) is None
     for var in envvars.VARIABLES:
         monkeypatch.delenv(var.name, raising=False)
-    assert envvars.main([]) == 0 and "no MLA_HARNESS_* / MLA_ASV_* variable set" in capsys.readouterr().out
+    assert envvars.main([]) == 0 and "no MLA_HARNESS_* / MLA_ASV_* / MLA_SGLANG_* variable set" in capsys.readouterr().out
 
 
 def test_module_entry_point():

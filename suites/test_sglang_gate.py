@@ -70,7 +70,7 @@ def no_asv(monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given",
-                                  "work-is-a-file", "work-holds-your-config"])
+                                  "work-is-a-file", "work-holds-your-config", "env-repo-empty", "env-repo-missing"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv, case):
     repo = fake_sglang(tmp_path)
     monkeypatch.delenv("MLA_SGLANG_REPO", raising=False)
@@ -81,10 +81,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
         "unknown-head": (["--sglang-repo", str(repo), "a", "v9.9"], "HEAD 'v9.9': unknown commit"),
         "no-project": (["--sglang-repo", str(tmp_path), "a", "b"], "no SGLang project"),
         "no-repo-given": (["a", "b"], "--sglang-repo: not given"),
+        "env-repo-empty": (["a", "b"], "MLA_SGLANG_REPO: is set but empty"),
+        "env-repo-missing": (["a", "b"], "no such folder"),
         "work-is-a-file": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain" / "f"), "a", "b"], "--work"),
         "work-holds-your-config": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain"), "a", "b"],
                                    "asv.conf.json exists and is not the gate's"),
     }[case]
+    if case.startswith("env-repo"):  # the checkout named by the variable instead of --sglang-repo
+        monkeypatch.setenv("MLA_SGLANG_REPO", "" if case == "env-repo-empty" else str(tmp_path / "nope"))
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "f").write_text("a file")
     (tmp_path / "plain" / "asv.conf.json").write_text('{"my": "config"}')  # the user's: never replaced

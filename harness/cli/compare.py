@@ -19,6 +19,7 @@ def command(args, console: Console) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", type=Path)
     p.add_argument("head", type=Path)
-    p.add_argument("--max-regression", default="5%", help="tolerance: a gating metric regresses when its whole 99%% CI lies beyond it")
+    p.add_argument("--max-regression", default="5%", help="tolerance: a gating metric regresses when its whole 99%% CI lies beyond it (default 5%%)")
     p.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
-                   help="what an inconclusive or clock-disturbed gating metric does: pass (loud line, exit 0) or fail (exit 1)")
+                   help="what an inconclusive gating metric does: pass (loud line, exit 0; the default) or fail (exit 1); "
+                        "a clock-disturbed or undersampled one is exit 2 either way")

@@ -30,7 +30,7 @@ def command(args, console: Console) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_case_args(p)
-    p.add_argument("--step", type=int, default=0)
+    p.add_argument("--step", type=int, default=0, help="decode step of the scenario's schedule (default 0)")
     p.add_argument("--layer", type=int, action="append", help="layer(s) to export (default: 0)")
     p.add_argument("--out", type=Path, required=True, help="output .safetensors file")
     p.add_argument("--force", action="store_true", help="replace --out when it already exists (else exit 2)")

@@ -73,7 +73,8 @@ def command(args, console: Console) -> int:
     if failed:
         raise CheckFailed(f"check failed: {', '.join(failed)}")
     if not ran:
-        raise CheckFailed(f"nothing requested was checked: {', '.join(strategies)} cannot run on {device}")
+        why = "; ".join(r.verdict.reason for r in outcome.results if r.strategy in strategies)  # each names its strategy
+        raise CheckFailed(f"nothing requested was checked on {device}: {why}")
     return 0
 
 
