@@ -186,7 +186,8 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
         extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         site = install_commit(repo, commit, subdir, Path(tmp))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p),
+                   MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
         cmd = [sys.executable, "-m", "harness", "run", "--json", str(args.json.resolve()), *extra]
         print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site}; running {' '.join(cmd[1:])}", flush=True)
         return subprocess.run(cmd, cwd=ROOT, env=env).returncode

@@ -202,7 +202,8 @@ def test_pth_lists_the_harness_first_and_never_the_sglang_checkout(tmp_path, mon
 @pytest.mark.parametrize("commit", ["a", "b"])
 def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monkeypatch, commit):
     """--json installs the commit --no-deps and runs `harness run --json OUT` with it first on sys.path: the
-    process it starts imports that commit's sglang (a and b differ, so each check is the other's twin)."""
+    process it starts imports that commit's sglang (a and b differ, so each check is the other's twin), and the
+    environment its results record names that commit (the install has no .git)."""
     repo = fake_sglang(tmp_path)
     seen = {}
     real_run = subprocess.run
@@ -210,7 +211,8 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     def run(cmd, *args, **kwargs):
         if cmd[1:4] == ["-m", "harness", "run"]:
             seen["cmd"] = cmd
-            probe = [sys.executable, "-c", "import sglang; print(sglang.MARK)"]
+            probe = [sys.executable, "-c", "import sglang, torch; from harness.measure.environment import environment; "
+                                           "print(sglang.MARK, environment(torch.device('cpu'))['sglang_commit'])"]
             seen["mark"] = real_run(probe, env=kwargs["env"], cwd=kwargs["cwd"], capture_output=True, text=True).stdout.strip()
             return subprocess.CompletedProcess(cmd, 0)
         return real_run(cmd, *args, **kwargs)
@@ -218,7 +220,7 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
     out = tmp_path / "r.json"
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
-    assert code == 0 and seen["mark"] == commit
+    assert code == 0 and seen["mark"] == f"{commit} {git(repo, 'rev-parse', commit)}"
     defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
     assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", *defaults]
 

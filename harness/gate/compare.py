@@ -322,7 +322,8 @@ def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dic
     return None
 
 
-MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "power_limit", "clock_sm_max", "sm_count")
+MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "flashinfer_path", "sglang", "sglang_commit",
+                  "power_limit", "clock_sm_max", "sm_count")
 
 
 def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:

@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -27,6 +28,48 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _imported(name: str) -> tuple[str | None, Path | None]:
+    """(__version__, package folder) of `name` as this process imported it; (None, None) when it did not."""
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)  # a namespace package of the same name has none
+    if module is None or not file:
+        return None, None
+    return getattr(module, "__version__", None), Path(file).resolve().parent
+
+
+def _flashinfer() -> dict:
+    version, folder = _imported("flashinfer")
+    if version is None:
+        try:
+            from importlib.metadata import version as installed
+
+            version = installed("flashinfer-python")
+        except Exception:
+            version = None
+    return {"flashinfer": version, "flashinfer_path": str(folder) if folder else None}
+
+
+def _sglang() -> dict:
+    """The SGLang this run imported: version, folder, and commit (MLA_HARNESS_SGLANG_COMMIT, else the HEAD of the
+    SGLang checkout the folder is `python/sglang` of, "-dirty" with local changes there; None elsewhere)."""
+    version, folder = _imported("sglang")
+    if folder is None:
+        return {}
+    commit = envvars.read("MLA_HARNESS_SGLANG_COMMIT")
+    top = None if commit else _git(folder, "rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() / "python" / "sglang" == folder and (head := _git(folder, "rev-parse", "HEAD")):
+        commit = head + ("-dirty" if _git(folder, "status", "--porcelain", "--", ".") else "")
+    return {"sglang": version, "sglang_path": str(folder), "sglang_commit": commit}
 
 
 def _gpu_fingerprint(device: torch.device) -> dict:
@@ -63,13 +106,9 @@ def environment(device: torch.device) -> dict:
         "numpy": np.__version__,
         "device": str(device),
         "git_commit": _git_commit(),
+        **_flashinfer(),
+        **_sglang(),
     }
-    try:
-        from importlib.metadata import version
-
-        env["flashinfer"] = version("flashinfer-python")
-    except Exception:
-        env["flashinfer"] = None
     if device.type == "cuda":
         env.update(_gpu_fingerprint(device))
     return msgspec.structs.asdict(Environment(**env))  # the declared record: every field, null where unknown

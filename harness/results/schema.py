@@ -150,7 +150,11 @@ class Environment(msgspec.Struct):
     python: str | None = None
     torch: str | None = None
     numpy: str | None = None
-    flashinfer: str | None = None
+    flashinfer: str | None = None  # the imported flashinfer's __version__ (else the installed distribution's)
+    flashinfer_path: str | None = None  # the imported flashinfer package's folder: your own build shows here
+    sglang: str | None = None  # when the run imported SGLang (its strategies): its __version__, folder, commit
+    sglang_path: str | None = None
+    sglang_commit: str | None = None  # MLA_HARNESS_SGLANG_COMMIT (ci.sglang_gate), else its SGLang checkout's HEAD
     gpu: str | None = None  # the GPU fingerprint (CUDA only): properties, then nvidia-smi's readings
     capability: str | None = None
     sm_count: Count | None = None

@@ -6,7 +6,7 @@ Triton kv-indices kernel, its forward_decode (the whole-layer cast and the Flash
 for CUDA graphs, its own capture/replay metadata methods. With the same FlashInfer kernel it must
 equal `stock` bit for bit: the proof that stock is SGLang. On the torch backend (CPU CI) the
 harness's torch attention answers the wrapper's calls. attn_us is its whole forward_decode per layer
-(the cast included: SGLang's function cannot be split); cast_us the cast alone.
+(its cast, or whatever a patch does instead, included: SGLang's function is not split); no cast_us.
 
 sglang_fa3 names SGLang's FlashAttentionBackend, whose FA3 kernels live in sgl_kernel.flash_attn:
 it reports why it cannot run (no SGLang, the sgl_kernel stand-in, no adapter yet), never skips silently.
@@ -31,6 +31,8 @@ SGLANG_KERNEL_SM90 = "fa3"  # what FlashInfer's backend="auto" (SGLang's wrapper
           backends=("flashinfer", "torch"), faults=(Fault.REQ_TO_TOKEN_OFF_BY_ONE,), benchmark=False)
 class SGLangFlashInfer(Strategy):
     runs_sglang = True
+    cast_untimed = ("the installed SGLang's forward_decode casts (or, patched, does not) inside itself: "
+                    "timed with the attention in attn_us, never apart")
 
     @classmethod
     def unsupported_reason(cls, device, backend):
@@ -81,8 +83,9 @@ class SGLangFlashInfer(Strategy):
         self.sgl.replan(plan, batch)
 
     def cast_call(self, layer):
+        """Nothing: SGLang's forward_decode reads the pool itself (what a harness cast would time is not SGLang's)."""
         self._layer = layer  # the layer the next attend runs (forward_decode takes the layer, not its KV)
-        return _sglang_cast, (self.pool.buffers[layer],)
+        return _no_kv, (self._none,)
 
     def prepare_kv(self, layer):
         """No KV here: SGLang's forward_decode casts the layer itself (LSETap checks what it hands FlashInfer)."""
@@ -93,9 +96,8 @@ class SGLangFlashInfer(Strategy):
         return self.sgl.attend(plan, self._layer, q_nope, q_pe)
 
 
-def _sglang_cast(pool_u8: torch.Tensor) -> torch.Tensor:
-    # forward_decode's `get_key_buffer(layer).to(q.dtype)`: the uint8 store viewed as e4m3, cast to BF16
-    return pool_u8.view(torch.float8_e4m3fn).to(torch.bfloat16)
+def _no_kv(empty: torch.Tensor) -> torch.Tensor:
+    return empty
 
 
 @register("sglang_fa3", order=80, devices=("cuda",), kv_dtype=torch.bfloat16, tier="tolerance", benchmark=False)

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import sgl
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.inputs.cases import Case
+from harness.inputs.cases import Case, load_case
 from harness.inputs.pool import KVPool
 from harness.inputs.reference import step_queries
 from harness.spec.presets import get_preset, get_scale
@@ -184,6 +185,76 @@ def assert_whole_pool_cast(source: str) -> None:
         f"SGLang's FlashInferMLAAttnBackend.forward_decode no longer contains `{WHOLE_POOL_CAST}`: "
         "`stock` no longer models SGLang; re-read the installed backend and update harness/strategies/stock.py"
     )
+
+
+class CastLog(TorchDispatchMode):
+    """Counts FP8 -> BF16 casts (aten._to_copy): one entry of element counts per cast."""
+
+    def __init__(self):
+        super().__init__()
+        self.casts = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args[0].dtype == torch.float8_e4m3fn and kwargs.get("dtype") == torch.bfloat16:
+            self.casts.append(args[0].numel())
+        return func(*args, **kwargs)
+
+
+def decode_casts(monkeypatch, patch=None) -> tuple[list[list[int]], int]:
+    """The FP8 -> BF16 casts (element counts) inside each forward_decode call of the sglang_flashinfer strategy over a
+    CI case (SGLang's own init_forward_metadata planning each step), and one layer buffer's element count. `patch`
+    wraps forward_decode first (a user's change)."""
+    from harness.integrations.sglang import runtime
+    from suites.helpers import run_strategies
+
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    decode, calls = backend.forward_decode, []
+    if patch:
+        decode = patch(decode)
+
+    def logged(self, *args, **kwargs):
+        with CastLog() as log:
+            out = decode(self, *args, **kwargs)
+        calls.append(log.casts)
+        return out
+
+    monkeypatch.setattr(backend, "forward_decode", logged)
+    case = load_case("glm5-tp8.ci.b1-l500")
+    run_strategies(case.name, ("sglang_flashinfer",))
+    return calls, (case.geometry.slots + case.geometry.page_size) * case.geometry.row_width
+
+
+def assert_every_call_casts_one_whole_layer(calls: list[list[int]], layer: int) -> None:
+    assert calls and all(casts == [layer] for casts in calls), (
+        f"SGLang's forward_decode cast {calls[:2]} FP8 elements per call, not one whole layer ({layer}): "
+        "`stock` no longer models SGLang; re-read the installed backend and update harness/strategies/stock.py")
+
+
+def test_installed_backend_casts_one_whole_layer_per_decode_call(monkeypatch):
+    """What the installed backend does, not what its source says: every forward_decode call of every step casts
+    exactly one whole layer buffer (a patch that keeps the old cast only as a fallback branch is caught here)."""
+    sgl.require()
+    assert_every_call_casts_one_whole_layer(*decode_casts(monkeypatch))
+
+
+def test_cast_count_fails_when_a_patch_casts_only_the_rows_in_use(monkeypatch):
+    """Negative control: forward_decode over a pool cut to the rows the steps read (outputs unchanged)."""
+    sgl.require()
+    limit = max(int(batch.kv_indices.max()) for batch in load_case("glm5-tp8.ci.b1-l500").schedule().steps) + 1
+
+    def patch(decode):
+        def fewer_rows(self, *args, **kwargs):
+            pool, real = self.token_to_kv_pool, self.token_to_kv_pool.get_key_buffer
+            pool.get_key_buffer = lambda layer_id: real(layer_id)[:limit]
+            try:
+                return decode(self, *args, **kwargs)
+            finally:
+                del pool.get_key_buffer
+        return fewer_rows
+
+    with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
+        assert_every_call_casts_one_whole_layer(*decode_casts(monkeypatch, patch))
 
 
 def test_installed_backend_still_casts_the_whole_pool():

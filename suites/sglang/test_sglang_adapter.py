@@ -193,6 +193,37 @@ def test_sglang_flashinfer_is_bitwise_stock(case_name):
         assert torch.equal(ours[key][1], stock[key][1]), key
 
 
+@pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])
+def test_a_patch_that_keeps_step_state_on_forward_metadata_is_what_runs(monkeypatch, scale, passes):
+    """A user patch in SGLang's style: init_forward_metadata stores per-step state on its DecodeMetadata and
+    forward_decode takes a new branch when that state is there (else the old path). The harness must run the new
+    branch: forward_decode sees SGLang's own metadata (only the decode wrapper tapped) and the step's forward
+    batch. A bug in the new branch (outputs off by 1%) turns the verdict red; the correct branch passes."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    init, decode, seen = backend.init_forward_metadata, backend.forward_decode, []
+
+    def patched_init(self, forward_batch):
+        init(self, forward_batch)
+        self.forward_metadata.user_scale = scale
+
+    def patched_decode(self, q, k, v, layer, forward_batch, **kwargs):
+        meta = self.forward_metadata
+        seen.append((type(meta).__name__, hasattr(meta, "user_scale"), int(forward_batch.seq_lens_sum)))
+        o = decode(self, q, k, v, layer, forward_batch, **kwargs)
+        return o * meta.user_scale if hasattr(meta, "user_scale") else o  # the new branch, or the old path
+
+    monkeypatch.setattr(backend, "init_forward_metadata", patched_init)
+    monkeypatch.setattr(backend, "forward_decode", patched_decode)
+    case_name = "glm5-tp8.ci.multistep-reuse"
+    verdict = run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
+    assert verdict.passed == passes, verdict.reason
+    rows = {int(batch.kv_indptr[-1]) for batch in load_case(case_name).schedule().steps}
+    assert seen and {(name, has) for name, has, _ in seen} == {("DecodeMetadata", True)} and {n for *_, n in seen} <= rows
+
+
 @pytest.mark.parametrize("fault", [Fault.REQ_TO_TOKEN_OFF_BY_ONE, Fault.DROPPED_LAST_TOKEN])
 def test_planted_fault_turns_the_verdict_red(fault):
     sgl.require()

@@ -15,6 +15,9 @@ asserts the attention boundary's dtype contract on the KV SGLang handed the kern
 
 from __future__ import annotations
 
+import copy
+import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -54,11 +57,35 @@ class LSETap:
 
 @dataclass
 class StepPlan:
-    """One step's forward metadata (SGLang's DecodeMetadata) with its wrapper tapped."""
+    """One step's forward metadata as SGLang's own metadata method built it (its DecodeMetadata, with whatever
+    fields a patched SGLang adds), its wrapper tapped, and the forward batch it was planned for."""
 
     metadata: Any
     tap: LSETap
     batch_size: int
+    forward_batch: SimpleNamespace
+
+
+@contextmanager
+def cuda_allocations_on_cpu(module):
+    """`module`'s torch.empty(..., device="cuda") made on the CPU for the duration: SGLang 0.5.23's eager decode
+    plan (call_begin_forward) allocates kv_indices on "cuda" by name, and on a CPU run its own init_forward_metadata
+    runs unchanged with this one allocation moved. Only that module's `torch` is swapped, and only here."""
+    real = module.torch
+
+    def empty(*args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            device = "cpu"
+        return real.empty(*args, device=device, **kwargs)
+
+    shim = types.ModuleType("torch")
+    shim.__getattr__ = lambda name: getattr(real, name)
+    shim.empty = empty
+    module.torch = shim
+    try:
+        yield
+    finally:
+        module.torch = real
 
 
 def rope_scaling(preset: ModelPreset) -> dict | None:
@@ -84,6 +111,7 @@ class FlashInferMLA:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         self.name, self.preset, self.device, self.faults, self.kernel = name, preset, pool.device, frozenset(faults), kernel
+        self.module = fm
         self.decode_mode = ForwardMode.DECODE
         self.sgl_pool = wrappers.wrap_pool(pool, preset)
         self.table = RequestTable(schedule, pool.device, self.faults)
@@ -131,7 +159,8 @@ class FlashInferMLA:
         """Plan the step: SGLang's eager metadata, or (CUDA, `graph_capacity`) its graph-capture metadata."""
         b, fb = self.backend, self.forward_batch(batch)
         if self.device.type != "cuda":
-            self._begin_on_cpu(fb)
+            with cuda_allocations_on_cpu(self.module):
+                b.init_forward_metadata(fb)
         elif graph_capacity is None:
             b.init_forward_metadata(fb)
         else:
@@ -143,33 +172,24 @@ class FlashInferMLA:
                 self._graph_ready = True
             b.init_forward_metadata_out_graph(fb, in_capture=True)
         self._check_kernel(b.forward_metadata.decode_wrapper)
-        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name), batch.batch_size)
-
-    def _begin_on_cpu(self, fb: SimpleNamespace) -> None:
-        """The same updater on the CPU through call_begin_forward's replay branch (host indptr arrays, a
-        preallocated kv_indices): its eager branch allocates kv_indices on "cuda" (sglang 0.5.23)."""
-        b, lens = self.backend, fb.seq_lens_cpu.to(torch.int32)
-        indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0, dtype=torch.int32)])
-        u = b.indices_updater_decode
-        u.call_begin_forward(b.decode_wrapper, fb.seq_lens, fb.seq_lens_sum, u.q_indptr, u.kv_indptr, init_metadata_replay=True,
-                             plan=None, req_pool_indices=fb.req_pool_indices,
-                             kv_indices=torch.empty(fb.seq_lens_sum, dtype=torch.int32), kv_len_arr_cpu=lens,
-                             qo_indptr_cpu=torch.arange(fb.batch_size + 1, dtype=torch.int32), kv_indptr_cpu=indptr)
-        b.forward_metadata = SimpleNamespace(decode_wrapper=b.decode_wrapper)
+        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name), batch.batch_size, fb)
 
     def replan(self, plan: StepPlan, batch: StepBatch) -> None:
         """A captured bucket's next step: SGLang's replay metadata (fast_mla_decode_plan into the captured buffers)."""
         if batch.batch_size != plan.batch_size:
             raise HarnessError("replan", f"a graph of {plan.batch_size} requests cannot replay {batch.batch_size}")
-        self.backend.init_forward_metadata_out_graph(self.forward_batch(batch))
+        plan.forward_batch = self.forward_batch(batch)
+        self.backend.init_forward_metadata_out_graph(plan.forward_batch)
 
     def attend(self, plan: StepPlan, layer: int, q_nope: torch.Tensor, q_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """SGLang's forward_decode of `layer` (its whole-layer cast and the wrapper run): (out, lse)."""
+        """SGLang's forward_decode of `layer` (its whole-layer cast and the wrapper run): (out, lse). It sees the
+        metadata SGLang's own method built for the step, only its decode wrapper tapped, and the step's forward batch."""
         b, (batch, heads) = self.backend, q_nope.shape[:2]
-        b.forward_metadata = SimpleNamespace(decode_wrapper=plan.tap)
+        b.forward_metadata = copy.copy(plan.metadata)
+        b.forward_metadata.decode_wrapper = plan.tap
         radix = SimpleNamespace(layer_id=layer, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=self.preset.kv_lora_rank,
                                 head_dim=self.preset.row_width)
-        o = b.forward_decode(q_nope.reshape(batch, -1), None, None, radix, SimpleNamespace(forward_mode=self.decode_mode),
+        o = b.forward_decode(q_nope.reshape(batch, -1), None, None, radix, plan.forward_batch,
                              save_kv_cache=False, q_rope=q_pe.reshape(batch, -1))
         return o.view(batch, heads, self.preset.kv_lora_rank), plan.tap.lse
 
