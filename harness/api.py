@@ -136,13 +136,14 @@ def _build(prep: PreparedCase, console: Console) -> None:
 
 
 def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
-    """(outputs, Measured, peak bytes) of one strategy; a crash raises, OOM included."""
+    """(outputs, Measured, peak bytes, exactness tier) of one strategy; a crash raises, OOM included."""
     device, record = prep.device, set(prep.case.checked_layers())
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base_mem = torch.cuda.memory_allocated(device)
     measured, peak = Measured(), None
     with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance, prep.session(name) as session:
+        strategy = session.strategy
         outputs = session.run_all(record, progress=advance)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device) - base_mem
@@ -153,7 +154,7 @@ def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
                 raise
             except Exception as exc:  # timing trouble never hides a finished verdict
                 measured = Measured(skipped={"timing": one_line(exc)})
-    return outputs, measured, peak
+    return outputs, measured, peak, strategy.run_tier()  # after teardown: what the whole run found
 
 
 def run(cfg: RunConfig, console: Console) -> RunOutcome:
@@ -173,14 +174,17 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     baseline = None
     for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: the bitwise anchor
         try:
-            outputs, m, peak = _execute(prep, name, cfg, console)
+            outputs, m, peak, tier = _execute(prep, name, cfg, console)
         except torch.cuda.OutOfMemoryError:
             raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
         except Exception as exc:  # a crashing strategy is a red verdict, the others still run
             results[name] = StrategyResult(name, Verdict(Status.ERROR, one_line(exc)))
             continue
         baseline = outputs if name == BASELINE else baseline
-        verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, REGISTRY[name].tier)
+        verdict = _verdict(name, prep.backend.name, outputs, gold, baseline, tier)
+        if tier != REGISTRY[name].tier:  # said beside the verdict: which exactness this run was held to, and why
+            verdict = replace(verdict, reason="; ".join(filter(None, [verdict.reason, f"held to the {tier} tier, not the declared "
+                                                                     f"{REGISTRY[name].tier}: set by what this run handed its kernel"])))
         if verdict.status == Status.FAIL and ref_label.startswith("golden/") and cfg.obtained and not cfg.faults:  # a planted fault fails by design
             where = golden.write_obtained(cfg.case.name, name, _obtained(outputs, gold))
             console.print(f"{name}: {where}", markup=False, highlight=False, soft_wrap=True)

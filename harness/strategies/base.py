@@ -75,6 +75,11 @@ class Strategy:
     runs_sglang: ClassVar[bool] = False  # runs the installed SGLang's code (its CPU checks live in suites/sglang)
     cast_untimed: ClassVar[str] = ""  # why cast_us is not measured although the step may cast (inside code not split)
 
+    def run_tier(self) -> str:
+        """The exactness tier of this run's outputs (the declared one; a strategy running code it does not own may
+        find out which applies as it runs)."""
+        return self.tier
+
     @classmethod
     def runner_reason(cls) -> Optional[str]:
         """Why this strategy cannot run on this runner whatever SGLang commit is installed (None: it may)."""

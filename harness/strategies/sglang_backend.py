@@ -70,7 +70,13 @@ class SGLangFlashInfer(Strategy):
         self._none = torch.empty((0, 1, self.preset.row_width), dtype=torch.bfloat16, device=self.device)
         self._layer = 0
 
+    def run_tier(self):
+        """bitwise (equal to stock) while SGLang handed the kernel BF16 KV, its cast as stock's; tolerance (the
+        golden check alone, native_fp8's policy) once a patched forward_decode attended on the FP8 pool itself."""
+        return "tolerance" if torch.float8_e4m3fn in self._kv_dtypes else "bitwise"
+
     def teardown(self):
+        self._kv_dtypes = self.sgl.kv_dtypes
         del self.sgl, self._none
         self._rank.__exit__(None, None, None)
 

@@ -224,6 +224,28 @@ def test_a_patch_that_keeps_step_state_on_forward_metadata_is_what_runs(monkeypa
     assert seen and {(name, has) for name, has, _ in seen} == {("DecodeMetadata", True)} and {n for *_, n in seen} <= rows
 
 
+@pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])
+def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, passes):
+    """A patch whose forward_decode attends on the FP8 pool itself (no cast) gets a verdict, not a contract error:
+    held to the tolerance tier (the golden check, native_fp8's policy) since SGLang handed the kernel e4m3 KV.
+    Its 1% scale bug turns the verdict red."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+
+    def native_fp8(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None):
+        heads, dv = layer.tp_q_head_num, layer.v_head_dim
+        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id)  # e4m3, not cast
+        q_nope, q_rope = q.view(-1, heads, dv), q_rope.view(-1, heads, layer.head_dim - dv)
+        o = self.forward_metadata.decode_wrapper.run(q_nope, q_rope, kv[:, :, :dv], kv[:, :, dv:], out=q_nope.new_empty(q_nope.shape))
+        return (o * scale).view(-1, heads * dv)
+
+    monkeypatch.setattr(backend, "forward_decode", native_fp8)
+    verdict = run_strategies("glm5-tp8.ci.multistep-reuse", (STRATEGY,))[STRATEGY][1]
+    assert verdict.passed == passes and "held to the tolerance tier" in verdict.reason, verdict.reason
+
+
 @pytest.mark.parametrize("fault", [Fault.REQ_TO_TOKEN_OFF_BY_ONE, Fault.DROPPED_LAST_TOKEN])
 def test_planted_fault_turns_the_verdict_red(fault):
     sgl.require()

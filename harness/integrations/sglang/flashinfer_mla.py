@@ -11,7 +11,9 @@ and its Triton kv-indices kernel over the request table (tables.RequestTable); p
 The wrapper SGLang makes (FlashInfer's BatchMLAPagedAttentionWrapper, backend="auto") is tapped
 (`LSETap`): each call goes to it unchanged, and run also asks the kernel for the LSE that SGLang's
 single-rank decode does not request, in natural log as the harness's backends return it, and
-asserts the attention boundary's dtype contract on the KV SGLang handed the kernel."""
+asserts the attention boundary's dtype contract: BF16 queries, outputs and fp32 LSE, and KV of BF16
+(SGLang's cast) or e4m3 (a patch that attends on the FP8 pool), whichever SGLang handed the kernel
+(`FlashInferMLA.kv_dtypes` records it: the strategy's tier follows)."""
 
 from __future__ import annotations
 
@@ -34,13 +36,15 @@ from harness.spec.faults import Fault
 from harness.spec.presets import ModelPreset
 from harness.spec.schedule import Schedule, StepBatch
 
+HANDED_KV = (torch.bfloat16, torch.float8_e4m3fn)  # SGLang's cast of the pool, or the pool itself (a native-FP8 patch)
+
 
 class LSETap:
     """A decode wrapper as forward_decode sees it: everything goes to `wrapper`; run returns SGLang's
     output and keeps the kernel's natural-log LSE in `lse` (and what SGLang handed it in `handed`)."""
 
-    def __init__(self, wrapper, name: str):
-        self.wrapper, self.name = wrapper, name
+    def __init__(self, wrapper, name: str, kv_dtypes: set):
+        self.wrapper, self.name, self.kv_dtypes = wrapper, name, kv_dtypes
         self.lse = self.handed = None
 
     def __getattr__(self, attr):
@@ -50,7 +54,8 @@ class LSETap:
         if return_lse:
             raise HarnessError("sglang", "forward_decode asked for the LSE: a decode-context-parallel path, not modelled")
         o, lse = self.wrapper.run(q_nope, q_pe, ckv, kpe, out=out, return_lse=True, return_lse_base_on_e=True)
-        check_boundary(self.name, torch.bfloat16, q_nope, ckv, kpe, o, lse)
+        check_boundary(self.name, ckv.dtype if ckv.dtype in HANDED_KV else torch.bfloat16, q_nope, ckv, kpe, o, lse)
+        self.kv_dtypes.add(ckv.dtype)
         self.lse, self.handed = lse, (ckv, kpe)
         return o
 
@@ -112,6 +117,7 @@ class FlashInferMLA:
 
         self.name, self.preset, self.device, self.faults, self.kernel = name, preset, pool.device, frozenset(faults), kernel
         self.module = fm
+        self.kv_dtypes: set[torch.dtype] = set()  # the KV dtypes forward_decode handed the kernel
         self.decode_mode = ForwardMode.DECODE
         self.sgl_pool = wrappers.wrap_pool(pool, preset)
         self.table = RequestTable(schedule, pool.device, self.faults)
@@ -172,7 +178,7 @@ class FlashInferMLA:
                 self._graph_ready = True
             b.init_forward_metadata_out_graph(fb, in_capture=True)
         self._check_kernel(b.forward_metadata.decode_wrapper)
-        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name), batch.batch_size, fb)
+        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name, self.kv_dtypes), batch.batch_size, fb)
 
     def replan(self, plan: StepPlan, batch: StepBatch) -> None:
         """A captured bucket's next step: SGLang's replay metadata (fast_mla_decode_plan into the captured buffers)."""
