@@ -224,6 +224,29 @@ def test_a_patch_that_keeps_step_state_on_forward_metadata_is_what_runs(monkeypa
     assert seen and {(name, has) for name, has, _ in seen} == {("DecodeMetadata", True)} and {n for *_, n in seen} <= rows
 
 
+def test_a_patch_that_adds_state_in_init_is_what_runs(monkeypatch):
+    """SGLang's own __init__ builds the backend (a stand-in ModelRunner gives it the pools and the model config):
+    a patch that makes a buffer there and uses it in forward_decode runs, and its verdict passes."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    init, decode, used = backend.__init__, backend.forward_decode, []
+
+    def patched_init(self, model_runner, *args, **kwargs):
+        init(self, model_runner, *args, **kwargs)
+        self.user_rows = torch.zeros(model_runner.req_to_token_pool.size, dtype=torch.int32, device=model_runner.device)
+
+    def patched_decode(self, *args, **kwargs):
+        used.append(self.user_rows.numel())  # AttributeError if __init__ did not run
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "__init__", patched_init)
+    monkeypatch.setattr(backend, "forward_decode", patched_decode)
+    verdict = run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,))[STRATEGY][1]
+    assert verdict.passed and used and min(used) > 0, verdict.reason
+
+
 @pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])
 def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, passes):
     """A patch whose forward_decode attends on the FP8 pool itself (no cast) gets a verdict, not a contract error:

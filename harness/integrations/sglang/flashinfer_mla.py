@@ -1,8 +1,9 @@
 """SGLang's FlashInferMLAAttnBackend run on the harness's pool, step by step and layer by layer.
 
-Its __init__ needs a launched server's ModelRunner, so the backend and its decode indices updater are
-built without it and given exactly the fields their decode methods read (as
-suites/sglang/test_decode_handoff.py does). Then, per step, SGLang's own metadata methods plan:
+SGLang's own __init__ builds the backend (decode only: skip_prefill) from a stand-in ModelRunner holding the
+harness's pools (zero copy), request table and model config, so state a patch adds there exists; for its
+duration, FlashInfer classes it makes but decode never calls stand in on the CPU, and its batch-size
+alignment (which reads a launched server's parallel state) is one rank's. Then, per step, SGLang's own metadata methods plan:
 `init_forward_metadata` (eager) or `init_forward_metadata_out_graph` (CUDA-graph capture, then
 replay through `fast_mla_decode_plan`), each running `FlashInferMLAIndicesUpdaterDecode.call_begin_forward`
 and its Triton kv-indices kernel over the request table (tables.RequestTable); per layer SGLang's
@@ -71,6 +72,30 @@ class StepPlan:
     forward_batch: SimpleNamespace
 
 
+class _Unused:
+    """Stands in for a FlashInfer class SGLang's __init__ instantiates but decode never calls (CPU: no FlashInfer)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+@contextmanager
+def module_names(module, names: dict):
+    """`module`'s global `names` replaced for the duration (added where absent), then restored."""
+    missing = object()
+    saved = {name: getattr(module, name, missing) for name in names}
+    for name, value in names.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                delattr(module, name)
+            else:
+                setattr(module, name, value)
+
+
 @contextmanager
 def cuda_allocations_on_cpu(module):
     """`module`'s torch.empty(..., device="cuda") made on the CPU for the duration: SGLang 0.5.23's eager decode
@@ -111,7 +136,6 @@ class FlashInferMLA:
                  kernel: str | None = None):
         fm = runtime.load(runtime.MLA_BACKEND)
         from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.environ import envs
         from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -125,28 +149,26 @@ class FlashInferMLA:
             b.batch_size for b in schedule.steps)
         dev = pool.device
 
+        # the model config and ModelRunner fields FlashInferMLAAttnBackend.__init__ reads (a decode-only backend)
         config = object.__new__(ModelConfig)
         config.qk_nope_head_dim, config.qk_rope_head_dim = preset.qk_nope_head_dim, preset.qk_rope_head_dim
         config._init_mla_scaling(rope_scaling(preset))
-
-        # the fields FlashInferMLAAttnBackend.__init__ sets from a ModelRunner that its decode path reads
-        b = object.__new__(fm.FlashInferMLAAttnBackend)
-        b.max_context_len = self.table.req_to_token.shape[1]
-        b.device, b.skip_prefill, b.page_size = dev, True, preset.page_size
-        b.req_to_token_pool, b.token_to_kv_pool = self.table.pool, self.sgl_pool
-        b.kv_index_translator = KVIndexTranslator(req_to_token=self.table.req_to_token, token_to_kv_pool_allocator=None,
-                                                  token_to_kv_pool=self.sgl_pool, page_size=preset.page_size, device=str(dev))
-        b.workspace_buffer = torch.empty(envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.get(), dtype=torch.uint8, device=dev)
-        b.kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=dev)
-        b.q_indptr_decode = torch.arange(max_bs + 1, dtype=torch.int32, device=dev)
-        b.decode_wrapper = (wrapper or (lambda ws: fm.BatchMLAPagedAttentionWrapper(ws, backend="auto")))(b.workspace_buffer)
-        b.forward_metadata, b.decode_cuda_graph_metadata, b.prefill_cuda_graph_metadata = None, {}, {}
-
-        u = object.__new__(fm.FlashInferMLAIndicesUpdaterDecode)
-        u.num_local_heads, u.kv_lora_rank, u.qk_nope_head_dim = preset.heads_per_rank, preset.kv_lora_rank, preset.qk_nope_head_dim
-        u.qk_rope_head_dim, u.scaling, u.data_type = preset.qk_rope_head_dim, config.scaling, torch.bfloat16
-        u.attn_backend, u.kv_indptr, u.q_indptr = b, b.kv_indptr, b.q_indptr_decode
-        b.indices_updater_decode = u
+        config.context_len, config.num_attention_heads = self.table.req_to_token.shape[1], preset.heads_per_rank
+        config.kv_lora_rank, config.v_head_dim = preset.kv_lora_rank, preset.kv_lora_rank
+        translator = KVIndexTranslator(req_to_token=self.table.req_to_token, token_to_kv_pool_allocator=None,
+                                       token_to_kv_pool=self.sgl_pool, page_size=preset.page_size, device=str(dev))
+        runner = SimpleNamespace(model_config=config, device=dev, dtype=torch.bfloat16, page_size=preset.page_size,
+                                 req_to_token_pool=self.table.pool, token_to_kv_pool=self.sgl_pool, kv_index_translator=translator)
+        # its max_bs sizes only buffers a decode-only backend given kv_indptr_buf / q_indptr_decode_buf never makes; SGLang's
+        # alignment rule reads a launched server's parallel state (one rank without MLP sync: 1)
+        stand_ins = {"get_cuda_graph_max_batch_size": lambda size: size}
+        if dev.type != "cuda":
+            stand_ins["BatchPrefillWithRaggedKVCacheWrapper"] = _Unused  # FlashInfer is CUDA-only
+        if wrapper is not None:
+            stand_ins["BatchMLAPagedAttentionWrapper"] = lambda workspace, *args, **kwargs: wrapper(workspace)
+        with module_names(fm, stand_ins):  # SGLang's own __init__: whatever state a patch adds there is made
+            b = fm.FlashInferMLAAttnBackend(runner, skip_prefill=True, kv_indptr_buf=torch.zeros(max_bs + 1, dtype=torch.int32, device=dev),
+                                            q_indptr_decode_buf=torch.arange(max_bs + 1, dtype=torch.int32, device=dev))
         self.backend, self._graph_ready = b, False
         self._capacity = max(bucket_capacities(schedule, BUCKETS).values())
 

@@ -49,4 +49,4 @@ def single_rank() -> contextlib.AbstractContextManager:
     """SGLang's parallel context forced to one rank without decode-context parallelism (no server runs)."""
     from sglang.srt.runtime_context import get_parallel
 
-    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0)
+    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_tp_size=1)
