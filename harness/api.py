@@ -189,7 +189,10 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
             where = golden.write_obtained(cfg.case.name, name, _obtained(outputs, gold))
             console.print(f"{name}: {where}", markup=False, highlight=False, soft_wrap=True)
             verdict = replace(verdict, reason=f"{verdict.reason}; {where}")
-        results[name] = StrategyResult(name, verdict, m.metrics, prep.extra_bytes(name), peak, m.skipped, outputs, m.guards)
+        unmodelled = REGISTRY[name].unmodelled  # its computed extra memory would be the harness's model, not its code's
+        skipped = {**m.skipped, **({"extra_bytes": unmodelled} if unmodelled else {})}
+        results[name] = StrategyResult(name, verdict, m.metrics, None if unmodelled else prep.extra_bytes(name), peak, skipped,
+                                       outputs, m.guards)
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
     console.print(f"checked against {ref_label}")

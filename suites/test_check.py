@@ -124,3 +124,39 @@ def test_nothing_checked_is_a_failure():
     assert combine([]).status == Status.FAIL
     empty = check_against_golden(torch.zeros(0, 8, 512), torch.zeros(0, 8), torch.zeros(0, 8, 512), torch.zeros(0, 8), TOL)
     assert empty.passed and combine([empty]).status == Status.FAIL and "nothing was checked" in combine([empty]).reason
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("[tolerance.default]", "[tolerance.stock]", 1), "tolerance.default"),
+    (lambda t: t.replace("lse_atol", "lse_atl", 1), "needs exactly the numbers"),
+    (lambda t: t.replace("atol = ", 'atol = "0.5" #', 1), "needs exactly the numbers"),
+])
+def test_a_malformed_tolerance_table_is_refused(tmp_path, edit, message):
+    from harness.errors import HarnessError
+    from harness.verify.check import POLICY_FILE, load_policy
+
+    bad = tmp_path / "tolerances.toml"
+    bad.write_text(edit(POLICY_FILE.read_text()))
+    with pytest.raises(HarnessError, match=message):
+        load_policy(bad)
+
+
+def test_an_output_of_the_wrong_shape_fails_as_a_shape_even_with_a_right_lse():
+    import torch
+
+    from harness.verify.check import Status, Tolerance, check_against_golden
+
+    tol = Tolerance(atol=1e-3, rtol=1e-2, max_norm_rel=5e-3, lse_atol=1e-4)
+    out, lse = torch.randn(2, 8, 512), torch.randn(2, 8)
+    v = check_against_golden(out[:1], lse, out, lse, tol)  # one request short: it would broadcast
+    assert v.status == Status.FAIL and "shape" in v.reason
+
+
+def test_merged_statistics_keep_the_worst_relative_and_norm_errors():
+    from harness.results.schema import ErrorStats
+    from harness.verify.check import merge_stats
+
+    a = ErrorStats(max_abs=1.0, max_rel=0.1, norm_rel=0.01, mismatches=0, total=10, matched_ratio=1.0, worst_index=(0,), nonfinite=0)
+    b = ErrorStats(max_abs=0.5, max_rel=0.3, norm_rel=0.02, mismatches=1, total=10, matched_ratio=0.9, worst_index=(1,), nonfinite=0)
+    m = merge_stats([a, b])
+    assert (m.max_abs, m.max_rel, m.norm_rel) == (1.0, 0.3, 0.02)

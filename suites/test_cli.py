@@ -403,3 +403,13 @@ def test_a_golden_miss_leaves_the_obtained_outputs_beside_the_golden(tmp_path):
     fresh = case_dir / "outputs.obtained.safetensors"
     assert proc.returncode == 1 and fresh.is_file() and f"obtained outputs: {fresh}" in proc.stdout
     assert torch.equal(safetensors.torch.load_file(fresh)["s0.l1.out_fp32"], golden.compute(cases.load_case(name)).tensors["s0.l1.out_fp32"])
+
+
+def test_a_writable_stream_passes_the_early_check(tmp_path):
+    import os
+
+    from harness.fsio import check_writable
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    check_writable(fifo, "--json")  # a pipe (or /dev/stdout) is a fine output, also without --force

@@ -466,3 +466,19 @@ def test_machine_differences_are_said_not_judged(write, capsys):
     assert "note: the machines differ in hostname: ci -> ci-2; driver: 580.82 -> 575.51; power_limit: 700.00 W -> 350.00 W" in out
     assert main_compare(base, write("same.json", _rows(seed=7), {**ENV, "driver": "580.82", "power_limit": "700.00 W"}), "5%") == 0
     assert "machines differ" not in capsys.readouterr().out
+
+
+def test_an_exact_regression_fails_even_when_the_environments_differ():
+    """Controls apart: timings cannot be judged, but a byte count that doubled still exits 1."""
+    base = _rows(control=3000.0)
+    head = _rows(control=2000.0)
+    head[2].value = 2 * base[2].value  # gather_cast extra_bytes doubled
+    c = compare_results(_doc(base), _doc(head), 0.05)
+    assert c.environment_differs and _status(c, "gather_cast", "extra_bytes") == "regressed"
+    assert c.exit_code == 1 and [x.key[5] for x in c.decisive] == ["extra_bytes"]
+
+
+def test_cpu_files_with_differing_controls_pass_when_no_timing_gates():
+    env = {**ENV, "device": "cpu", "gpu": None}
+    c = compare_results(_doc(_rows(control=3000.0), env), _doc(_rows(cast_us=20.0, control=2000.0), env), 0.05)
+    assert c.environment_differs and not c.cannot_judge and c.exit_code == 0

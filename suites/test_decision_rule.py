@@ -193,3 +193,29 @@ def test_samples_at_the_ends_of_the_schemas_range_neither_overflow_nor_pass():
     assert faster.status == "improved" and faster.ratio == faster.high == 0.0
     assert decide(huge, tiny, "higher", TOLERANCE).status == REGRESSED  # a bandwidth that fell 1e400-fold
     assert decide(tiny, [v * 1.2 for v in tiny], "lower", TOLERANCE).ratio == pytest.approx(1.2)  # twin: in range
+
+
+def test_the_mde_is_half_the_interval_width():
+    rng = np.random.default_rng(11)
+    d = decide(rng.normal(1.0, 0.02, 40), rng.normal(1.03, 0.02, 40), "lower", 0.05)
+    assert d.mde == pytest.approx(np.exp((np.log(d.high) - np.log(d.low)) / 2) - 1)
+
+
+def test_an_undersampled_row_reports_the_ratio_of_medians():
+    assert decide([2.0, 2.0], [3.0, 3.0], "lower", 0.05).ratio == pytest.approx(1.5)
+
+
+def test_more_samples_than_one_chunk_holds_are_judged():
+    rng = np.random.default_rng(0)
+    base, head = rng.normal(1.0, 0.01, 3000), rng.normal(1.2, 0.01, 3000)  # 2 chunks of resamples (CHUNK // 3000 < RESAMPLES)
+    assert decide(base, head, "lower", 0.05).status == "regressed"
+
+
+def test_a_slower_point_whose_interval_holds_1_below_the_resolution_is_unchanged():
+    rng = np.random.default_rng(5)
+    base = list(2.0 * (1 + 0.2 * rng.standard_normal(8)))
+    head = [v * 1.05 for v in base]
+    wide = decide(base, head, "lower", 0.05)
+    assert wide.status == "inconclusive" and wide.low < 1 < wide.ratio  # the twin without a resolution
+    d = decide(base, head, "lower", 0.05, resolution=0.5)
+    assert d.status == "unchanged" and "resolution" in d.note

@@ -93,3 +93,15 @@ def test_fault_targets_decide_what_can_fire_and_what_did():
     with pytest.raises(HarnessError, match="did not fire .*fused_fp8 pass"):  # one target that ran stayed green
         did_not_fire({Fault.SCALE_ERROR}, [result("native_fp8", "fail"), result("fused_fp8", "pass")])
     did_not_fire({Fault.NAN_IN_POOL}, [result("stock", "fail"), result("shadow", "pass")])  # shared inputs: any red
+
+
+def test_a_fault_the_scenario_can_fire_is_not_refused():
+    """The documented control: stale-after-reuse on multistep-reuse (slot reuse after step 0 only) runs."""
+    from harness.inputs.cases import load_case
+    from harness.spec.faults import Fault
+    from harness.verify.negative_controls import cannot_fire
+
+    case = load_case("glm5-tp8.ci.multistep-reuse")
+    assert not len(case.schedule().steps[0].reused_slots)  # reuse starts later: any step, not every step
+    cannot_fire({Fault.STALE_AFTER_REUSE}, ("shadow",), case)
+    cannot_fire({Fault.NAN_IN_POOL}, ("stock",), load_case("glm5-tp8.ci.b1-l500"))

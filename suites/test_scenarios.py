@@ -170,3 +170,17 @@ def test_a_builtin_name_is_never_a_path_or_empty(name):
         load_scenario(name)
     assert info.value.where == "--scenario"
     assert load_scenario("b1-l500").name == "b1-l500"
+
+
+@pytest.mark.parametrize("slot, ok", [(16, True), (17, False)])  # 16 slots + page 0: rows 0..16
+def test_an_explicit_slot_one_past_the_pool_is_refused(slot, ok):
+    from harness.errors import HarnessError
+    from harness.spec.scenario import parse_scenario
+    from harness.spec.schedule import compile_schedule
+
+    scn = parse_scenario({"name": "x", "kv_lens": [2], "layout": "explicit", "slots": [[slot]]}, "x.toml")
+    if ok:
+        compile_schedule(scn, 16, 1)
+    else:
+        with pytest.raises(HarnessError, match="outside the pool"):
+            compile_schedule(scn, 16, 1)

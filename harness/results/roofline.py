@@ -57,7 +57,7 @@ def rows(case: Case, outcome, copy_gbps: float | None) -> list[Row]:
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend=outcome.backend)
     out = []
     for r in outcome.results:
-        if r.strategy not in REGISTRY or r.verdict.status.value in ("unsupported", "error"):
+        if r.strategy not in REGISTRY or r.verdict.status.value in ("unsupported", "error") or REGISTRY[r.strategy].unmodelled:
             continue
         b = step_bytes(r.strategy, geometry, last, case.preset.heads_per_rank)
         parts = dict(cast_bytes=b.cast, attn_bytes=b.attn, write_bytes=b.write, layers=b.num_layers)

@@ -224,6 +224,25 @@ def test_a_patch_that_keeps_step_state_on_forward_metadata_is_what_runs(monkeypa
     assert seen and {(name, has) for name, has, _ in seen} == {("DecodeMetadata", True)} and {n for *_, n in seen} <= rows
 
 
+def test_only_measured_figures_are_reported_for_sglangs_own_code(tmp_path):
+    """sglang_flashinfer runs code the harness does not own: no cast_us (its cast is inside forward_decode), no
+    computed extra_bytes and no roofline rows (the harness's model of stock, not of the installed SGLang), each
+    with its reason; stock beside it keeps all three (twin)."""
+    import json
+
+    from harness.cli import main
+
+    sgl.require()
+    out = tmp_path / "r.json"
+    assert main(["run", "--scenario", "b1-l500", "--repeats", "2", "--strategy", "stock", "--strategy", STRATEGY, "--json", str(out)]) == 0
+    rows = {(r["strategy"], r["metric"]): r for r in json.loads(out.read_text())["rows"]}
+    for metric in ("cast_us", "extra_bytes"):
+        assert rows[(STRATEGY, metric)]["value"] is None and "SGLang" in rows[(STRATEGY, metric)]["detail"]["unsupported"]
+        assert rows[("stock", metric)]["value"] is not None
+    assert (STRATEGY, "bytes_moved") not in rows and ("stock", "bytes_moved") in rows
+    assert rows[(STRATEGY, "attn_us")]["value"] > 0 and rows[(STRATEGY, "verdict")]["value"] == "pass"
+
+
 def test_a_patch_that_adds_state_in_init_is_what_runs(monkeypatch):
     """SGLang's own __init__ builds the backend (a stand-in ModelRunner gives it the pools and the model config):
     a patch that makes a buffer there and uses it in forward_decode runs, and its verdict passes."""

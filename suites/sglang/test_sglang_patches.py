@@ -43,15 +43,21 @@ def apply(tree: Path, numbers: list[str]) -> subprocess.CompletedProcess:
     return out
 
 
-def released_tree(tmp_path: Path) -> Path:
-    """A folder holding the installed sglang's flashinfer_mla_backend.py at SGLang's repository path. These tests
-    prove the gate on the harness's fixture commits (released source + ci/sglang_patches), so another installed
-    backend (your own checkout, patched) skips them with that reason; the other oracle tests judge your code."""
+def released_backend() -> Path:
+    """The installed flashinfer_mla_backend.py, which must be sglang 0.5.23's released file. These tests prove the
+    gate on the harness's fixture commits (released source + ci/sglang_patches), so another installed backend (your
+    own checkout, patched) skips them with that reason; the other oracle tests judge your code."""
     sgl.require()
-    origin = importlib.util.find_spec("sglang.srt.layers.attention.flashinfer_mla_backend").origin
-    if hashlib.sha256(Path(origin).read_bytes()).hexdigest() != RELEASED_BACKEND_SHA256:
+    origin = Path(importlib.util.find_spec("sglang.srt.layers.attention.flashinfer_mla_backend").origin)
+    if hashlib.sha256(origin.read_bytes()).hexdigest() != RELEASED_BACKEND_SHA256:
         pytest.skip(f"the installed {origin} is not sglang 0.5.23's released file, which the fixture patches "
                     "(ci/sglang_patches) are written against: these tests prove the gate on that release only")
+    return origin
+
+
+def released_tree(tmp_path: Path) -> Path:
+    """A folder holding the released flashinfer_mla_backend.py (released_backend) at SGLang's repository path."""
+    origin = released_backend()
     (tmp_path / BACKEND).parent.mkdir(parents=True)
     shutil.copy(origin, tmp_path / BACKEND)
     return tmp_path
@@ -164,8 +170,7 @@ def make_fixture(src: Path, out: Path) -> subprocess.CompletedProcess:
 def test_fixture_repo_is_reproducible_and_holds_the_patched_commits(tmp_path):
     """ci/make_sglang_fixture_repo.sh from the installed package: commits a-d with the patched backend each
     claims, the same hashes when built twice; an existing OUT is refused and left as it was (the twin)."""
-    sglang = sgl.require()
-    package_parent = Path(sglang.__file__).resolve().parents[1]
+    package_parent = released_backend().resolve().parents[4]  # the folder holding the sglang package
     first, second = make_fixture(package_parent, tmp_path / "one"), make_fixture(package_parent, tmp_path / "two")
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     hashes = dict(line.split() for line in first.stdout.splitlines())
