@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 import sgl
 import torch
+from rich.console import Console
 
+from harness.api import RunConfig, run
 from harness.errors import HarnessError
 from harness.inputs.cases import load_case
 from harness.inputs.pool import KVPool
@@ -264,6 +266,26 @@ def test_a_patch_that_adds_state_in_init_is_what_runs(monkeypatch):
     monkeypatch.setattr(backend, "forward_decode", patched_decode)
     verdict = run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,))[STRATEGY][1]
     assert verdict.passed and used and min(used) > 0, verdict.reason
+
+
+def test_a_field_the_stand_in_runner_lacks_is_named(monkeypatch):
+    """A patched __init__ that reads a ModelRunner field the harness does not give: an error verdict naming the
+    field and where to add it, not a bare AttributeError on a SimpleNamespace."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    init = backend.__init__
+
+    def patched_init(self, model_runner, *args, **kwargs):
+        init(self, model_runner, *args, **kwargs)
+        self.hf_dtype = model_runner.server_args.dtype
+
+    monkeypatch.setattr(backend, "__init__", patched_init)
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), backend="torch", strategies=(STRATEGY,), repeats=0,
+                    obtained=False)
+    (verdict,) = [r.verdict for r in run(cfg, Console(quiet=True)).results if r.strategy == STRATEGY]
+    assert verdict.status.value == "error" and "model_runner.server_args" in verdict.reason and "StandInRunner" in verdict.reason
 
 
 @pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])

@@ -72,6 +72,15 @@ class StepPlan:
     forward_batch: SimpleNamespace
 
 
+class StandInRunner(SimpleNamespace):
+    """The ModelRunner fields SGLang's FlashInferMLAAttnBackend.__init__ reads, made by the harness (no server runs).
+    A field a patched __init__ reads beyond them is an AttributeError that says so (hasattr still works)."""
+
+    def __getattr__(self, name):
+        raise AttributeError(f"model_runner.{name}: not in the harness's StandInRunner (integrations/sglang/flashinfer_mla.py), "
+                             "which your SGLang's backend __init__ reads")
+
+
 class _Unused:
     """Stands in for a FlashInfer class SGLang's __init__ instantiates but decode never calls (CPU: no FlashInfer)."""
 
@@ -157,8 +166,9 @@ class FlashInferMLA:
         config.kv_lora_rank, config.v_head_dim = preset.kv_lora_rank, preset.kv_lora_rank
         translator = KVIndexTranslator(req_to_token=self.table.req_to_token, token_to_kv_pool_allocator=None,
                                        token_to_kv_pool=self.sgl_pool, page_size=preset.page_size, device=str(dev))
-        runner = SimpleNamespace(model_config=config, device=dev, dtype=torch.bfloat16, page_size=preset.page_size,
-                                 req_to_token_pool=self.table.pool, token_to_kv_pool=self.sgl_pool, kv_index_translator=translator)
+        runner = StandInRunner(model_config=config, device=dev, dtype=torch.bfloat16, kv_cache_dtype=torch.float8_e4m3fn,
+                               page_size=preset.page_size, req_to_token_pool=self.table.pool, token_to_kv_pool=self.sgl_pool,
+                               kv_index_translator=translator)
         # its max_bs sizes only buffers a decode-only backend given kv_indptr_buf / q_indptr_decode_buf never makes; SGLang's
         # alignment rule reads a launched server's parallel state (one rank without MLP sync: 1)
         stand_ins = {"get_cuda_graph_max_batch_size": lambda size: size}
