@@ -44,7 +44,7 @@ VARIABLES = (
     EnvVar("MLA_HARNESS_GOLDEN_DIR", "path", "`run`, `golden`", "the golden folder (default `golden/` of the checkout; `--golden-dir` wins)"),
     EnvVar("MLA_HARNESS_GIT_COMMIT", "text", "results writer", "the commit recorded in results, in place of the checkout's `git rev-parse HEAD` (set it where the checkout has no `.git`, e.g. a copy on a GPU box)"),
     EnvVar("MLA_HARNESS_SGLANG_COMMIT", "text", "results writer (set by `ci.sglang_gate --json`)",
-           "the SGLang commit recorded in results when the run imports SGLang, in place of its checkout's HEAD (a commit installed without its .git)"),
+           "the SGLang commit recorded in results when the run imports an SGLang that is not a git checkout (a commit installed without its .git)"),
     EnvVar("MLA_HARNESS_STRICT_SKIPS", "flag", "pytest (set by `.ci/run`)",
            "1: fail the session when a test that is not `gpu`/`sglang`-marked was skipped and did not pass elsewhere "
            "(the Triton interpreter child)"),

@@ -48,8 +48,8 @@ def test_the_imported_sglang_checkout_is_recorded_with_its_commit(monkeypatch, c
     assert (env["sglang"], env["sglang_path"], env["sglang_commit"]) == ("0.5.24.dev0", str(checkout / "python" / "sglang"), head)
     (checkout / "python" / "sglang" / "patch.py").write_text("x = 1\n")  # an uncommitted patch
     assert environment(torch.device("cpu"))["sglang_commit"] == f"{head}-dirty"
-    monkeypatch.setenv("MLA_HARNESS_SGLANG_COMMIT", "abc123")  # ci.sglang_gate's install has no .git
-    assert environment(torch.device("cpu"))["sglang_commit"] == "abc123"
+    monkeypatch.setenv("MLA_HARNESS_SGLANG_COMMIT", "abc123")  # a leftover in the shell: the checkout's HEAD wins
+    assert environment(torch.device("cpu"))["sglang_commit"] == f"{head}-dirty"
 
 
 def test_a_package_inside_another_repository_gets_no_commit(monkeypatch, checkout):
@@ -58,6 +58,8 @@ def test_a_package_inside_another_repository_gets_no_commit(monkeypatch, checkou
     _package(monkeypatch, "sglang", checkout / ".venv" / "lib" / "site-packages" / "sglang", "0.5.23")
     env = environment(torch.device("cpu"))
     assert env["sglang"] == "0.5.23" and env["sglang_commit"] is None
+    monkeypatch.setenv("MLA_HARNESS_SGLANG_COMMIT", "abc123")  # ci.sglang_gate's install has no .git: it says which commit
+    assert environment(torch.device("cpu"))["sglang_commit"] == "abc123"
 
 
 def test_no_sglang_imported_records_none_and_flashinfer_as_imported(monkeypatch, tmp_path):

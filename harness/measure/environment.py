@@ -60,16 +60,16 @@ def _flashinfer() -> dict:
 
 
 def _sglang() -> dict:
-    """The SGLang this run imported: version, folder, and commit (MLA_HARNESS_SGLANG_COMMIT, else the HEAD of the
-    SGLang checkout the folder is `python/sglang` of, "-dirty" with local changes there; None elsewhere)."""
+    """The SGLang this run imported: version, folder, and commit (the HEAD of the SGLang checkout the folder is
+    `python/sglang` of, "-dirty" with local changes there; else MLA_HARNESS_SGLANG_COMMIT, which ci.sglang_gate sets
+    for a commit it installed without .git; else None)."""
     version, folder = _imported("sglang")
     if folder is None:
         return {}
-    commit = envvars.read("MLA_HARNESS_SGLANG_COMMIT")
-    top = None if commit else _git(folder, "rev-parse", "--show-toplevel")
+    commit, top = None, _git(folder, "rev-parse", "--show-toplevel")
     if top and Path(top).resolve() / "python" / "sglang" == folder and (head := _git(folder, "rev-parse", "HEAD")):
         commit = head + ("-dirty" if _git(folder, "status", "--porcelain", "--", ".") else "")
-    return {"sglang": version, "sglang_path": str(folder), "sglang_commit": commit}
+    return {"sglang": version, "sglang_path": str(folder), "sglang_commit": commit or envvars.read("MLA_HARNESS_SGLANG_COMMIT")}
 
 
 def _gpu_fingerprint(device: torch.device) -> dict:
