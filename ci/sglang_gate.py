@@ -169,7 +169,8 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> Path:
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
-    subprocess.run(cmd, check=True)
+    if subprocess.run(cmd).returncode != 0:  # pip's own error is above this line
+        raise BadInput(f"COMMIT {commit[:12]}: pip could not install its SGLang project ({subdir or '.'}); nothing was run")
     return site
 
 

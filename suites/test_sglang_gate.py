@@ -199,6 +199,23 @@ def test_pth_lists_the_harness_first_and_never_the_sglang_checkout(tmp_path, mon
     assert not any(line.startswith(str(repo.resolve())) for line in lines), lines
 
 
+def test_a_commit_pip_cannot_install_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """A commit whose SGLang project does not build: one line naming the commit, exit 2, harness never run."""
+    repo = fake_sglang(tmp_path)
+    real_run, ran = subprocess.run, []
+
+    def run(cmd, *args, **kwargs):
+        if "pip" in cmd[1:3]:
+            return subprocess.CompletedProcess(cmd, 1)  # pip printed its own error
+        ran.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
+    assert code == 2 and lines[-1].startswith("sglang-gate: COMMIT ") and "could not install" in lines[-1], lines
+    assert not any(cmd[1:4] == ["-m", "harness", "run"] for cmd in ran) and not (tmp_path / "r.json").exists()
+
+
 @pytest.mark.parametrize("commit", ["a", "b"])
 def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monkeypatch, commit):
     """--json installs the commit --no-deps and runs `harness run --json OUT` with it first on sys.path: the
