@@ -87,20 +87,19 @@ def measure(session: DecodeSession, repeats: int) -> Measured:
     s, last = session.strategy, session.schedule.steps[-1]
     calls = layer0(session)
     (fn, tensors), (attend, attend_args), cast_bytes = calls.cast, calls.attend, calls.cast_bytes
-    timed_cast = bool(cast_bytes) and not s.cast_untimed
     blocks = {}  # metric -> block returning {metric: ms samples}
     if s.device.type != "cuda":
-        if timed_cast:
+        if cast_bytes:
             blocks["cast_us"] = lambda: timing.host_time_ms(lambda: fn(*tensors), repeats)
         blocks["attn_us"] = lambda: timing.host_time_ms(lambda: attend(*attend_args), repeats)
         blocks["step_ms"] = lambda: timing.host_time_ms(lambda: session.step(last), repeats)
     else:
-        if timed_cast:
+        if cast_bytes:
             blocks["cast_us"] = lambda: timing.device_time_ms(fn, repeats, use_cuda_graph=True, input_args=tensors)
         blocks["attn_us"] = lambda: timing.device_time_ms(attend, repeats, use_cuda_graph=True, input_args=attend_args)
         blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
         blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
-    out = Measured(skipped={} if timed_cast else {"cast_us": s.cast_untimed or f"{s.name} has no per-step cast kernel"})
+    out = Measured(skipped={} if cast_bytes else {"cast_us": s.cast_untimed or f"{s.name} has no per-step cast kernel"})
     for name, block in blocks.items():
         try:
             samples, guard = guarded(block, s.device)
@@ -115,6 +114,6 @@ def measure(session: DecodeSession, repeats: int) -> Measured:
             unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
             out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
             out.guards[metric] = guard
-    if timed_cast:
+    if cast_bytes:
         out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
     return out

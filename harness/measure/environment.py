@@ -18,24 +18,18 @@ from harness.measure.clocks import smi_id
 from harness.results.schema import Environment
 
 
-def _git_commit() -> str | None:
-    if commit := envvars.read("MLA_HARNESS_GIT_COMMIT"):
-        return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def _git(folder: Path, *args: str) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _git_commit() -> str | None:
+    if commit := envvars.read("MLA_HARNESS_GIT_COMMIT"):
+        return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
+    return _git(Path(__file__).parent, "rev-parse", "HEAD")
 
 
 def _imported(name: str) -> tuple[str | None, Path | None]:

@@ -73,7 +73,7 @@ class Strategy:
     sglang: ClassVar[Optional[str]]
     extra_per_slot: ClassVar[bool] = True  # extra_bytes grows with the pool's slots (False: with the batch)
     runs_sglang: ClassVar[bool] = False  # runs the installed SGLang's code (its CPU checks live in suites/sglang)
-    cast_untimed: ClassVar[str] = ""  # why cast_us is not measured although the step may cast (inside code not split)
+    cast_untimed: ClassVar[str] = ""  # with no cast_bytes: why no cast_us, when the step may still cast (inside code not split)
     unmodelled: ClassVar[str] = ""  # why the harness's byte and memory model (extra_bytes, roofline) does not describe it
 
     def run_tier(self) -> str:
