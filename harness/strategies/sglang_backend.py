@@ -64,6 +64,7 @@ class SGLangFlashInfer(Strategy):
         except BaseException:
             self._rank.__exit__(None, None, None)
             raise
+        self._kv_dtypes = self.sgl.kv_dtypes  # what forward_decode hands the kernel, kept past teardown for run_tier
         self._graphs_ok = flashinfer
         self._none = torch.empty((0, 1, self.preset.row_width), dtype=torch.bfloat16, device=self.device)
         self._layer = 0
@@ -74,7 +75,6 @@ class SGLangFlashInfer(Strategy):
         return "tolerance" if torch.float8_e4m3fn in self._kv_dtypes else "bitwise"
 
     def teardown(self):
-        self._kv_dtypes = self.sgl.kv_dtypes
         del self.sgl, self._none
         self._rank.__exit__(None, None, None)
 
