@@ -37,6 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks a
 BAD_INPUT = 2
 DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
 INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-compile --ignore-installed --quiet"
+# SGLang's own switch (python/setup.py) for a build without its Rust extension modules (gRPC server, multimodal,
+# radix tree: nothing the decode path imports). With setuptools-rust in the runner's environment SGLang's build
+# otherwise runs cargo on ../rust, which needs crates.io (the runner is air-gapped). Set it yourself to override.
+BUILD_ENV = {"SGLANG_BUILD_RUST_EXTS": "none"}
 
 
 def _runner_reasons() -> dict[str, str | None]:
@@ -143,6 +147,8 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     if len(subdirs) != 1:
         raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
     config = write_config(repo, subdirs.pop(), args.work)
+    for name, value in BUILD_ENV.items():  # asv's install_command inherits this environment
+        os.environ.setdefault(name, value)
     if "MLA_ASV_STRATEGIES" not in os.environ:
         os.environ["MLA_ASV_STRATEGIES"] = ",".join(sglang_strategies())
         for reason in left_out():
@@ -161,17 +167,20 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     return asv_gate.main(gate_args)
 
 
-def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> Path:
-    """`pip install --no-deps` of one commit's SGLang project into the folder `into`/site."""
+def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Path, str]:
+    """`pip install --no-deps` of one commit's SGLang project into the folder `into`/site, built as SGLang builds it:
+    from a checkout of the commit with its history and tags (a clone sharing the repository's objects; SGLang's
+    setuptools-scm version is `git describe` of the commit, "0.0.0.dev0" without .git), Rust extensions off
+    (BUILD_ENV). (site, the version pip installed)."""
     src, site = into / "src", into / "site"
-    src.mkdir()
-    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, *([subdir] if subdir else [])],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    for cmd in (["clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)],
+                ["-C", str(src), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit]):
+        subprocess.run(["git", *cmd], check=True)
     cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
-    if subprocess.run(cmd).returncode != 0:  # pip's own error is above this line
+    if subprocess.run(cmd, env={**BUILD_ENV, **os.environ}).returncode != 0:  # pip's own error is above this line
         raise BadInput(f"COMMIT {commit[:12]}: pip could not install its SGLang project ({subdir or '.'}); nothing was run")
-    return site
+    versions = [d.name[len("sglang-"):-len(".dist-info")] for d in site.glob("sglang-*.dist-info")]
+    return site, versions[0] if len(versions) == 1 else "unknown"
 
 
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
@@ -186,11 +195,11 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):
         extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
-        site = install_commit(repo, commit, subdir, Path(tmp))
+        site, version = install_commit(repo, commit, subdir, Path(tmp))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p),
                    MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
         cmd = [sys.executable, "-m", "harness", "run", "--json", str(args.json.resolve()), *extra]
-        print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site}; running {' '.join(cmd[1:])}", flush=True)
+        print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}", flush=True)
         return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 

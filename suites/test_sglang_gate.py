@@ -62,7 +62,7 @@ def no_asv(monkeypatch):
 
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
     monkeypatch.setattr(asv_gate, "main", lambda argv: calls["gate"].append(argv) or 0)
-    for name in ("MLA_ASV_STRATEGIES", "MLA_ASV_SCENARIOS"):  # the gate's setdefault is undone after the test
+    for name in ("MLA_ASV_STRATEGIES", "MLA_ASV_SCENARIOS", *sglang_gate.BUILD_ENV):  # the gate's setdefault is undone after the test
         monkeypatch.setenv(name, "x")
         monkeypatch.delenv(name)
     monkeypatch.chdir(ROOT)
@@ -240,6 +240,101 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     assert code == 0 and seen["mark"] == f"{commit} {git(repo, 'rev-parse', commit)}"
     defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
     assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", *defaults]
+
+
+DESCRIBE = """import subprocess
+def git(*a):
+    return subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
+print(git("describe", "--tags", "--exact-match", "--match", "v*") or git("describe", "--tags", "--long", "--match", "v*"))
+"""
+RUST_HOOK = """import os
+from pathlib import Path
+if os.environ.get("SGLANG_BUILD_RUST_EXTS", "").strip().lower() != "none":
+    rust = Path(__file__).resolve().parent.parent / "rust" / "Cargo.toml"
+    raise RuntimeError(f"cargo build of {rust} (crates.io: no network here)" if rust.is_file() else
+                       f"no cargo workspace at {rust}; set SGLANG_BUILD_RUST_EXTS=none to build without Rust extensions")
+"""
+SCM_VERSION = """import subprocess
+root = Path(__file__).resolve().parent.parent
+if (root / ".git").exists():  # setuptools-scm: git_describe_command run at root, else fallback_version
+    tag = subprocess.run(["python3", "scripts/get_version_tag.py"], cwd=root, capture_output=True, text=True).stdout.strip()
+    version = tag.lstrip("v")
+else:
+    version = "0.0.0.dev0"
+(Path(__file__).parent / "sglang" / "_version.py").write_text(f"__version__ = {version!r}\\n")
+from setuptools import setup
+setup(version=version)
+"""
+
+
+def sglang_built_like_sglang(tmp_path: Path, scm: bool) -> Path:
+    """A git repo whose python/ project builds the way SGLang's does (python/pyproject.toml and setup.py since
+    0.5.1x): a dynamic version from setuptools-scm (root "..", git_describe_command a script at the repo root,
+    fallback_version "0.0.0.dev0" without .git, written to sglang/_version.py) and setup.py building the Rust
+    extensions of ../rust unless SGLANG_BUILD_RUST_EXTS=none (as it does with setuptools-rust installed).
+    Commits a and b are tagged v0.5.22 and v0.5.23. scm: the real setuptools-scm, else setup.py stands in for it."""
+    repo = tmp_path / "sglang"
+    (repo / "python" / "sglang").mkdir(parents=True)
+    (repo / "rust").mkdir()
+    (repo / "scripts").mkdir()
+    (repo / "rust" / "Cargo.toml").write_text('[workspace]\nmembers = ["sglang-mm"]\n')
+    (repo / "scripts" / "get_version_tag.py").write_text(DESCRIBE)
+    (repo / "python" / "sglang" / "__init__.py").write_text("from sglang._version import __version__\n")
+    (repo / "python" / ".gitignore").write_text("sglang/_version.py\nbuild/\n*.egg-info/\n")
+    (repo / "python" / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61.0", "setuptools-rust>=1.10", "setuptools-scm>=8.0", "wheel"]\n'
+        'build-backend = "setuptools.build_meta"\n[project]\nname = "sglang"\ndynamic = ["version"]\n'
+        '[tool.setuptools.packages.find]\ninclude = ["sglang*"]\n'
+        + ('[tool.setuptools_scm]\nroot = ".."\nversion_file = "sglang/_version.py"\n'
+           'git_describe_command = ["python3", "scripts/get_version_tag.py"]\nfallback_version = "0.0.0.dev0"\n' if scm else ""))
+    (repo / "python" / "setup.py").write_text(RUST_HOOK + ("from setuptools import setup\nsetup()\n" if scm else SCM_VERSION))
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for tag, version in (("a", "v0.5.22"), ("b", "v0.5.23")):
+        (repo / "python" / "sglang" / "mark.py").write_text(f"MARK = {tag!r}\n")
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(repo), "commit", "-qm", tag], check=True, env=env)
+        for name in (tag, version):
+            subprocess.run(["git", "-C", str(repo), "tag", name], check=True)
+    return repo
+
+
+@pytest.mark.parametrize("scm", [False, pytest.param(True, id="setuptools-scm")])
+@pytest.mark.parametrize("commit, version", [("a", "0.5.22"), ("b", "0.5.23")])
+def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm, commit, version):
+    """SGLang's real build (setuptools-scm version from the commit's tags, Rust extensions from ../rust): --json
+    installs the commit with the version SGLang's own build gives it, not setuptools-scm's fallback 0.0.0.dev0 of
+    a tree without .git, and without the Rust extensions (SGLANG_BUILD_RUST_EXTS=none), which would need cargo and
+    crates.io, or fail outright where the tree lacks ../rust."""
+    if scm:
+        pytest.importorskip("setuptools_scm", reason="SGLang's build backend setuptools-scm is not installed here")
+    monkeypatch.delenv("SGLANG_BUILD_RUST_EXTS", raising=False)
+    repo = sglang_built_like_sglang(tmp_path, scm)
+    seen, real_run = {}, subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[1:4] == ["-m", "harness", "run"]:
+            probe = [sys.executable, "-c", "import sglang, sglang.mark; print(sglang.mark.MARK, sglang.__version__)"]
+            seen["probe"] = real_run(probe, env=kwargs["env"], capture_output=True, text=True).stdout.strip()
+            return subprocess.CompletedProcess(cmd, 0)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    code = sglang_gate.main(["--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), commit])
+    assert code == 0 and seen["probe"] == f"{commit} {version}", seen
+    assert f"(sglang {version}); running" in capsys.readouterr().out
+    assert not git(repo, "status", "--porcelain", "--ignored"), "the build ran in the user's checkout"
+
+
+def test_the_asv_gate_builds_without_rust_extensions(tmp_path, capsys, monkeypatch, no_asv):
+    """asv builds each commit in a clone of the checkout (../rust there): its install_command inherits the
+    gate's environment, SGLANG_BUILD_RUST_EXTS=none unless you set it."""
+    repo = fake_sglang(tmp_path)
+    assert run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
+    assert os.environ["SGLANG_BUILD_RUST_EXTS"] == "none"
+    monkeypatch.setenv("SGLANG_BUILD_RUST_EXTS", "all")
+    assert run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
+    assert os.environ["SGLANG_BUILD_RUST_EXTS"] == "all"
 
 
 def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
