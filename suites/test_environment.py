@@ -64,7 +64,16 @@ def test_a_package_inside_another_repository_gets_no_commit(monkeypatch, checkou
 
 def test_no_sglang_imported_records_none_and_flashinfer_as_imported(monkeypatch, tmp_path):
     monkeypatch.delitem(sys.modules, "sglang", raising=False)
+    monkeypatch.delenv("MLA_HARNESS_SGLANG_COMMIT", raising=False)
     _package(monkeypatch, "flashinfer", tmp_path / "fi" / "flashinfer", "0.7.4+mypatch")
     env = environment(torch.device("cpu"))
     assert env["sglang"] is env["sglang_commit"] is None
     assert (env["flashinfer"], env["flashinfer_path"]) == ("0.7.4+mypatch", str(tmp_path / "fi" / "flashinfer"))
+
+
+def test_a_gate_commit_that_did_not_import_is_still_named(monkeypatch):
+    """ci.sglang_gate installed a commit whose sglang failed to import: the results still say which commit was tried."""
+    monkeypatch.delitem(sys.modules, "sglang", raising=False)
+    monkeypatch.setenv("MLA_HARNESS_SGLANG_COMMIT", "abc123")
+    env = environment(torch.device("cpu"))
+    assert (env["sglang"], env["sglang_path"], env["sglang_commit"]) == (None, None, "abc123")

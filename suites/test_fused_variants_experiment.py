@@ -31,4 +31,4 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     exp.use_variant({"DIAG_STREAM_ONLY": "1"}, tmp_path, "stream")
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
-    assert "#define DIAG_STREAM_ONLY 0" in exp.fused_mla_cuda.SOURCE_TEXT and "#define DIAG_NO_MERGE 0" in exp.fused_mla_cuda.SOURCE_TEXT
+    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_EARLY_KV"))

@@ -66,6 +66,9 @@ typedef long long i64;
 #ifndef DIAG_NO_MERGE
 #define DIAG_NO_MERGE 0  // splits end before they are merged
 #endif
+#ifndef DIAG_EARLY_KV
+#define DIAG_EARLY_KV 0  // the prologue's tile and Q loads issued before the wait for the previous kernel (a bound
+#endif                   // on overlapping them with its tail: right only where nothing before wrote the pool or Q)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -494,7 +497,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
 #if __CUDA_ARCH__ >= 900
-  if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (wait_after_indices && !DIAG_EARLY_KV) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
@@ -514,6 +517,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     cp_async_commit();
   }
 #if __CUDA_ARCH__ >= 900
+  if (wait_after_indices && DIAG_EARLY_KV) asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");  // fused_mla_merge may launch once every CTA is here
 #endif
 

@@ -56,10 +56,10 @@ def _flashinfer() -> dict:
 def _sglang() -> dict:
     """The SGLang this run imported: version, folder, and commit (the HEAD of the SGLang checkout the folder is
     `python/sglang` of, "-dirty" with local changes there; else MLA_HARNESS_SGLANG_COMMIT, which ci.sglang_gate sets
-    for a commit it installed without .git; else None)."""
+    for a commit it installed without .git, also when that commit did not import; else None)."""
     version, folder = _imported("sglang")
     if folder is None:
-        return {}
+        return {"sglang_commit": envvars.read("MLA_HARNESS_SGLANG_COMMIT")}
     commit, top = None, _git(folder, "rev-parse", "--show-toplevel")
     if top and Path(top).resolve() / "python" / "sglang" == folder and (head := _git(folder, "rev-parse", "HEAD")):
         commit = head + ("-dirty" if _git(folder, "status", "--porcelain", "--", ".") else "")
