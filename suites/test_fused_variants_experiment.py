@@ -32,3 +32,12 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
     assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_EARLY_KV"))
+
+
+def test_config_fields_replace_the_table_entry_and_refuse_what_is_not_a_field():
+    assert exp.config_fields("grid_merge=1,cluster_merge=0,num_splits=4") == {"grid_merge": True, "cluster_merge": False,
+                                                                           "num_splits": 4}
+    assert exp.config_fields(None) == {}
+    for bad in ("splits=4", "num_splits=four", "grid_merge"):
+        with pytest.raises(SystemExit, match="--config"):
+            exp.config_fields(bad)

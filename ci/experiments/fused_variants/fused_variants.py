@@ -2,13 +2,14 @@
 production pools, and Nsight Compute's per-instruction profile of one launch (GPU; issue 28).
 
   python -m ci.experiments.fused_variants time OUT.json [--preset glm5-tp8] [--shapes 32x4096,128x2048]
-      [--variant NAME:DEF=V,DEF=V ...] [--rounds 5] [--layers N]
+      [--variant NAME:DEF=V,DEF=V ...] [--rounds 5] [--layers N] [--config FIELD=V,FIELD=V]
   python -m ci.experiments.fused_variants profile OUT_DIR [--preset P] [--shapes 32x4096] [--variant ...] [--ncu ncu]
 
 `time`: per shape, the committed table entry's Config (harness.kernels.fused_tuning) as the tuner times it
 (a CUDA graph of every layer's attention over its own pool, median replay / layers), each variant in turn,
 `--rounds` rounds interleaved (base, v1, v2, base, v1, ...): each variant's per-round ratio to base is
-measured side by side; the JSON has every sample, the medians and the ratios' spread.
+measured side by side; the JSON has every sample, the medians and the ratios' spread. `--config` replaces fields
+of the table entry's Config (e.g. grid_merge=1,cluster_merge=0 to time the same variants under another merge).
 `profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
 then the report's details and SASS source pages as CSV (stall reasons per instruction).
 """
@@ -16,6 +17,7 @@ then the report's details and SASS source pages as CSV (stall reasons per instru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
@@ -28,7 +30,7 @@ import torch
 
 from ci.experiments.tune_fused.tune_fused import page_indices, time_graph
 from harness.kernels import fused_mla_cuda
-from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
 from harness.kernels.fused_tuning import default_config, entry_for, load_table
 from harness.spec.presets import get_preset, get_scale
 
@@ -66,9 +68,21 @@ _CACHES: dict[str, dict] = {}
 fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
 
 
-def problem(preset, layers: int, batch: int, kv_len: int, dev):
+def config_fields(text: str | None) -> dict:
+    """FIELD=V,FIELD=V -> {FIELD: V} of Config fields (integers; booleans as 0 / 1)."""
+    fields = {f.name: f.type for f in dataclasses.fields(Config)}
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        name, _, value = item.partition("=")
+        if name not in fields or not value.isdigit():
+            raise SystemExit(f"--config {item!r}: FIELD=INTEGER with FIELD one of {', '.join(fields)}")
+        out[name] = bool(int(value)) if fields[name] in ("bool", bool) else int(value)
+    return out
+
+
+def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict | None = None):
     """The tuner's case: `layers` production pools of finite e4m3 codes (both signs), the preset's page layout,
-    random queries; the committed Config for the shape."""
+    random queries; the committed Config for the shape, with `overrides` replacing its fields."""
     slots, page = get_scale("prod").slots, preset.page_size
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
     pools = [torch.randint(0, 0x7E, (slots + page, 1, 576), dtype=torch.uint8, device=dev, generator=g)
@@ -80,7 +94,8 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev):
     qs = [(torch.randn(batch, heads, 512, device=dev, generator=g).to(torch.bfloat16),
            torch.randn(batch, heads, 64, device=dev, generator=g).to(torch.bfloat16)) for _ in pools]
     sm = torch.cuda.get_device_properties(dev).multi_processor_count
-    config = entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm)
+    config = dataclasses.replace(entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm),
+                                 **(overrides or {}))
     parts = partial_buffers(batch, heads, config, 512, dev)
 
     def step():
@@ -96,7 +111,7 @@ def time_variants(args, variants, workdir: Path) -> dict:
     doc = {"preset": preset.name, "layers": layers, "device": torch.cuda.get_device_name(dev), "shapes": []}
     for shape in args.shapes.split(","):
         batch, kv_len = (int(x) for x in shape.split("x"))
-        step, config = problem(preset, layers, batch, kv_len, dev)
+        step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
         samples = {name: [] for name in variants}
         outputs = {}  # layer 0's (out, lse) of each variant, against base's
         for r in range(args.rounds):
@@ -166,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", default=[], help="NAME:DEF=V,DEF=V (base is always timed)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int)
+    ap.add_argument("--config", help="FIELD=V,... replacing fields of the table entry's Config (booleans 0 / 1)")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--only", help=argparse.SUPPRESS)  # profile-child: the one variant it launches
     args = ap.parse_args(argv)
