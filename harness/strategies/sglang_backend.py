@@ -2,11 +2,13 @@
 
 sglang_flashinfer runs SGLang's FlashInferMLAAttnBackend on the harness's pool (zero copy) and steps
 (harness.integrations.sglang.flashinfer_mla): its request table, its decode indices updater and
-Triton kv-indices kernel, its forward_decode (the whole-layer cast and the FlashInfer wrapper) and,
+Triton kv-indices kernel, its forward_decode (the new tokens' KV write through its pool's set_mla_kv_buffer,
+the whole-layer cast and the FlashInfer wrapper) and,
 for CUDA graphs, its own capture/replay metadata methods. With the same FlashInfer kernel it must
 equal `stock` bit for bit: the proof that stock is SGLang. On the torch backend (CPU CI) the
 harness's torch attention answers the wrapper's calls. attn_us is its whole forward_decode per layer
-(its cast, or whatever a patch does instead, included: SGLang's function is not split); no cast_us.
+(its cast, or whatever a patch does instead, included: SGLang's function is not split) without the KV
+write (timed calls hand it no new tokens, as stock's attn_us leaves its write out); no cast_us.
 
 sglang_fa3 names SGLang's FlashAttentionBackend, whose FA3 kernels live in sgl_kernel.flash_attn:
 it reports why it cannot run (no SGLang, the sgl_kernel stand-in, no adapter yet), never skips silently.
@@ -67,7 +69,7 @@ class SGLangFlashInfer(Strategy):
         self._kv_dtypes = self.sgl.kv_dtypes  # what forward_decode hands the kernel, kept past teardown for run_tier
         self._graphs_ok = flashinfer
         self._none = torch.empty((0, 1, self.preset.row_width), dtype=torch.bfloat16, device=self.device)
-        self._layer = 0
+        self._layer, self._new = 0, None
 
     def run_tier(self):
         """bitwise (equal to stock) while SGLang handed the kernel BF16 KV, its cast as stock's; tolerance (the
@@ -75,7 +77,7 @@ class SGLangFlashInfer(Strategy):
         return "tolerance" if torch.float8_e4m3fn in self._kv_dtypes else "bitwise"
 
     def teardown(self):
-        del self.sgl, self._none
+        del self.sgl, self._none, self._new
         self._rank.__exit__(None, None, None)
 
     def begin_step(self, batch, graph_capacity=None):
@@ -85,6 +87,11 @@ class SGLangFlashInfer(Strategy):
 
     def replan_step(self, plan, batch):
         self.sgl.replan(plan, batch)
+
+    def write(self, batch, layer, slots, codes):
+        """Kept for the layer's attend: SGLang's forward_decode writes it through its pool (save_kv_cache), handed
+        the codes' BF16 values, whose cast stores the same bytes as the harness's write (all 256 codes, NaNs too)."""
+        self._new = (layer, slots, wrappers.codes_as_bf16(codes))
 
     def cast_call(self, layer):
         """Nothing: SGLang's forward_decode reads the pool itself (what a harness cast would time is not SGLang's)."""
@@ -97,7 +104,10 @@ class SGLangFlashInfer(Strategy):
         return self.split(self._none)
 
     def attend(self, plan, q_nope, q_pe, kv):
-        return self.sgl.attend(plan, self._layer, q_nope, q_pe)
+        new, self._new = self._new, None
+        if new is not None and new[0] != self._layer:
+            raise RuntimeError(f"layer {new[0]}'s KV write is pending at layer {self._layer}'s attend")
+        return self.sgl.attend(plan, self._layer, q_nope, q_pe, new[1:] if new else None)
 
 
 def _no_kv(empty: torch.Tensor) -> torch.Tensor:

@@ -292,13 +292,16 @@ def test_a_field_the_stand_in_runner_lacks_is_named(monkeypatch):
 def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, passes):
     """A patch whose forward_decode attends on the FP8 pool itself (no cast) gets a verdict, not a contract error:
     held to the tolerance tier (the golden check, native_fp8's policy) since SGLang handed the kernel e4m3 KV.
-    Its 1% scale bug turns the verdict red."""
+    It writes the new tokens as SGLang's does. Its 1% scale bug turns the verdict red."""
     from harness.integrations.sglang import runtime
 
     sgl.require()
     backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
     def native_fp8(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None):
+        if save_kv_cache and k is not None:
+            self.token_to_kv_pool.set_mla_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, k_rope)
         heads, dv = layer.tp_q_head_num, layer.v_head_dim
         kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id)  # e4m3, not cast
         q_nope, q_rope = q.view(-1, heads, dv), q_rope.view(-1, heads, layer.head_dim - dv)

@@ -7,7 +7,8 @@ alignment (which reads a launched server's parallel state) is one rank's. Then, 
 `init_forward_metadata` (eager) or `init_forward_metadata_out_graph` (CUDA-graph capture, then
 replay through `fast_mla_decode_plan`), each running `FlashInferMLAIndicesUpdaterDecode.call_begin_forward`
 and its Triton kv-indices kernel over the request table (tables.RequestTable); per layer SGLang's
-`forward_decode` casts the whole layer and runs the decode wrapper.
+`forward_decode` writes the new tokens' KV through its pool's `set_mla_kv_buffer` (save_kv_cache, handed
+BF16 K as the model hands it: wrappers.codes_as_bf16), casts the whole layer and runs the decode wrapper.
 
 The wrapper SGLang makes (FlashInfer's BatchMLAPagedAttentionWrapper, backend="auto") is tapped
 (`LSETap`): each call goes to it unchanged, and run also asks the kernel for the LSE that SGLang's
@@ -183,7 +184,8 @@ class FlashInferMLA:
         self._capacity = max(bucket_capacities(schedule, BUCKETS).values())
 
     def forward_batch(self, batch: StepBatch) -> SimpleNamespace:
-        """The ForwardBatch fields SGLang's decode metadata methods read, after the table is brought to `batch`."""
+        """The ForwardBatch fields SGLang's decode metadata methods and forward_decode read, after the table is brought
+        to `batch` (out_cache_loc, the write slots, is set by `attend`; physical, as SGLang's KVLocPlan.bind marks it)."""
         req_pool_indices = self.table.update(batch)
         lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
         if Fault.DROPPED_LAST_TOKEN in self.faults:  # the shared control: each request's newest token unread
@@ -191,7 +193,7 @@ class FlashInferMLA:
         seq_lens = lens.to(self.device)
         return SimpleNamespace(forward_mode=self.decode_mode, batch_size=batch.batch_size, req_pool_indices=req_pool_indices,
                                seq_lens=seq_lens, seq_lens_cpu=lens, seq_lens_sum=int(lens.sum()), positions=seq_lens - 1,
-                               spec_info=None, kv_loc_plan=None)
+                               spec_info=None, kv_loc_plan=None, out_cache_loc=None, out_cache_loc_is_physical=True)
 
     def begin(self, batch: StepBatch, graph_capacity: int | None = None) -> StepPlan:
         """Plan the step: SGLang's eager metadata, or (CUDA, `graph_capacity`) its graph-capture metadata."""
@@ -219,16 +221,23 @@ class FlashInferMLA:
         plan.forward_batch = self.forward_batch(batch)
         self.backend.init_forward_metadata_out_graph(plan.forward_batch)
 
-    def attend(self, plan: StepPlan, layer: int, q_nope: torch.Tensor, q_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """SGLang's forward_decode of `layer` (its whole-layer cast and the wrapper run): (out, lse). It sees the
-        metadata SGLang's own method built for the step, only its decode wrapper tapped, and the step's forward batch."""
-        b, (batch, heads) = self.backend, q_nope.shape[:2]
+    def attend(self, plan: StepPlan, layer: int, q_nope: torch.Tensor, q_pe: torch.Tensor,
+               new: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's forward_decode of `layer` (its KV write, whole-layer cast and wrapper run): (out, lse). It sees the
+        metadata SGLang's own method built for the step, only its decode wrapper tapped, and the step's forward batch.
+        `new`: (slots, BF16 K [n, 576]) of the layer's new tokens, written as the model's attention hands them
+        (k_nope [n, 1, 512] as k and v, k_rope [n, 1, 64], out_cache_loc the slots); None: no write."""
+        b, (batch, heads), r = self.backend, q_nope.shape[:2], self.preset.kv_lora_rank
         b.forward_metadata = copy.copy(plan.metadata)
         b.forward_metadata.decode_wrapper = plan.tap
-        radix = SimpleNamespace(layer_id=layer, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=self.preset.kv_lora_rank,
+        radix = SimpleNamespace(layer_id=layer, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=r,
                                 head_dim=self.preset.row_width)
-        o = b.forward_decode(q_nope.reshape(batch, -1), None, None, radix, plan.forward_batch,
-                             save_kv_cache=False, q_rope=q_pe.reshape(batch, -1))
+        k = k_rope = None
+        if new is not None:
+            plan.forward_batch.out_cache_loc, k = new
+            k, k_rope = k[:, None, :r], k[:, None, r:]
+        o = b.forward_decode(q_nope.reshape(batch, -1), k, k, radix, plan.forward_batch,
+                             save_kv_cache=new is not None, q_rope=q_pe.reshape(batch, -1), k_rope=k_rope)
         return o.view(batch, heads, self.preset.kv_lora_rank), plan.tap.lse
 
     def _check_kernel(self, wrapper) -> None:

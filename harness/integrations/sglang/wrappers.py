@@ -1,5 +1,5 @@
-"""SGLang's MLA pool class over the harness's pool buffers (zero copy), and FlashInfer's MLA decode
-wrapper interface over a harness backend (SGLang's path on the torch backend: CPU CI)."""
+"""SGLang's MLA pool class over the harness's pool buffers (zero copy), the BF16 K its KV write is handed,
+and FlashInfer's MLA decode wrapper interface over a harness backend (SGLang's path on the torch backend: CPU CI)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,14 @@ def check_zero_copy(sgl_pool, pool: KVPool) -> None:
     for layer, buf in enumerate(pool.index_k):
         if sgl_pool.index_key_cache.buffer[layer].data_ptr() != buf.data_ptr():
             raise HarnessError("sglang pool", f"layer {layer}: SGLang's index-K buffer is not the harness's buffer (a copy)")
+
+
+def codes_as_bf16(codes: torch.Tensor) -> torch.Tensor:
+    """BF16 [n, w] K whose cast to e4m3 (SGLang's set_mla_kv_buffer) stores `codes` (uint8 [n, w]) again: each
+    finite e4m3 value is a BF16 value, and a NaN code's sign, which torch's e4m3->BF16 cast drops (every NaN
+    0x7FC0 on the CPU), is put back, so 0xFF is stored as 0xFF (all 256 codes: suites/sglang/test_kv_write.py)."""
+    bits = codes.view(torch.float8_e4m3fn).to(torch.bfloat16).view(torch.int16)
+    return (bits | (codes.to(torch.int16) & 0x80) << 8).view(torch.bfloat16)
 
 
 class BackendWrapper:
