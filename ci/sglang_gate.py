@@ -173,9 +173,13 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     setuptools-scm version is `git describe` of the commit, "0.0.0.dev0" without .git), Rust extensions off
     (BUILD_ENV). (site, the version pip installed)."""
     src, site = into / "src", into / "site"
+    # the fetch: a shallow repository is cloned by fetching its branches and tags only (no shared objects), so a
+    # commit on another ref (a remote-tracking branch of a CI checkout) is fetched by its hash
     for cmd in (["clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)],
+                ["-C", str(src), "fetch", "--quiet", "--no-tags", "--update-shallow", str(repo), commit],
                 ["-C", str(src), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit]):
-        subprocess.run(["git", *cmd], check=True)
+        if subprocess.run(["git", *cmd]).returncode != 0:  # git's own error is above this line
+            raise BadInput(f"COMMIT {commit[:12]}: git {cmd[0] if cmd[0] != '-C' else cmd[2]} of {repo} failed; nothing was run")
     cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
     if subprocess.run(cmd, env={**BUILD_ENV, **os.environ}).returncode != 0:  # pip's own error is above this line
         raise BadInput(f"COMMIT {commit[:12]}: pip could not install its SGLang project ({subdir or '.'}); nothing was run")

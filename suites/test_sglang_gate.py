@@ -382,3 +382,27 @@ def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch):
         sgl_bench.checked({"stock": "pass", "sglang_flashinfer": "unsupported", "sglang_fa3": "unsupported"}, "b32-l4096")
     ran = {"stock": "pass", "sglang_flashinfer": "fail", "sglang_fa3": "unsupported"}
     assert sgl_bench.checked(ran, "b32-l4096") == ran
+
+
+def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_path, capsys, monkeypatch):
+    """A CI-style shallow checkout (depth 1, no tags) whose COMMIT is only on a remote-tracking branch: git archive
+    in the checkout had it; the shared clone must check it out too (a shallow source is cloned by fetching its
+    branches and tags, without shared objects). pip is stubbed: what it is handed is the commit's tree."""
+    upstream = sglang_built_like_sglang(tmp_path, scm=False)
+    subprocess.run(["git", "-C", str(upstream), "branch", "old", "a"], check=True)
+    user = tmp_path / "user"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--no-single-branch", "--no-tags", f"file://{upstream}", str(user)],
+                   check=True)
+    seen, real_run = {}, subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if "--target" in cmd:
+            seen["mark"] = (Path(cmd[-1]) / "sglang" / "mark.py").read_text()
+            return subprocess.CompletedProcess(cmd, 0)
+        if cmd[1:4] == ["-m", "harness", "run"]:
+            return subprocess.CompletedProcess(cmd, 0)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    code = sglang_gate.main(["--sglang-repo", str(user), "--json", str(tmp_path / "r.json"), "origin/old"])
+    assert code == 0 and seen.get("mark") == "MARK = 'a'\n", seen
