@@ -170,6 +170,10 @@ class BucketGraph:
         dst.q_nope[:, :n].copy_(src.q_nope, non_blocking=True)
         dst.q_pe[:, :n].copy_(src.q_pe, non_blocking=True)
         dst.rows[:, :n].copy_(src.rows, non_blocking=True)
+        # padding lanes write zeros into row 0 (pad_batch), not the rows of an earlier, larger step of the bucket
+        # into its slots, which a finished request freed and another request's new token may now hold
+        dst.slots[n:].zero_()
+        dst.rows[:, n:].zero_()
 
     def load(self, batch: StepBatch) -> None:
         """Point the graph at `batch` (same bucket): its inputs, its kv_indices, its plan."""
