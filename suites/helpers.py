@@ -32,3 +32,30 @@ def run_under_interpreter(test_file: str, *pytest_args: str) -> subprocess.Compl
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, test_file],
         cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TRITON_INTERPRET": "1", "MLA_HARNESS_INTERPRETER_CHILD": "1"},
         capture_output=True, text=True, timeout=600)
+
+
+def check_shrunk_step_replays_as_eager(strategy: str) -> None:
+    """A bucket replayed for a step smaller than its first (deepseek-v3-tp8 CI pool, 4 requests, request 3 finished
+    after step 0, its slot reused at step 2) must equal the eager steps bit for bit: the padding lanes write
+    nothing (row 0), not the first step's rows into slots another request's new token now holds."""
+    import dataclasses
+
+    from harness.execute.prepared import PreparedCase
+    from harness.spec.scenario import Finish
+
+    case = load_case("deepseek-v3-tp8.ci.b1-l500")
+    scenario = dataclasses.replace(case.scenario, name="stale-lane", steps=3, kv_lens=(4, 4, 4, 4),
+                                   finish=(Finish(after_step=0, request=3),))
+    prep = PreparedCase(dataclasses.replace(case, scenario=scenario), torch.device("cpu")).build()
+    assert int(prep.schedule.steps[0].write_slots[3]) in prep.schedule.steps[2].write_slots  # lane 3's old slot reused
+    layers = set(range(prep.geometry.num_layers))
+    with prep.session(strategy) as session:
+        eager = {}
+        for batch in prep.schedule.steps:
+            eager.update(session.step(batch, layers))
+    with prep.session(strategy) as session:
+        for batch in prep.schedule.steps:
+            graph = session.bucket_graph(batch, layers)
+            graph.load(batch)
+            for key, (out, _) in graph.replay().items():
+                assert torch.equal(out[: batch.batch_size].view(torch.int16), eager[key][0].view(torch.int16)), key

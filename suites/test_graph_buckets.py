@@ -10,6 +10,7 @@ from harness.execute.prepared import PreparedCase
 from harness.inputs.cases import load_case
 from harness.spec.buckets import PAD_ROW, bucket_capacities, bucket_for, pad_batch
 from harness.strategies import ORDER, REGISTRY
+from suites.helpers import check_shrunk_step_replays_as_eager
 
 CPU = torch.device("cpu")
 CPU_STRATEGIES = [n for n in ORDER if REGISTRY[n].unsupported_reason(CPU, make_backend("torch", CPU)) is None]
@@ -67,3 +68,10 @@ def test_a_wrong_device_count_is_detected(prep):
         session.strategy.count -= 1
         out = graph.replay()[(batch.step, layer)][0]
     assert not torch.equal(out[: batch.batch_size].view(torch.int16), eager.view(torch.int16))
+
+
+@pytest.mark.parametrize("strategy", CPU_STRATEGIES)
+def test_a_shrunk_step_replays_as_the_eager_step(strategy):
+    """Padding lanes of a smaller step write row 0, not the bucket's earlier rows into reused slots (twin: the
+    same check through SGLang's own path in suites/sglang/test_stale_pad_lane.py)."""
+    check_shrunk_step_replays_as_eager(strategy)
