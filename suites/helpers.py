@@ -34,10 +34,29 @@ def run_under_interpreter(test_file: str, *pytest_args: str) -> subprocess.Compl
         capture_output=True, text=True, timeout=600)
 
 
-def check_shrunk_step_replays_as_eager(strategy: str) -> None:
-    """A bucket replayed for a step smaller than its first (deepseek-v3-tp8 CI pool, 4 requests, request 3 finished
-    after step 0, its slot reused at step 2) must equal the eager steps bit for bit: the padding lanes write
-    nothing (row 0), not the first step's rows into slots another request's new token now holds."""
+
+def assert_replay_equals_eager(prep, strategy: str) -> None:
+    """Every step of `prep`'s schedule replayed through its bucket graph equals the eager step bit for bit (outputs
+    and LSE of each layer; padded lanes cut off)."""
+    layers = set(range(prep.geometry.num_layers))
+    with prep.session(strategy) as session:
+        eager = {}
+        for batch in prep.schedule.steps:
+            eager.update(session.step(batch, layers))
+    with prep.session(strategy) as session:
+        for batch in prep.schedule.steps:
+            graph = session.bucket_graph(batch, layers)
+            graph.load(batch)
+            for key, (out, lse) in graph.replay().items():
+                n = batch.batch_size
+                assert torch.equal(out[:n].view(torch.int16), eager[key][0].view(torch.int16)), (strategy, key)
+                assert torch.equal(lse[:n], eager[key][1]), (strategy, key)
+
+
+def shrunk_step_case():
+    """A bucket replayed for a step smaller than its first: deepseek-v3-tp8 CI pool, 4 requests, request 3 finished
+    after step 0 and its slot reused at step 2, so padding lanes that rewrote the first step's rows would
+    overwrite another request's new token (they must write row 0 only)."""
     import dataclasses
 
     from harness.execute.prepared import PreparedCase
@@ -48,14 +67,4 @@ def check_shrunk_step_replays_as_eager(strategy: str) -> None:
                                    finish=(Finish(after_step=0, request=3),))
     prep = PreparedCase(dataclasses.replace(case, scenario=scenario), torch.device("cpu")).build()
     assert int(prep.schedule.steps[0].write_slots[3]) in prep.schedule.steps[2].write_slots  # lane 3's old slot reused
-    layers = set(range(prep.geometry.num_layers))
-    with prep.session(strategy) as session:
-        eager = {}
-        for batch in prep.schedule.steps:
-            eager.update(session.step(batch, layers))
-    with prep.session(strategy) as session:
-        for batch in prep.schedule.steps:
-            graph = session.bucket_graph(batch, layers)
-            graph.load(batch)
-            for key, (out, _) in graph.replay().items():
-                assert torch.equal(out[: batch.batch_size].view(torch.int16), eager[key][0].view(torch.int16)), key
+    return prep

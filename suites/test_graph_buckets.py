@@ -10,7 +10,7 @@ from harness.execute.prepared import PreparedCase
 from harness.inputs.cases import load_case
 from harness.spec.buckets import PAD_ROW, bucket_capacities, bucket_for, pad_batch
 from harness.strategies import ORDER, REGISTRY
-from suites.helpers import check_shrunk_step_replays_as_eager
+from suites.helpers import assert_replay_equals_eager, shrunk_step_case
 
 CPU = torch.device("cpu")
 CPU_STRATEGIES = [n for n in ORDER if REGISTRY[n].unsupported_reason(CPU, make_backend("torch", CPU)) is None]
@@ -39,21 +39,8 @@ def test_padding_reads_and_writes_only_the_dummy_row(prep):
 
 @pytest.mark.parametrize("strategy", CPU_STRATEGIES)
 def test_bucket_replay_equals_the_eager_step(prep, strategy):
-    layers = set(range(prep.geometry.num_layers))
-    with prep.session(strategy) as session:
-        eager = {}
-        for batch in prep.schedule.steps:
-            eager.update(session.step(batch, layers))
-    with prep.session(strategy) as session:
-        for batch in prep.schedule.steps:
-            graph = session.bucket_graph(batch, layers)
-            graph.load(batch)
-            replayed = graph.replay()
-            for key, (out, lse) in replayed.items():
-                n = batch.batch_size
-                assert torch.equal(out[:n].view(torch.int16), eager[key][0].view(torch.int16)), (strategy, key)
-                assert torch.equal(lse[:n], eager[key][1]), (strategy, key)
-        assert not bool(prep.pool.buffers[0][PAD_ROW].any()), "padding wrote into the dummy row"
+    assert_replay_equals_eager(prep, strategy)
+    assert not bool(prep.pool.buffers[0][PAD_ROW].any()), "padding wrote into the dummy row"
 
 
 def test_a_wrong_device_count_is_detected(prep):
@@ -74,4 +61,4 @@ def test_a_wrong_device_count_is_detected(prep):
 def test_a_shrunk_step_replays_as_the_eager_step(strategy):
     """Padding lanes of a smaller step write row 0, not the bucket's earlier rows into reused slots (twin: the
     same check through SGLang's own path in suites/sglang/test_stale_pad_lane.py)."""
-    check_shrunk_step_replays_as_eager(strategy)
+    assert_replay_equals_eager(shrunk_step_case(), strategy)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import sgl
 
-from suites.helpers import check_shrunk_step_replays_as_eager
+from suites.helpers import assert_replay_equals_eager, shrunk_step_case
 
 pytestmark = pytest.mark.sglang
 
 
 def test_a_shrunk_step_replays_as_the_eager_step():
     sgl.require()
-    check_shrunk_step_replays_as_eager("sglang_flashinfer")
+    assert_replay_equals_eager(shrunk_step_case(), "sglang_flashinfer")
