@@ -121,11 +121,8 @@ def cuda_allocations_on_cpu(module):
     shim = types.ModuleType("torch")
     shim.__getattr__ = lambda name: getattr(real, name)
     shim.empty = empty
-    module.torch = shim
-    try:
+    with module_names(module, {"torch": shim}):
         yield
-    finally:
-        module.torch = real
 
 
 def rope_scaling(preset: ModelPreset) -> dict | None:
