@@ -175,11 +175,11 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     src, site = into / "src", into / "site"
     # the fetch: a shallow repository is cloned by fetching its branches and tags only (no shared objects), so a
     # commit on another ref (a remote-tracking branch of a CI checkout) is fetched by its hash
-    for cmd in (["clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)],
-                ["-C", str(src), "fetch", "--quiet", "--no-tags", "--update-shallow", str(repo), commit],
-                ["-C", str(src), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit]):
+    for step, cmd in (("clone", ["clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)]),
+                      ("fetch", ["-C", str(src), "fetch", "--quiet", "--no-tags", "--update-shallow", str(repo), commit]),
+                      ("checkout", ["-C", str(src), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit])):
         if subprocess.run(["git", *cmd]).returncode != 0:  # git's own error is above this line
-            raise BadInput(f"COMMIT {commit[:12]}: git {cmd[0] if cmd[0] != '-C' else cmd[2]} of {repo} failed; nothing was run")
+            raise BadInput(f"COMMIT {commit[:12]}: git {step} of {repo} failed; nothing was run")
     cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
     if subprocess.run(cmd, env={**BUILD_ENV, **os.environ}).returncode != 0:  # pip's own error is above this line
         raise BadInput(f"COMMIT {commit[:12]}: pip could not install its SGLang project ({subdir or '.'}); nothing was run")

@@ -406,3 +406,22 @@ def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_pa
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
     code = sglang_gate.main(["--sglang-repo", str(user), "--json", str(tmp_path / "r.json"), "origin/old"])
     assert code == 0 and seen.get("mark") == "MARK = 'a'\n", seen
+
+
+@pytest.mark.parametrize("step", ["clone", "fetch", "checkout"])
+def test_a_git_step_that_fails_is_one_line_naming_it(tmp_path, capsys, monkeypatch, step):
+    """Each git step of the install (clone, fetch, checkout) that fails is bad input naming that step, exit 2,
+    before pip or the harness run."""
+    repo = sglang_built_like_sglang(tmp_path, scm=False)
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[0] == "git" and step in cmd:
+            return subprocess.CompletedProcess(cmd, 128)
+        assert "--target" not in cmd and cmd[1:4] != ["-m", "harness", "run"], "ran past a failed git step"
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    code = sglang_gate.main(["--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a"])
+    err = capsys.readouterr().err
+    assert code == 2 and f": git {step} of {repo} failed; nothing was run" in err, err
