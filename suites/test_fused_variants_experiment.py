@@ -3,6 +3,8 @@ kernel with its #defines first) and its own kernel caches, with their twins (a b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ci.experiments.fused_variants import fused_variants as exp
@@ -10,8 +12,9 @@ from harness.kernels import fused_mla_cuda
 
 
 def test_variant_specs():
-    assert exp.parse_variant("nomerge:DIAG_NO_MERGE=1,X=2") == ("nomerge", {"DIAG_NO_MERGE": "1", "X": "2"})
-    assert exp.parse_variant("base") == ("base", {})
+    assert exp.parse_variant("nomerge:DIAG_NO_MERGE=1,X=2") == exp.Variant("nomerge", {"DIAG_NO_MERGE": "1", "X": "2"})
+    assert exp.parse_variant("base") == exp.Variant("base", {})
+    assert exp.parse_variant("old@k/old.cu:X=2") == exp.Variant("old", {"X": "2"}, Path("k/old.cu"))
     with pytest.raises(ValueError):  # a define without a value
         exp.parse_variant("bad:DIAG_NO_MERGE")
 
@@ -20,15 +23,19 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     for name in ("SOURCE", "_kernel", "_wave", "_merge_kernel"):
         monkeypatch.setattr(fused_mla_cuda, name, getattr(fused_mla_cuda, name))
     monkeypatch.setattr(exp, "_CACHES", {})
-    exp.use_variant({"DIAG_STREAM_ONLY": "1"}, tmp_path, "stream")
+    exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)
     stream_kernel = fused_mla_cuda._kernel
     text = fused_mla_cuda.SOURCE.read_text()
     assert fused_mla_cuda.SOURCE == tmp_path / "stream.cu"
     assert text.startswith("#define DIAG_STREAM_ONLY 1\n") and text.endswith(exp.fused_mla_cuda.SOURCE_TEXT)
-    exp.use_variant({}, tmp_path, "base")
+    exp.use_variant(exp.Variant("base", {}), tmp_path)
     assert (tmp_path / "base.cu").read_text() == exp.fused_mla_cuda.SOURCE_TEXT  # the base is the kernel as committed
+    other = tmp_path / "other-commit.cu"
+    other.write_text("// another commit's kernel\n")
+    exp.use_variant(exp.Variant("old", {"X": "2"}, other), tmp_path)
+    assert fused_mla_cuda.SOURCE.read_text() == "#define X 2\n// another commit's kernel\n"  # its file, not the committed one
     assert fused_mla_cuda._kernel is not stream_kernel and fused_mla_cuda._kernel is not exp._ORIGINAL["_kernel"]
-    exp.use_variant({"DIAG_STREAM_ONLY": "1"}, tmp_path, "stream")
+    exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
     assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_EARLY_KV"))

@@ -2,7 +2,7 @@
 production pools, and Nsight Compute's per-instruction profile of one launch (GPU; issue 28).
 
   python -m ci.experiments.fused_variants time OUT.json [--preset glm5-tp8] [--shapes 32x4096,128x2048]
-      [--variant NAME:DEF=V,DEF=V ...] [--rounds 5] [--layers N] [--config FIELD=V,FIELD=V]
+      [--variant NAME[@SOURCE.cu]:DEF=V,DEF=V ...] [--rounds 5] [--layers N] [--config FIELD=V,FIELD=V]
   python -m ci.experiments.fused_variants profile OUT_DIR [--preset P] [--shapes 32x4096] [--variant ...] [--ncu ncu]
 
 `time`: per shape, the committed table entry's Config (harness.kernels.fused_tuning) as the tuner times it
@@ -10,6 +10,8 @@ production pools, and Nsight Compute's per-instruction profile of one launch (GP
 `--rounds` rounds interleaved (base, v1, v2, base, v1, ...): each variant's per-round ratio to base is
 measured side by side; the JSON has every sample, the medians and the ratios' spread. `--config` replaces fields
 of the table entry's Config (e.g. grid_merge=1,cluster_merge=0 to time the same variants under another merge).
+A variant NAME@SOURCE.cu compiles that file (another commit's kernel, say) in place of the committed one, with its
+own partial buffers and arrival words (a kernel of another protocol never shares them).
 `profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
 then the report's details and SASS source pages as CSV (stall reasons per instruction).
 """
@@ -38,19 +40,28 @@ BASE = "base"
 NVTX_RANGE = "attn"
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    """NAME:DEF=V,DEF=V -> (NAME, {DEF: V}); NAME alone is the unmodified kernel."""
-    name, _, defs = text.partition(":")
-    return name, dict(d.split("=", 1) for d in defs.split(",") if d)
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    defines: dict[str, str]
+    source: Path | None = None  # a kernel source in place of the committed one
 
 
-def use_variant(defines: dict[str, str], workdir: Path, name: str) -> None:
-    """Point fused_mla_cuda at the kernel source with `defines` prepended and give it fresh kernel caches
-    (kept per variant, so each compiles once)."""
-    src = workdir / f"{name}.cu"
+def parse_variant(text: str) -> Variant:
+    """NAME[@SOURCE]:DEF=V,DEF=V -> Variant; NAME alone is the unmodified kernel."""
+    head, _, defs = text.partition(":")
+    name, _, source = head.partition("@")
+    return Variant(name, dict(d.split("=", 1) for d in defs.split(",") if d), Path(source) if source else None)
+
+
+def use_variant(variant: Variant, workdir: Path) -> None:
+    """Point fused_mla_cuda at the variant's kernel source (its own or the committed one) with its defines
+    prepended, and give it fresh kernel caches (kept per variant, so each compiles once)."""
+    src = workdir / f"{variant.name}.cu"
     if not src.exists():
-        src.write_text("".join(f"#define {k} {v}\n" for k, v in defines.items()) + fused_mla_cuda.SOURCE_TEXT)
-    caches = _CACHES.setdefault(name, {})
+        text = variant.source.read_text() if variant.source else fused_mla_cuda.SOURCE_TEXT
+        src.write_text("".join(f"#define {k} {v}\n" for k, v in variant.defines.items()) + text)
+    caches = _CACHES.setdefault(variant.name, {})
     for fn in ("_kernel", "_wave", "_merge_kernel"):
         if fn not in caches:
             wrapped = getattr(_ORIGINAL[fn], "__wrapped__")
@@ -96,11 +107,13 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
     sm = torch.cuda.get_device_properties(dev).multi_processor_count
     config = dataclasses.replace(entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm),
                                  **(overrides or {}))
-    parts = partial_buffers(batch, heads, config, 512, dev)
+    parts = {}  # per kernel source (variant), allocated at its first, eager, step
 
     def step():
+        if fused_mla_cuda.SOURCE not in parts:
+            parts[fused_mla_cuda.SOURCE] = partial_buffers(batch, heads, config, 512, dev)
         return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
-                                 partials=parts, indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
+                                 partials=parts[fused_mla_cuda.SOURCE], indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
     return step, config
 
 
@@ -115,8 +128,8 @@ def time_variants(args, variants, workdir: Path) -> dict:
         samples = {name: [] for name in variants}
         outputs = {}  # layer 0's (out, lse) of each variant, against base's
         for r in range(args.rounds):
-            for name, defines in variants.items():
-                use_variant(defines, workdir, name)
+            for name, variant in variants.items():
+                use_variant(variant, workdir)
                 samples[name].append(time_graph(step) * 1e3 / layers)
                 if r == 0:
                     outputs[name] = step()[0]
@@ -127,7 +140,7 @@ def time_variants(args, variants, workdir: Path) -> dict:
             ratios = [a / b for a, b in zip(s, base)]
             o, ref = outputs[name], outputs[BASE]
             diff = (o[0].float() - ref[0].float()).norm() / ref[0].float().norm()
-            rows[name] = {"defines": variants[name], "us": s, "median_us": statistics.median(s),
+            rows[name] = {"defines": variants[name].defines, "source": str(variants[name].source or ""), "us": s, "median_us": statistics.median(s),
                           "ratio_to_base": ratios, "ratio_median": statistics.median(ratios),
                           "ratio_min": min(ratios), "ratio_max": max(ratios),
                           "out_norm_rel_to_base": float(diff), "lse_max_abs_to_base": float((o[1] - ref[1]).abs().max())}
@@ -140,9 +153,9 @@ def time_variants(args, variants, workdir: Path) -> dict:
 def profile_one(args, variants, workdir: Path) -> None:
     """Child of `profile` under ncu: a warm-up launch, then one inside the NVTX range (layer 0 only)."""
     dev = torch.device("cuda")
-    (name, defines), = variants.items()
+    variant, = variants.values()
     step, _ = problem(get_preset(args.preset), 1, *(int(x) for x in args.shapes.split("x")), dev)
-    use_variant(defines, workdir, name)
+    use_variant(variant, workdir)
     step()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(NVTX_RANGE)
@@ -157,9 +170,10 @@ def profile(args, variants) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(","):
-        for name, defines in variants.items():
+        for name, variant in variants.items():
             rep = out / f"{args.preset}-{shape}-{name}"
-            spec = name + (":" + ",".join(f"{k}={v}" for k, v in defines.items()) if defines else "")
+            spec = (name + (f"@{variant.source}" if variant.source else "")
+                    + (":" + ",".join(f"{k}={v}" for k, v in variant.defines.items()) if variant.defines else ""))
             child = [sys.executable, "-m", "ci.experiments.fused_variants", "profile-child", str(out), "--preset",
                      args.preset, "--shapes", shape, "--only", spec]
             subprocess.run([args.ncu, "--set", "full", "--import-source", "yes", "--clock-control", "none", "--nvtx",
@@ -178,14 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out")
     ap.add_argument("--preset", default="glm5-tp8")
     ap.add_argument("--shapes", default="32x4096,128x2048")
-    ap.add_argument("--variant", action="append", default=[], help="NAME:DEF=V,DEF=V (base is always timed)")
+    ap.add_argument("--variant", action="append", default=[], help="NAME[@SOURCE.cu]:DEF=V,DEF=V (base is always timed)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--config", help="FIELD=V,... replacing fields of the table entry's Config (booleans 0 / 1)")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--only", help=argparse.SUPPRESS)  # profile-child: the one variant it launches
     args = ap.parse_args(argv)
-    variants = dict([parse_variant(args.only)] if args.only else [(BASE, {})] + [parse_variant(v) for v in args.variant])
+    variants = {v.name: v for v in ([parse_variant(args.only)] if args.only else
+                                     [Variant(BASE, {})] + [parse_variant(v) for v in args.variant])}
     workdir = Path(tempfile.mkdtemp(prefix="fused-variants-"))
     if args.mode == "time":
         doc = time_variants(args, variants, workdir)
