@@ -113,7 +113,7 @@ def gates(row: list[str]) -> bool:
         return False
     before, after = _seconds(row[1]), _seconds(row[2])
     if metric.resolution and before is not None and after is not None and metric.unit in TIME_UNITS:
-        return (after - before) / TIME_UNITS[metric.unit] >= metric.resolution
+        return round((after - before) / TIME_UNITS[metric.unit], 9) >= metric.resolution  # printed values: no float residue
     return True
 
 

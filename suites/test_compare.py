@@ -174,7 +174,7 @@ def test_pass_to_fail_exits_1(write, capsys):
     ("pass", "error", "failing", 1), ("pass", "fail", "failing", 1), ("pass", "unsupported", "failing", 1),
     ("fail", "fail", "failing", 1), ("error", "fail", "failing", 1), ("fail", "error", "failing", 1),  # still failing
     ("fail", "pass", "fixed", 0), ("error", "pass", "fixed", 0), ("unsupported", "pass", "changed", 0),
-    ("fail", "unsupported", "changed", 0), ("pass", "pass", "unchanged", 0), ("unsupported", "unsupported", "unchanged", 0),
+    ("fail", "unsupported", "failing", 1), ("error", "unsupported", "failing", 1), ("pass", "pass", "unchanged", 0), ("unsupported", "unsupported", "unchanged", 0),
 ])
 def test_verdict_transitions(b, h, status, code):
     comparison = compare_results(_doc(_rows(verdict=b)), _doc(_rows(verdict=h)), 0.1)

@@ -272,6 +272,33 @@ def test_an_unknown_device_is_bad_input_when_timings_gate(a, tmp_path, capsys, e
     assert code == 0 and err == ""
 
 
+def test_a_gpu_named_in_one_file_only_cannot_judge(a, tmp_path, capsys):
+    """A CUDA file without its GPU's name cannot be shown to come from the base's GPU: its timings were judged
+    (an unchanged head exited 0, a 1.3x slower one 1)."""
+    base = _on_gpu(a)
+    unnamed = copy.deepcopy(base)
+    unnamed["environment"]["gpu"] = None
+    for b, h, side in ((base, _rerun(unnamed), "base"), (unnamed, _rerun(base), "head")):
+        code, out, _ = _compare(tmp_path, b, h, capsys)
+        assert code == 2 and f"ENVIRONMENTS DIFFER: GPU NVIDIA H200 named only in the {side}" in out and "CANNOT JUDGE" in out
+    code, out, _ = _compare(tmp_path, base, _rerun(base), capsys)
+    assert code == 0 and "ENVIRONMENTS DIFFER" not in out  # twin: both named
+
+
+def test_a_control_with_too_few_samples_cannot_judge(a, tmp_path, capsys):
+    """A control of 3 samples a side was `undersampled`, so the environment guard passed it unread: a head on a GPU
+    at half the copy bandwidth had its timings judged (exit 0 for the unchanged head)."""
+    base, head = _on_gpu(a), _rerun(_on_gpu(a))
+    (control,) = _rows(base, "control_copy_gbps")
+    _set_samples(control, control["samples"][:3])
+    _set_samples(_rows(head, "control_copy_gbps")[0], [v / 2 for v in control["samples"]])
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and "control control_copy_gbps cannot be checked: too few samples (3 vs 3" in out and "CANNOT JUDGE" in out
+    _set_samples(_rows(head, "control_copy_gbps")[0], control["samples"])  # twin: equal controls, too few to test, equal medians
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "ENVIRONMENTS DIFFER" not in out
+
+
 # 5. units
 
 
@@ -282,7 +309,25 @@ def test_a_unit_change_is_bad_input(a, tmp_path, capsys, metric, unit, factor):
     row.update(unit=unit, value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
     code, out, err = _compare(tmp_path, a, head, capsys)
     assert code == 2 and out == ""
-    _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit))
+    _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit), "is not the base's")
+
+
+def test_a_unit_the_metric_table_does_not_declare_is_bad_input(a, tmp_path, capsys):
+    """cast_us labelled `ms` in both files (20 -> 30 us written as 0.020 -> 0.030) passed as `slower`: its 0.5 us
+    resolution was applied to milliseconds. A unit other than the table's is one error line naming the field."""
+    base, head = _on_gpu(a), _rerun(_on_gpu(a))
+    for doc, scale in ((base, 1.0), (head, 1.5)):
+        _set_samples(_rows(doc, "cast_us", "stock")[0], [0.020 * scale * (1 + i / 1000) for i in range(10)])
+        _rows(doc, "cast_us", "stock")[0]["unit"] = "ms"
+    code, out, err = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, "base.json: stock/cast_us.unit", "'ms'", "'us'")
+    for doc in (base, head):  # twin: the same timings in the table's unit regress
+        row = _rows(doc, "cast_us", "stock")[0]
+        _set_samples(row, [v * 1000 for v in row["samples"]])
+        row["unit"] = "us"
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "stock/cast_us regressed" in out
 
 
 # 6. verdicts
@@ -298,7 +343,8 @@ def test_a_verdict_outside_the_four_is_bad_input(a, tmp_path, capsys, value):
     _one_error_line(err, f"rows[{index}].value")
 
 
-@pytest.mark.parametrize("base_value, head_value", [("pass", "unsupported"), ("pass", "fail"), ("error", "fail"),
+@pytest.mark.parametrize("base_value, head_value", [("pass", "unsupported"), ("fail", "unsupported"), ("error", "unsupported"),
+                                                    ("pass", "fail"), ("error", "fail"),
                                                     ("fail", "fail")])
 def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_value):
     base, head = copy.deepcopy(a), copy.deepcopy(a)
@@ -331,6 +377,20 @@ def test_an_explained_unsupported_strategy_needs_no_other_rows(a, tmp_path, caps
     head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "gather_cast/verdict failing" in out and "gather_cast/extra_bytes missing" in out
+
+
+def test_a_failing_strategy_turned_unsupported_in_the_same_environment_fails(a, tmp_path, capsys):
+    """A base whose strategy errored (a run writes its verdict row alone) against a head that calls it unsupported,
+    in the same environment, passed as `changed`: the quickest way to turn a red gate green without a fix."""
+    base, head = copy.deepcopy(a), _rerun(a)
+    for doc, value in ((base, "error"), (head, "unsupported")):
+        doc["rows"] = [r for r in doc["rows"] if r["strategy"] != "gather_cast" or r["metric"] == "verdict"]
+        _rows(doc, "verdict", "gather_cast")[0].update(value=value, detail={"status": value, "reason": "no"})
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 1 and "gather_cast/verdict failing" in out and "unsupported in the same environment (error in the base)" in out
+    head["environment"]["torch"] = "2.99.0"  # twin: an environment that explains it
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "failing" not in out and "1 unsupported" in out
 
 
 # 8. bounded memory

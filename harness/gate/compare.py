@@ -13,15 +13,16 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   side, is `disturbed`, not compared (a throttled or shared GPU's numbers are no measurement, whichever
   way they point); one with fewer than decision.MIN_SAMPLES samples on either side is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
-- verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass` ->
-  `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+- verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass`, `fail` or
+  `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
 Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
 when its strategy's verdict is an explained `unsupported`).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
 Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
-(a drop or a rise), only one file has a control, or the GPU differs, timed gating metrics cannot be judged.
+(a drop or a rise) or have too few samples for it, only one file has a control, or the GPU differs or is
+named in one file only, timed gating metrics cannot be judged.
 
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
@@ -265,12 +266,12 @@ def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
         return Change(key, base, head, "unchanged")
     if h == "pass":
         return Change(key, base, head, "fixed" if b in BAD_VERDICTS else "changed")
-    if b == "pass":  # pass -> unsupported
-        if explained:
-            return Change(key, base, head, "unsupported", note=f"the head's environment differs: {explained}")
-        why = (head.detail or {}).get("reason") or (head.detail or {}).get("unsupported") or ""
-        return Change(key, base, head, FAILING, note=f"unsupported in the same environment{f': {why}' if why else ''}")
-    return Change(key, base, head, "changed")
+    # pass, fail or error -> unsupported: the head stopped running what the base ran (a failing check is not hidden so)
+    if explained:
+        return Change(key, base, head, "unsupported", note=f"the head's environment differs: {explained}")
+    why = (head.detail or {}).get("reason") or (head.detail or {}).get("unsupported") or ""
+    was = "" if b == "pass" else f" ({b} in the base)"
+    return Change(key, base, head, FAILING, note=f"unsupported in the same environment{was}{f': {why}' if why else ''}")
 
 
 def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained: str) -> Change:
@@ -303,19 +304,32 @@ def _same_units(b: dict[tuple, Row], h: dict[tuple, Row], head_name: str) -> Non
                                f"{h[key].unit!r} is not the base's {b[key].unit!r}: values in other units do not compare")
 
 
+def _declared_units(rows: dict[tuple, Row], name: str) -> None:
+    """Every valued row of a declared metric is in the metric table's unit (its resolution and format are in that unit)."""
+    for key, row in sorted(rows.items()):
+        metric = METRICS.get(key[5])
+        if metric is not None and metric.unit and row.value is not None and row.unit != metric.unit:
+            raise HarnessError(f"{name}: {key[3]}/{key[5]}.unit", f"{row.unit!r} is not the metric table's {metric.unit!r} "
+                                                                   "(harness/results/metrics.py): a mislabelled value is not judged")
+
+
 def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
-    another GPU, a control in one file only, or controls apart by the decision rule (the head's copy
-    bandwidth lower or higher)."""
+    another GPU, a GPU named in one file only, a control in one file only, controls apart by the decision
+    rule (the head's copy bandwidth lower or higher) or with too few samples to tell."""
     bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
     if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
         return f"GPU {bgpu} vs {hgpu}"
+    if bool(bgpu) != bool(hgpu):
+        return f"GPU {bgpu or hgpu} named only in the {'base' if bgpu else 'head'}"
     controls = has_control(base), has_control(head)
     if controls[0] != controls[1]:
         return f"control {CONTROL} only in the {'base' if controls[0] else 'head'}"
     for key in sorted(b.keys() & h.keys()):
         if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
             d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
+            if d.status == decision.UNDERSAMPLED:
+                return f"control {CONTROL} cannot be checked: {d.note}"
             if d.status in (REGRESSED, decision.IMPROVED):
                 return (f"control {CONTROL} {b[key].value:.4g} -> {h[key].value:.4g} GB/s "
                         f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
@@ -349,6 +363,8 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
             raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
     _same_case(base, head, names)
     _same_units(b, h, names[1])
+    _declared_units(b, names[0])
+    _declared_units(h, names[1])
     base_device, device = _known_device(base, names[0]), _known_device(head, names[1])
     device_differs = None if base_device == device else f"device {base_device} vs {device}"
     explained = _explains(base, head)
