@@ -28,16 +28,53 @@ def _read_text(path: Path) -> str:
         raise HarnessError(str(path), f"not UTF-8 text (byte {exc.start})") from None
 
 
+class _DuplicateKey(Exception):
+    """A JSON object that gives one key twice (json.loads would keep the last one silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def _not_text(value, where: str = "top level") -> str | None:
+    """The path of the first key or string that is no Unicode text (a lone surrogate escape such
+    as \\ud800: nothing can print it), else None."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{where}[{key}]" if isinstance(key, int) else key if where == "top level" else f"{where}.{key}"
+        if bad := (_not_text(key, at) if isinstance(key, str) else None) or _not_text(item, at):
+            return bad
+    return None
+
+
 def read_json(path: str | Path):
+    """A JSON file's document: a key given twice in one object, or a string that is no Unicode text, is refused."""
     path = Path(path)
     try:
-        return json.loads(_read_text(path))
+        doc = json.loads(_read_text(path), object_pairs_hook=_unique_keys)
+        bad = _not_text(doc)
+    except _DuplicateKey as exc:
+        raise HarnessError(f"{path}: {exc.args[0]}", "duplicate key: given twice in one object, of which a reader would see only the last") from None
     except json.JSONDecodeError as exc:
         raise HarnessError(str(path), f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise HarnessError(str(path), "JSON nested too deeply") from None
     except ValueError as exc:  # e.g. an integer past Python's digit limit
         raise HarnessError(str(path), f"not valid JSON: {exc}") from None
+    if bad:
+        raise HarnessError(f"{path}: {bad}", "a lone surrogate escape (\\ud800-\\udfff): not Unicode text")
+    return doc
 
 
 def read_toml(path: str | Path) -> dict:

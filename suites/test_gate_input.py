@@ -225,6 +225,25 @@ def _write(path: Path, doc: dict) -> Path:
     return path
 
 
+def test_a_key_given_twice_is_bad_input(a, tmp_path, capsys):
+    """A head edited to carry two `rows`, its own 1.5x slower ones and then the base's, was read as the
+    last (json keeps it) and passed the gate; a key given twice is bad input naming it."""
+    base, head = _on_gpu(a), _on_gpu(a)
+    for row in (r for r in _rows(base, "cast_us") if r["value"] is not None):
+        _set_samples(row, [100.0 + i for i in range(5)])
+    for row in (r for r in _rows(head, "cast_us") if r["value"] is not None):
+        _set_samples(row, [150.0 + i for i in range(5)])
+    bp, hp = _write(tmp_path / "base.json", base), tmp_path / "head.json"
+    text = json.dumps(_rerun(head))
+    hp.write_text(text[:-1] + ', "rows": ' + json.dumps(base["rows"]) + "}")
+    assert main_compare(bp, hp, "5%") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    _one_error_line(captured.err, f"{hp}: rows", "duplicate key")
+    hp.write_text(text)  # twin: the slower rows alone regress
+    assert main_compare(bp, hp, "5%") == 1 and "cast_us regressed" in capsys.readouterr().out
+
+
 # 4. devices
 
 

@@ -223,6 +223,8 @@ HOSTILE = {  # (edit of a good results file as JSON text, the field the one-line
     "integer gpu": (lambda t: t.replace('"gpu": "NVIDIA H200"', '"gpu": 7'), "gpu"),
     "integer reason": (lambda t: t.replace('"reason": "norm_rel 0.2 > 0.05"', '"reason": 7'), "reason"),
     "100k-deep JSON": (lambda t: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "duplicate key": (lambda t: t.replace('"rows": ', '"rows": [], "rows": ', 1), "rows: duplicate key"),  # json kept the last
+    "lone surrogate": (lambda t: t.replace('"gpu": "NVIDIA H200"', '"gpu": "NVIDIA \\ud800"'), "gpu"),  # was a traceback printing it
 }
 
 
