@@ -207,6 +207,15 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     _one_error_line(err, "base.json: rows[].scenario", "several cases")
 
 
+def test_a_v1_slot_count_in_other_digits_is_not_recorded(a, tmp_path, capsys):
+    """'--slots ²' in a v1 command line: '²'.isdigit() held but int('²') raised, a traceback instead of a case."""
+    v1 = _as_v1(a, "python -m harness run --scenario b1-l500 --slots ² --layers=2")
+    assert load_results(_write(tmp_path / "v1.json", v1)).case.slots is None
+    code, _, err = _compare(tmp_path, v1, a, capsys)
+    assert code == 2
+    _one_error_line(err, "case.slots")
+
+
 @pytest.mark.parametrize("repro, tpot_row, command", [("python -m harness run --scenario b1-l500", False, "run"),
                                                      ("python -m harness tpot --scenario b1-l500", False, "tpot"),
                                                      ("", True, "tpot"), ("", False, "run")])

@@ -248,7 +248,7 @@ def _flag(repro: str, name: str) -> str | None:
 
 
 def _count(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None  # "²".isdigit(), but int() refuses it
 
 
 class _RowsV1(msgspec.Struct):
