@@ -108,6 +108,8 @@ GOOD = {"name": "x", "seed": 1, "steps": 1, "kv_lens": [4, 5]}
         ({"layout": "explicit", "slots": [[1, 2, 3], [4, 5, 0, 6]]}, "slots[1][2]"),
         ({"layout": "explicit", "slots": [[1, 2, 3], [4, 5, 2, 6]]}, "slots[1][2]"),
         ({"slots": [[1, 2, 3], [4, 5, 6, 7]]}, "slots"),
+        ({"description": {"a": 1}}, "description"),  # was read as the text "{'a': 1}"
+        ({"description": 5}, "description"),
     ],
 )
 def test_bad_fields_name_file_and_field(patch, field):

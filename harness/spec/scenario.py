@@ -102,6 +102,9 @@ def parse_scenario(data: dict, source: str) -> Scenario:
     name = data.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
         raise HarnessError(f"{source}: name", f"must be 1-{MAX_NAME} of A-Z a-z 0-9 . _ - (it names files), got {str(name)[:40]!r}")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise HarnessError(f"{source}: description", f"must be a string, got {type(description).__name__} {str(description)[:40]}")
     seed = _int(f"{source}: seed", data.get("seed", 0), 0, MAX_SEED)
     steps = _int(f"{source}: steps", data.get("steps", 1), 1, MAX_STEPS)
     if "kv_lens" in data:
@@ -146,7 +149,7 @@ def parse_scenario(data: dict, source: str) -> Scenario:
                            f"at most {MAX_SCHEDULE_ROWS:,} (the schedule holds every step's indices)")
     return Scenario(
         name=name,
-        description=str(data.get("description", "")),
+        description=description,
         seed=seed,
         steps=steps,
         kv_lens=kv_lens,
