@@ -10,16 +10,20 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+MAX_BYTES = 256 << 20  # larger is no file of the harness's (an endless stream such as /dev/zero would fill memory)
 
 
 def _read_text(path: Path) -> str:
     """The file as UTF-8 text (a UTF-8 BOM is dropped); UTF-16 is named as such, not "not text"."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise HarnessError(str(path), "no such file") from None
     except OSError as exc:
         raise HarnessError(str(path), f"cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise HarnessError(str(path), f"more than {MAX_BYTES >> 20} MiB: not a results file, manifest, scenario or table")
     if raw[:2] in UTF16_BOMS or (len(raw) > 1 and 0 in raw[:2] and max(raw[:2]) in range(9, 127)):  # BOM, or ASCII + NUL
         raise HarnessError(str(path), "UTF-16 text (Windows 'Unicode'); save it as UTF-8")
     try:

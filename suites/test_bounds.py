@@ -3,6 +3,11 @@ repeat count is one line and exit 2, seeds are 32-bit. Planted twins: suites/tes
 
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -94,6 +99,23 @@ def test_utf16_inputs_are_named_utf16(tmp_path, kind, encoding):
     with pytest.raises(HarnessError, match="UTF-16 text") as err:
         (read_json if kind == "json" else read_toml)(path)
     assert err.value.where == str(path)
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_an_endless_input_is_one_line_not_a_memory_kill(command):
+    """/dev/zero given as a results file was read whole: a MemoryError traceback under a memory
+    limit, without one the machine's memory filled. Reading stops past datafiles.MAX_BYTES."""
+    root = Path(__file__).resolve().parent.parent
+    limit = 1 << 30  # 1 GiB of address space
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    argv = ["compare", "/dev/zero", "/dev/zero"] if command == "compare" else ["report", "/dev/zero"]
+    proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120, preexec_fn=cap)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: /dev/zero: more than 256 MiB"), proc.stderr
 
 
 def test_utf8_with_bom_reads_and_binary_is_not_called_utf16(tmp_path):
