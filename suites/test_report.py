@@ -178,12 +178,14 @@ BAD_INPUTS = {
     "bad created": (None, "created"),
     "bad row": (None, "rows[0].value"),
     "bad independent": (json.dumps({"torch_cast_us": "fast"}), "torch_cast_us"),
+    "negative independent": (json.dumps({"torch_cast_us": -105.0}), "torch_cast_us"),  # was compared as a timing
+    "zero independent": (json.dumps({"gather_cast_4096_us": 0}), "gather_cast_4096_us"),
 }
 
 
 def _bad_file(tmp_path, case: str):
     text, _ = BAD_INPUTS[case]
-    path = tmp_path / ("independent.json" if case == "bad independent" else "bad.json")
+    path = tmp_path / ("independent.json" if case.endswith(" independent") else "bad.json")
     if case in ("bad created", "bad row"):
         doc = json.loads(_write(path).read_text())
         if case == "bad created":

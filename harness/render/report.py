@@ -83,8 +83,8 @@ def _load_independent(path: Path) -> dict:
     if not isinstance(doc, dict):
         raise HarnessError(str(path), f"top level must be an object, got {type(doc).__name__}")
     for *_, key in CROSS_CHECKS:
-        if key in doc and not is_number(doc[key]):
-            raise HarnessError(f"{path}: {key}", f"must be a finite number, got {doc[key]!r}")
+        if key in doc and not (is_number(doc[key]) and doc[key] > 0):  # a timing, in µs
+            raise HarnessError(f"{path}: {key}", f"must be a finite number > 0, got {doc[key]!r}")
     return doc
 
 
