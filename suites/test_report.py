@@ -148,6 +148,19 @@ def test_force_removes_an_earlier_reports_plot_this_one_does_not_make(tmp_path):
     assert (out / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
 
 
+def test_force_keeps_a_plot_named_file_no_earlier_report_made(tmp_path):
+    """--force replaces the report's own files; a file named as a plot this report does not make, which no
+    earlier report.md in --out shows (the user's own), is kept, not removed as an earlier report's plot."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trend_step_ms.png").write_bytes(b"mine")
+    (out / "report.md").write_text("# my notes, no plots\n")
+    check_out_dir(out, force=True)
+    text = _render([_write(tmp_path / "a.json")], out)
+    assert (out / "trend_step_ms.png").read_bytes() == b"mine"
+    assert "removed" not in text
+
+
 def test_same_run_twice_is_not_a_trend(tmp_path):  # negative control for trend detection
     path = _write(tmp_path / "a.json")
     _render([path, path], tmp_path / "out")

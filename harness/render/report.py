@@ -371,6 +371,16 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
     check_new_dir(out_dir, "--out")
 
 
+def _earlier_plots(out_dir: Path) -> list[str]:
+    """The plots an earlier report in `out_dir` made: those its report.md shows that are still there (a file
+    of that name that report.md does not show is not the report's, and is kept)."""
+    try:
+        earlier = (out_dir / "report.md").read_text(errors="replace")
+    except OSError:  # none (or unreadable): no plot there is known to be a report's
+        return []
+    return [name for name in REPORT_FILES[1:] if f"]({name})" in earlier and (out_dir / name).is_file()]
+
+
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:
     """Print the report; with out_dir also write report.md and plots there (only once every input loads)."""
     paths = [Path(p) for p in paths]
@@ -400,7 +410,7 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
     for name in REPORT_FILES:  # --force replaces the report's own files in --out, never a file a link there leads to
         if (out_dir / name).is_symlink():
             raise HarnessError("--out", f"{out_dir / name} is a link to {os.path.realpath(out_dir / name)}; nothing was written")
-    stale = [out_dir / name for name in REPORT_FILES if name not in files and (out_dir / name).exists()]
+    stale = [out_dir / name for name in _earlier_plots(out_dir) if name not in files]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
