@@ -140,6 +140,18 @@ def write_config(repo: Path, subdir: str, work: Path) -> Path:
     return path
 
 
+def known_machine() -> bool:
+    """Whether asv's machine file (~/.asv-machine.json) describes this host already: kept as the user wrote it."""
+    from asv import util
+    from asv.machine import Machine, MachineCollection
+
+    try:
+        MachineCollection.load(Machine.get_unique_machine_name())
+    except util.UserError:
+        return False
+    return True
+
+
 def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """asv continuous BASE HEAD through ci/asv_gate.py, on the SGLang checkout."""
     base, head = (resolve(repo, what, ref) for what, ref in (("BASE", args.commits[0]), ("HEAD", args.commits[1])))
@@ -157,8 +169,9 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     os.chdir(ROOT)  # asv imports the ".ci.asv_sglang_env" plugin from the working directory
 
     machine = ["--machine", args.machine] if args.machine else []
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", *machine, "--config", str(config)],
-                   check=True, stdout=subprocess.DEVNULL)  # this machine's description, as asv records it
+    if machine or not known_machine():  # without --machine, `asv machine --yes` rewrites a described host with its guesses
+        subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", *machine, "--config", str(config)],
+                       check=True, stdout=subprocess.DEVNULL)  # this machine's description, as asv records it
 
     gate_args = [base, head, "--factor", f"{args.factor:g}", *(["--bench", args.bench] if args.bench else []),
                  *machine, "--config", str(config), *extra]

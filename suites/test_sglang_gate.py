@@ -47,9 +47,11 @@ def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
 
 
 @pytest.fixture
-def no_asv(monkeypatch):
-    """Stand-ins for asv: `asv machine` and the gate record their arguments instead of running."""
+def no_asv(monkeypatch, tmp_path_factory):
+    """Stand-ins for asv: `asv machine` and the gate record their arguments instead of running (under a HOME
+    with no asv machine file)."""
     calls = {"machine": [], "gate": []}
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
     real_run = subprocess.run
 
     def run(cmd, *args, **kwargs):
@@ -145,6 +147,25 @@ def test_good_input_reaches_the_asv_gate_with_the_sglang_config(tmp_path, capsys
     assert Path(conf["benchmark_dir"]) == ROOT / "ci" / "asv_sglang_bench" and Path(conf["env_dir"]).parent == work
     assert os.environ["MLA_ASV_STRATEGIES"] == ",".join(sglang_gate.sglang_strategies())
     assert "sglang_flashinfer" in sglang_gate.sglang_strategies() and "stock" not in sglang_gate.sglang_strategies()
+
+
+def test_the_users_asv_machine_file_is_kept(tmp_path, capsys, monkeypatch):
+    """`asv machine --yes` without --machine replaces this host's entry in ~/.asv-machine.json with asv's guesses:
+    the gate leaves an entry the user wrote as it is (real asv, only the gate itself stubbed)."""
+    from asv.machine import Machine
+
+    from ci import asv_gate
+
+    monkeypatch.setattr(asv_gate, "main", lambda argv: 0)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(ROOT)
+    host = Machine.get_unique_machine_name()
+    entry = {"arch": "x86_64", "cpu": "my curated CPU", "machine": host, "num_cpu": "99", "os": "my os", "ram": "1"}
+    (tmp_path / ".asv-machine.json").write_text(json.dumps({host: entry, "version": 1}))
+    before = (tmp_path / ".asv-machine.json").read_bytes()
+    repo = fake_sglang(tmp_path)
+    assert sglang_gate.main(["--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b"]) == 0
+    assert (tmp_path / ".asv-machine.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("runnable", [False, True])
