@@ -2,7 +2,7 @@
 
 usage: python -m ci.shard_plan choose --model ci/shard_model.json --gpus N [PYTEST ARGS...]
            prints N workers (0: run without xdist); the reasoning goes to stderr
-       python -m ci.shard_plan fit --out MODEL.json RUN...
+       python -m ci.shard_plan fit --out MODEL.json [--force] RUN...
            RUN = WORKERS:WALL_S:JUNIT.xml (WORKERS 0 = no xdist), one per timed run of the same suite;
            prints a markdown table of the runs (wall, summed test time, speed-up vs no xdist)
 
@@ -25,6 +25,9 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.fsio import check_writable, refuse_overwriting_inputs, write_text
 
 MIN_SPEEDUP = 1.2
 
@@ -191,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, required=True, help="the model `fit` wrote (ci/shard_model.json)")
     p.add_argument("--gpus", type=_gpus, required=True, help="GPUs this runner has")
     p = sub.add_parser("fit", help="fit the model from timed runs; prints a markdown table of them", allow_abbrev=False)
-    p.add_argument("--out", type=Path, required=True, help="where to write the model JSON")
+    p.add_argument("--out", type=Path, required=True, help="where to write the model JSON (a new file, unless --force)")
+    p.add_argument("--force", action="store_true", help="--out: replace an existing file")
     p.add_argument("runs", nargs="+", metavar="RUN", help="WORKERS:WALL_S:JUNIT.xml (WORKERS 0 = no xdist)")
     return parser
 
@@ -206,15 +210,18 @@ def main(argv=None) -> int:
         if args.command == "fit":
             if pytest_args:
                 raise ValueError(f"fit: unknown argument {pytest_args[0]!r}")
+            try:  # before reading the runs: an existing file (unless --force) or a run's own junit XML is kept
+                check_writable(args.out, "--out", args.force)
+                refuse_overwriting_inputs([("--out", args.out)], [("the junit XML of run", s.split(":", 2)[-1]) for s in args.runs], [])
+            except HarnessError as exc:
+                raise ValueError(str(exc)) from None
             runs = [parse_run(spec) for spec in args.runs]
             model = fit(runs)
-            if args.out.is_dir():
-                raise ValueError(f"--out {args.out}: is a folder; name the model file")
             text = json.dumps(model, indent=1, sort_keys=True)
             try:
-                args.out.write_text(text)
-            except OSError as exc:
-                raise ValueError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+                write_text(args.out, text, "--out")
+            except HarnessError as exc:
+                raise ValueError(str(exc)) from None
             print(table(runs))
             return 0
         model = load_model(args.model)

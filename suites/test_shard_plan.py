@@ -47,9 +47,9 @@ def test_fit_rejects_bad_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| no xdist | 20.0 | 15.0 | 1.00x |" in out and "| -n 2 | 12.5 | 15.0 | 1.60x |" in out
     for bad in ("0:20", "x:20:j.xml", "0:-1:j.xml", f"0:20:{tmp_path / 'missing.xml'}"):
-        assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), bad]) == 2
+        assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), "--force", bad]) == 2
         assert capsys.readouterr().err.count("\n") == 1
-    assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), good, good]) == 2  # one run per WORKERS
+    assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), "--force", good, good]) == 2  # one run per WORKERS
     assert "same WORKERS" in capsys.readouterr().err
 
 
@@ -192,6 +192,20 @@ def _bad_input(capsys, argv, *needles):
     assert shard_plan.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and all(n in err for n in needles), err
+
+
+def test_fit_keeps_an_existing_file_and_its_own_inputs(tmp_path, capsys):
+    """fit --out never replaces a file already there (unless --force) nor one of its runs' junit XMLs, even with
+    --force: exit 2, one line, the file as it was; the twin: --force replaces an earlier model."""
+    (tmp_path / "j.xml").write_text(JUNIT)
+    run = f"0:20:{tmp_path / 'j.xml'}"
+    (tmp_path / "m.json").write_text("mine")
+    _bad_input(capsys, ["fit", "--out", str(tmp_path / "m.json"), run], "m.json", "exists")
+    assert (tmp_path / "m.json").read_text() == "mine"
+    _bad_input(capsys, ["fit", "--out", str(tmp_path / "j.xml"), "--force", run], "j.xml", "outputs never overwrite inputs")
+    assert (tmp_path / "j.xml").read_text() == JUNIT
+    assert shard_plan.main(["fit", "--out", str(tmp_path / "m.json"), "--force", run]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["work_s"] > 0
 
 
 def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):

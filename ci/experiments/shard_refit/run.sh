@@ -37,7 +37,7 @@ if [ -n "${WAIT_FOR_FILE:-}" ]; then  # a caller's job still on GPU 1: the two-w
 fi
 suite n2 90 -n 2 --dist loadgroup --binding-proof "$E/proof-n2"
 suite n0 120
-python3 -m ci.shard_plan fit --out "$E/shard_model.json" \
+python3 -m ci.shard_plan fit --force --out "$E/shard_model.json" \
     "0:$(cat "$E/wall-n0.txt"):$E/junit-n0.xml" "1:$(cat "$E/wall-n1.txt"):$E/junit-n1.xml" \
     "2:$(cat "$E/wall-n2.txt"):$E/junit-n2.xml" > "$E/shard.md" 2> "$E/fit.log"
 log "fit: exit $?"
