@@ -14,6 +14,7 @@
 #   TVM_FFI      apache-tvm-ffi requirement   (default apache-tvm-ffi==0.1.15.post2,
 #                                              within flashinfer's >=0.1.11,<0.2)
 #   PYTHON       interpreter that runs pip    (default python3)
+#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download)
 set -euo pipefail
 
 PY_VERSION=${PY_VERSION:-3.12}
@@ -24,8 +25,12 @@ PYTHON=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/.bundle/flashinfer-$FLASHINFER-py${PY_VERSION//./}.tar.xz}
 
+if [ -e "$OUT" ] || [ -L "$OUT" ]; then
+    [ "${FORCE:-}" = 1 ] || { echo "build_offline_bundle: $OUT exists; nothing was built (choose another OUT, or FORCE=1 replaces it)" >&2; exit 2; }
+fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+part=
+trap 'rm -rf "$work" ${part:+"$part"}' EXIT
 
 "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
     --python-version "$PY_VERSION" --implementation cp --platform "$PLATFORM" \
@@ -37,7 +42,9 @@ for wheel in "$work"/wheels/*.whl; do
 done
 
 mkdir -p "$(dirname "$OUT")"
+part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), renamed over OUT once complete
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
-    -cf - -C "$work/site" . | xz -6 -T0 > "$OUT.part"
-mv "$OUT.part" "$OUT"
+    -cf - -C "$work/site" . | xz -6 -T0 > "$part"
+chmod a+r "$part"
+mv "$part" "$OUT"
 echo "$OUT $(du -h "$OUT" | cut -f1)"

@@ -15,6 +15,7 @@
 #   PY_VERSION   target Python version        (default 3.12)
 #   PLATFORM     target wheel platform tag    (default manylinux_2_28_x86_64; older manylinux tags accepted)
 #   PYTHON       interpreter that runs pip    (default python3)
+#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download)
 #   SGLANG_WHEEL_PY, SGLANG_WHEEL_PLATFORM   the tags of sglang's own wheel (default 3.11, manylinux_2_34_x86_64)
 # install on the runner: . ci/gpu_env.sh FLASHINFER_BUNDLE JIT_TAR TRITON_TAR SGLANG_BUNDLE
 set -euo pipefail
@@ -45,8 +46,12 @@ while IFS= read -r line; do
     [[ "$has" == *" $name "* ]] || wanted+=("$line")
 done < "$PINS"
 
+if [ -e "$OUT" ] || [ -L "$OUT" ]; then
+    [ "${FORCE:-}" = 1 ] || { echo "build_sglang_bundle: $OUT exists; nothing was built (choose another OUT, or FORCE=1 replaces it)" >&2; exit 2; }
+fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+part=
+trap 'rm -rf "$work" ${part:+"$part"}' EXIT
 platforms=()
 for tag in "$PLATFORM" manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
     platforms+=(--platform "$tag")
@@ -65,7 +70,9 @@ find "$work/site/sglang" -name '*.so' -delete
 find "$work/site" -name '__pycache__' -prune -exec rm -rf {} +
 
 mkdir -p "$(dirname "$OUT")"
+part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), renamed over OUT once complete
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
-    -cf - -C "$work/site" . | xz -6 -T0 > "$OUT.part"
-mv "$OUT.part" "$OUT"
+    -cf - -C "$work/site" . | xz -6 -T0 > "$part"
+chmod a+r "$part"
+mv "$part" "$OUT"
 echo "$OUT $(du -h "$OUT" | cut -f1) (sglang==$SGLANG and ${#wanted[@]} packages: ${wanted[*]})"

@@ -1,0 +1,57 @@
+"""ci/build_offline_bundle.sh and ci/build_sglang_bundle.sh keep what is on disk: an existing OUT is kept (exit 2,
+before any download) unless FORCE=1, and a file named OUT.part is never the temporary. Offline: PYTHON is a stand-in
+whose `pip download` writes one small wheel and whose other commands are this interpreter's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["ci/build_offline_bundle.sh", "ci/build_sglang_bundle.sh"]
+FAKE_PYTHON = f"""#!/usr/bin/env bash
+if [ "$1 $2 $3" = "-m pip download" ]; then
+    echo download >> "$(dirname "$0")/downloads"
+    while [ $# -gt 0 ] && [ "$1" != -d ]; do shift; done
+    mkdir -p "$2"
+    exec {sys.executable} -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('sglang/__init__.py', '')" "$2/fake-1-py3-none-any.whl"
+fi
+exec {sys.executable} "$@"
+"""
+
+
+def build(tmp_path: Path, script: str, out: Path, **env: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    return subprocess.run(["bash", str(ROOT / script), str(out)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), **env})
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_existing_out_is_kept_unless_force(tmp_path, script):
+    out = tmp_path / "bundle.tar.xz"
+    out.write_text("mine")
+    proc = build(tmp_path, script, out)
+    assert proc.returncode == 2 and "exists; nothing was built" in proc.stderr, proc.stderr
+    assert out.read_text() == "mine" and not (tmp_path / "bin" / "downloads").exists()
+    proc = build(tmp_path, script, out, FORCE="1")  # twin: FORCE=1 replaces it
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(out) as tar:
+        assert "./sglang/__init__.py" in tar.getnames()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_file_named_out_part_is_not_the_temporary(tmp_path, script):
+    out = tmp_path / "bundle.tar.xz"
+    (tmp_path / "bundle.tar.xz.part").write_text("mine")
+    proc = build(tmp_path, script, out)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "bundle.tar.xz.part").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "bundle.tar.xz", "bundle.tar.xz.part"]  # no temporary left
+    assert out.stat().st_mode & 0o044 == 0o044  # readable as a plain new file is, not a temporary's 0600
