@@ -106,6 +106,25 @@ def test_cli_engine_sglang_rejects_strategies_it_cannot_install(tmp_path, capsys
     assert "unsupported" in rows["shadow"]["detail"] and os.path.exists(tmp_path / "w" / "model" / "config.json")
 
 
+def test_cli_engine_sglang_keeps_a_workdir_it_did_not_make(tmp_path, capsys):
+    """--sglang-workdir holding the user's files (a real model's config.json, a results file named as the driver's):
+    refused before anything runs, every file as it was; the twin: a folder an earlier run made is used again."""
+    from harness.cli import main
+
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    work = tmp_path / "mine"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "config.json").write_text('{"my": "model"}')
+    (work / "one_batch-gather_cast.jsonl").write_text("mine")
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--strategy", "gather_cast"]
+    assert main([*argv, "--sglang-workdir", str(work)]) == 2
+    assert "holds files the harness did not write" in capsys.readouterr().err
+    assert (work / "model" / "config.json").read_text() == '{"my": "model"}'
+    assert (work / "one_batch-gather_cast.jsonl").read_text() == "mine"
+    for _ in range(2):  # twin: a new folder, then the same one again
+        assert main([*argv, "--sglang-workdir", str(tmp_path / "w")]) == 0
+
+
 def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatch, capsys):
     """The steps are samples `compare` judges: a head whose every step is 20% slower fails (exit 1); a head
     with the base's steps in another order passes (twin)."""

@@ -56,6 +56,9 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     if args.engine == "sglang":
         check_repeats("--sglang-output-len", args.sglang_output_len, 2)  # SGLang times output_len - 1 decode steps
         _require_sglang(args.sglang_python)
+        from harness.tpot.sglang_driver import check_workdir
+
+        check_workdir(args.sglang_workdir)
     from harness.tpot.allreduce import DEFAULT_TABLE
 
     allreduce = AllReduce()

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.fsio import check_new_dir
 from harness.tpot.config import ModelShape
 
 # GLM-5's DSA indexer fields: assumed (DeepSeek-V3.2's values), not read from GLM-5's own config
@@ -60,6 +61,18 @@ def one_rank_overrides(shape: ModelShape) -> dict:
     """Fields that make a tp-1 model the size of one rank of the tp-`shape.tp` deployment."""
     return {"num_attention_heads": shape.heads, "num_key_value_heads": shape.heads,
             "moe_intermediate_size": shape.moe_inter, "intermediate_size": shape.dense_inter, "vocab_size": shape.vocab}
+
+
+WORKDIR_MARK = ".mla-harness-sglang-workdir"  # in a --sglang-workdir the driver made: its files there are its own
+
+
+def check_workdir(workdir: Path) -> None:
+    """Before any work: --sglang-workdir is new, empty or one the driver made (its mark), so the model's
+    config.json and the result files it replaces are never a user's (`run` marks it)."""
+    check_new_dir(workdir, "--sglang-workdir")
+    if workdir.is_dir() and any(workdir.iterdir()) and not (workdir / WORKDIR_MARK).is_file():
+        raise HarnessError("--sglang-workdir", f"{workdir} holds files the harness did not write; they are kept "
+                           "(choose a new or empty folder)")
 
 
 def write_model_folder(shape: ModelShape, folder: Path) -> Path:
@@ -121,6 +134,8 @@ def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, outpu
         python: str = sys.executable, one_rank: bool = True, timeout_s: int = 3600) -> dict:
     """Run the benchmark once for `strategy`: {step_ms (every decode step), tpot_ms (their median),
     sglang_median_ms (SGLang's own, unrounded), command, log_tail}."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WORKDIR_MARK).touch()
     folder = write_model_folder(shape, workdir / "model")
     result_file = workdir / f"one_batch-{strategy}.jsonl"
     result_file.unlink(missing_ok=True)
