@@ -160,3 +160,27 @@ def test_merged_statistics_keep_the_worst_relative_and_norm_errors():
     b = ErrorStats(max_abs=0.5, max_rel=0.3, norm_rel=0.02, mismatches=1, total=10, matched_ratio=0.9, worst_index=(1,), nonfinite=0)
     m = merge_stats([a, b])
     assert (m.max_abs, m.max_rel, m.norm_rel) == (1.0, 0.3, 0.02)
+
+
+def test_rounding_toward_zero_fails_on_bias_where_every_other_check_passes():
+    """fp32 -> bf16 by truncation (the Triton interpreter's own cast) errs by under one bf16 ulp, inside atol + rtol and
+    max_norm_rel, but always toward zero: the signed bias sees it; round-to-nearest passes."""
+    import torch
+
+    from harness.verify.check import signed_bias
+
+    out, lse = _gold()
+    tol = policy("stock", "torch")
+    truncated = (out.view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+    assert torch.equal(truncated.float(), (out.view(torch.int32) & -65536).view(torch.float32))
+    v = check_against_golden(truncated, lse, out, lse, tol)
+    assert v.stats.mismatches == 0 and v.stats.norm_rel <= tol.max_norm_rel  # the other checks pass it
+    assert v.status == Status.FAIL and "biased" in v.reason and signed_bias(truncated, out) < -tol.max_bias
+    assert check_against_golden(out.to(torch.bfloat16), lse, out, lse, tol).passed
+    assert abs(signed_bias(out.to(torch.bfloat16), out)) < tol.max_bias / 5
+
+
+def test_every_policy_row_bounds_the_bias():
+    from harness.verify.check import default_policy
+
+    assert all(t.max_bias <= 1e-3 for t in default_policy().values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -34,6 +35,9 @@ class Tolerance:
     rtol: float
     max_norm_rel: float  # ||out - gold|| / ||gold|| over the whole tensor
     lse_atol: float
+    # |sum((out - gold) * sign(gold))| / sum(|gold|): the outputs' systematic shrink or growth (a biased
+    # rounding, a scaled V); unbiased errors average out of it. Required in tolerances.toml; inf: not checked.
+    max_bias: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,18 @@ def error_stats(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     )
 
 
+def signed_bias(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """sum((actual - expected) * sign(expected)) / sum(|expected|) over the finite elements: the mean relative
+    shrink (< 0) or growth (> 0) of the outputs' magnitudes. Round-to-nearest and other unbiased errors cancel
+    in it (their sum grows as sqrt(n)); a rounding toward zero or a scaled output does not."""
+    a, e = actual.double(), expected.double()
+    finite = torch.isfinite(a)
+    den = float(torch.where(finite, e.abs(), 0.0).sum())
+    return float(torch.where(finite, (a - e) * e.sign(), 0.0).sum()) / den if den > 0 else 0.0
+
+
 def check_against_golden(out, lse, gold_out, gold_lse, tol: Tolerance) -> Verdict:
-    """Per-element |out-gold| <= atol + rtol*|gold|, norm-relative error, LSE; NaN/Inf always fail."""
+    """Per-element |out-gold| <= atol + rtol*|gold|, norm-relative error, signed bias, LSE; NaN/Inf always fail."""
     if out.shape != gold_out.shape or lse.shape != gold_lse.shape:
         return Verdict(Status.FAIL, f"shape {tuple(out.shape)} != golden {tuple(gold_out.shape)}")
     stats = error_stats(out, gold_out, tol.atol, tol.rtol)
@@ -153,6 +167,8 @@ def check_against_golden(out, lse, gold_out, gold_lse, tol: Tolerance) -> Verdic
         reasons.append(f"{stats.mismatches}/{stats.total} elements outside atol={tol.atol:g} rtol={tol.rtol:g}, worst at {stats.worst_index}")
     if stats.norm_rel > tol.max_norm_rel:
         reasons.append(f"norm-relative error {stats.norm_rel:.3g} > {tol.max_norm_rel:g}")
+    if abs(bias := signed_bias(out, gold_out)) > tol.max_bias:
+        reasons.append(f"outputs biased {bias:+.3g} (signed relative) beyond {tol.max_bias:g}: a rounding toward zero or a scaled output")
     if not bool((lse_err <= tol.lse_atol).all()):
         reasons.append(f"LSE error {float(lse_err.nan_to_num(float('inf')).max()):.3g} > {tol.lse_atol:g}")
     return Verdict(Status.FAIL if reasons else Status.PASS, "; ".join(reasons), stats)
