@@ -45,7 +45,7 @@ MUTATIONS = [
     ("bias-check-skipped", "harness/verify/check.py",
      "if abs(bias := signed_bias(out, gold_out)) > tol.max_bias:", "if False:",
      ["suites/test_check.py::test_rounding_toward_zero_fails_on_bias_where_every_other_check_passes"]),
-    ("lse-tolerance-widened-to-1e-4", "harness/verify/tolerances.toml", "lse_atol = 2e-5", "lse_atol = 1e-4",
+    ("lse-tolerance-widened-to-1e-4", "harness/verify/tolerances.toml", "lse_atol = 5e-5", "lse_atol = 1e-4",
      ["suites/test_negative_controls.py::test_lse_tolerance_sees_a_dropped_token_at_4096"]),
     ("fused-fp8-scale-fault-unclaimed", "harness/strategies/fused_fp8.py",
      "faults=(Fault.SCALE_ERROR,))", ")",
