@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import sys
 from dataclasses import asdict, is_dataclass
@@ -20,9 +21,29 @@ from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, R
 __all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "workload_digest", "write_results"]
 
 
+PATH_OPTIONS = ("--scenario-file", "--json", "--dump-outputs", "--golden-dir", "--allreduce-table", "--sglang-workdir")
+REPRO_ENV = ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")  # set ones change what a run does
+PATH_ENV = ("MLA_HARNESS_GOLDEN_DIR",)
+
+
 def repro_command(argv: list[str] | None = None) -> str:
-    args = sys.argv[1:] if argv is None else argv
-    return shlex.join(["python", "-m", "harness", *args])
+    """The command line that reruns this one from any folder: path options made absolute, and the environment
+    variables of REPRO_ENV that are set put before it (VAR=value python -m harness ...)."""
+    args, path_next = [], False
+    for word in sys.argv[1:] if argv is None else argv:
+        name, eq, value = word.partition("=")
+        if path_next:
+            word = _absolute(word)
+        elif eq and name in PATH_OPTIONS:
+            word = f"{name}={_absolute(value)}"
+        args.append(word)
+        path_next = not path_next and word in PATH_OPTIONS
+    env = [f"{k}={shlex.quote(_absolute(os.environ[k]) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
+    return " ".join([*env, shlex.join(["python", "-m", "harness", *args])])
+
+
+def _absolute(path: str) -> str:
+    return path if path == "none" else os.path.abspath(path)  # `--allreduce-table none` is no path
 
 
 def workload_digest(case, extra: dict | None = None) -> str:

@@ -103,7 +103,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         env["copy_gbps"] = copy_gbps
         workload = {"engine": "harness", "model": shape, "weight_sets": ctx.weight_sets, "allreduce": allreduce.describe(),
                     "allreduce_table": getattr(allreduce, "table", None)}
-        write_results(args.json, rows, env, repro_command(), case_record(case, ctx.backend.name, "auto", "tpot", workload))
+        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
 
@@ -143,7 +143,7 @@ def _sglang(args, console: Console, case, shape, names) -> int:
                                 "command": out["command"]}, **ident))
     if args.json:
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
-        write_results(args.json, rows, environment(torch_device()), repro_command(),
+        write_results(args.json, rows, environment(torch_device()), repro_command(args.argv),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
