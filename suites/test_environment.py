@@ -77,3 +77,49 @@ def test_a_gate_commit_that_did_not_import_is_still_named(monkeypatch):
     monkeypatch.setenv("MLA_HARNESS_SGLANG_COMMIT", "abc123")
     env = environment(torch.device("cpu"))
     assert (env["sglang"], env["sglang_path"], env["sglang_commit"]) == (None, None, "abc123")
+
+
+HARNESS = __import__("pathlib").Path(__file__).resolve().parents[1] / "harness"
+
+
+def _commit_of(pythonpath) -> str | None:
+    """environment()'s git_commit when `harness` is imported from `pythonpath` (a fresh process, variable unset)."""
+    import json
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MLA_HARNESS_GIT_COMMIT"} | {"PYTHONPATH": str(pythonpath)}
+    code = "import json, torch; from harness.measure.environment import environment; print(json.dumps(environment(torch.device('cpu'))['git_commit']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_git_commit_says_dirty_and_is_none_in_another_projects_repository(tmp_path):
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    own, other = tmp_path / "own", tmp_path / "other"
+    for repo in (own, other):
+        repo.mkdir()
+        _git(repo, "init", "-q")
+    shutil.copytree(HARNESS, own / "harness", ignore=ignore)  # a checkout of the harness: harness/ at its top
+    shutil.copytree(HARNESS, other / "vendor" / "harness", ignore=ignore)  # vendored in another project
+    for repo in (own, other):
+        _git(repo, "add", ".")
+        _git(repo, "commit", "-qm", "x")
+    head = _git(own, "rev-parse", "HEAD")
+    assert _commit_of(own) == head
+    with open(own / "harness" / "errors.py", "a") as f:
+        f.write("# a local change\n")
+    assert _commit_of(own) == head + "-dirty"
+    assert _commit_of(other / "vendor") is None  # not the other project's HEAD
+
+
+def test_environment_names_the_cpu_model_triton_and_harness_version():
+    from importlib.metadata import version
+
+    with open("/proc/cpuinfo") as f:
+        models = [line.split(":", 1)[1].strip() for line in f if line.split(":")[0].strip() in ("model name", "Model")]
+    env = environment(torch.device("cpu"))
+    assert env["cpu"] == (models[0] if models else env["cpu"])
+    assert env["triton"] == version("triton") and env["harness"] == version("mla-harness")

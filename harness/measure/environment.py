@@ -26,10 +26,41 @@ def _git(folder: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder whose harness/ this package is
+
+
 def _git_commit() -> str | None:
+    """MLA_HARNESS_GIT_COMMIT, else the HEAD of the checkout this harness/ is the top-level package of ("-dirty" with
+    changes to tracked files there); None when it is no checkout's own (a copy, or one inside another project's repository)."""
     if commit := envvars.read("MLA_HARNESS_GIT_COMMIT"):
         return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
-    return _git(Path(__file__).parent, "rev-parse", "HEAD")
+    top = _git(CHECKOUT, "rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != CHECKOUT or not (head := _git(CHECKOUT, "rev-parse", "HEAD")):
+        return None
+    return head + ("-dirty" if _git(CHECKOUT, "status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux); else what platform says (often only the architecture)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _installed(distribution: str) -> str | None:
+    """The installed version of `distribution`, without importing it; None when it is not installed."""
+    try:
+        from importlib.metadata import version
+
+        return version(distribution)
+    except Exception:
+        return None
 
 
 def _imported(name: str) -> tuple[str | None, Path | None]:
@@ -44,12 +75,7 @@ def _imported(name: str) -> tuple[str | None, Path | None]:
 def _flashinfer() -> dict:
     version, folder = _imported("flashinfer")
     if version is None:
-        try:
-            from importlib.metadata import version as installed
-
-            version = installed("flashinfer-python")
-        except Exception:
-            version = None
+        version = _installed("flashinfer-python")
     return {"flashinfer": version, "flashinfer_path": str(folder) if folder else None}
 
 
@@ -93,11 +119,13 @@ def environment(device: torch.device) -> dict:
     env = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": np.__version__,
+        "triton": _imported("triton")[0] or _installed("triton"),
+        "harness": _installed("mla-harness"),
         "device": str(device),
         "git_commit": _git_commit(),
         **_flashinfer(),

@@ -141,7 +141,7 @@ class Row:
 class Environment(msgspec.Struct):
     """Where and with what the numbers were made: harness.measure.environment.environment() builds it, readers read it back."""
 
-    git_commit: str | None = None
+    git_commit: str | None = None  # "-dirty" when tracked files of the checkout had changes
     hostname: str | None = None
     platform: str | None = None
     device: str | None = None
@@ -150,6 +150,8 @@ class Environment(msgspec.Struct):
     python: str | None = None
     torch: str | None = None
     numpy: str | None = None
+    triton: str | None = None  # the imported triton's __version__, else the installed distribution's
+    harness: str | None = None  # the installed mla-harness distribution's version (git_commit says which code ran)
     flashinfer: str | None = None  # the imported flashinfer's __version__ (else the installed distribution's)
     flashinfer_path: str | None = None  # the imported flashinfer package's folder: your own build shows here
     sglang: str | None = None  # when the run imported SGLang (its strategies): its __version__, folder, commit
