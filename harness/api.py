@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import safetensors.torch
@@ -142,14 +143,15 @@ def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
         torch.cuda.reset_peak_memory_stats(device)
         base_mem = torch.cuda.memory_allocated(device)
     measured, peak = Measured(), None
-    with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance, prep.session(name) as session:
+    with prep.session(name) as session:
         strategy = session.strategy
-        outputs = session.run_all(record, progress=advance)
+        with progress_bar(console, f"{name}: decode", len(prep.schedule.steps)) as advance:
+            outputs = session.run_all(record, progress=advance)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device) - base_mem
         if cfg.repeats:
             try:
-                measured = measure(session, cfg.repeats)
+                measured = measure(session, cfg.repeats, partial(progress_bar, console, f"{name}: timing, {cfg.repeats} samples per metric"))
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:  # timing trouble never hides a finished verdict

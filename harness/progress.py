@@ -1,8 +1,9 @@
 """Progress for long phases: a rich bar on a terminal; otherwise (CI logs) a line every
-LINE_EVERY_S seconds while the phase runs, and one when it ends."""
+LINE_EVERY_S seconds while the phase runs (also while one long unit of it runs), and one when it ends."""
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 
@@ -18,6 +19,7 @@ def progress_bar(console: Console, description: str, total: int):
     if not console.is_terminal:
         t0 = time.perf_counter()
         state = {"done": 0, "said": t0}
+        ended = threading.Event()
 
         def advance() -> None:
             state["done"] += 1
@@ -26,7 +28,20 @@ def progress_bar(console: Console, description: str, total: int):
                 state["said"] = now
                 console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
 
-        yield advance
+        def say_while_running() -> None:  # also between advances: a phase of one long unit is not silent either
+            while not ended.wait(LINE_EVERY_S):
+                now = time.perf_counter()
+                if now - state["said"] >= LINE_EVERY_S:
+                    state["said"] = now
+                    console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
+
+        ticker = threading.Thread(target=say_while_running, daemon=True)
+        ticker.start()
+        try:
+            yield advance
+        finally:
+            ended.set()
+            ticker.join()
         console.print(f"{description}: {state['done']}/{total} in {time.perf_counter() - t0:.1f} s", markup=False, highlight=False)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

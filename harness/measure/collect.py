@@ -13,6 +13,7 @@ On the CPU there is no graph: step_ms is the host time of one eager step.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -82,8 +83,9 @@ def layer0(session: DecodeSession) -> Layer0:
     return Layer0((fn, tensors), (attend, (*q, rows)), type(s).cast_bytes(s.pool.geometry, last))
 
 
-def measure(session: DecodeSession, repeats: int) -> Measured:
-    """Metrics of the last step, each timing block under the clock guard."""
+def measure(session: DecodeSession, repeats: int, phase=None) -> Measured:
+    """Metrics of the last step, each timing block under the clock guard. `phase(total)`, when given, is a progress
+    context (harness.progress.progress_bar) whose advance() is called after each of the `total` timing blocks."""
     s, last = session.strategy, session.schedule.steps[-1]
     calls = layer0(session)
     (fn, tensors), (attend, attend_args), cast_bytes = calls.cast, calls.attend, calls.cast_bytes
@@ -100,20 +102,33 @@ def measure(session: DecodeSession, repeats: int) -> Measured:
         blocks["step_eager_ms"] = lambda: timing.device_time_ms(lambda: session.step(last), repeats)
         blocks["step_device_ms"] = lambda: bucket_replay_ms(session, last, repeats)
     out = Measured(skipped={} if cast_bytes else {"cast_us": s.cast_untimed or f"{s.name} has no per-step cast kernel"})
+    with (phase or _no_progress)(len(blocks)) as advance:
+        _time_blocks(blocks, s.device, out, advance)
+    if cast_bytes:
+        out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
+    return out
+
+
+@contextmanager
+def _no_progress(total: int):
+    yield lambda: None
+
+
+def _time_blocks(blocks: dict, device: torch.device, out: Measured, advance) -> None:
+    """Run each timing block under the guard into `out`, advance() after each."""
     for name, block in blocks.items():
         try:
-            samples, guard = guarded(block, s.device)
+            samples, guard = guarded(block, device)
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:  # only the bucket graph may fail here: a backend or strategy that cannot be captured
             if name != "step_device_ms":
                 raise
             out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
+            advance()
             continue
         for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
             unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
             out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
             out.guards[metric] = guard
-    if cast_bytes:
-        out.metrics["cast_gbps"] = timing.Samples("GB/s", tuple(cast_bytes / (t * 1e-6) / 1e9 for t in out.metrics["cast_us"].values))
-    return out
+        advance()
