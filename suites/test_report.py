@@ -121,11 +121,12 @@ def test_trend_over_two_runs(tmp_path):
     _render([new, old], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Trends" in md
-    section = "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3\n\n| strategy | metric | aaaaaaa | bbbbbbb |"
+    section = "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3\n\n| strategy | metric | unit | aaaaaaa | bbbbbbb |"
     assert md.count(f"### {section}") == 1  # columns ordered by `created`, not by argument order
     trend = md.split("## Trends", 1)[1]
-    assert "| gather_cast | step_ms | 2 ±0.2 | 4 ±0.2 |" in trend
-    assert "| native_fp8 | verdict | fail | fail |" in trend
+    assert "| gather_cast | step_ms | ms | 2 ±0.2 | 4 ±0.2 |" in trend  # every number beside its unit
+    assert "| gather_cast | extra_bytes | B | 5.369e+08 | 5.369e+08 |" in trend
+    assert "| native_fp8 | verdict | - | fail | fail |" in trend
     assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")["step ms"] == "4.000 ±0.200"  # latest
     if HAVE_MPL:
         assert (tmp_path / "out" / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
@@ -254,3 +255,41 @@ def test_hostile_results_files_are_one_line_exit_2(tmp_path, case, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ") and field in err, err
     assert not (tmp_path / "out").exists()
+
+
+def _write_case(path, created: str, commit: str, **case):
+    """A results file of b1-l4096 whose case record is `case` over a 16,384-slot, 2-layer run on a GPU."""
+    from harness.results.schema import Case
+
+    record = dict(command="run", preset="glm5-tp8", scenario="b1-l4096", scale="prod", slots=16384, layers=2,
+                  backend="flashinfer-fa3", kernel="auto", workload="a" * 64) | case
+    env = {"gpu": "NVIDIA H200", "git_commit": commit, "device": "cuda:0", "copy_gbps": 4000.0}
+    doc = {**document(_rows("b1-l4096", 1.0), env, "python -m harness run", Case(**record)), "created": created}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_report_keeps_apart_cases_compare_refuses_to_mix(tmp_path):
+    """Files whose case records differ (another pool, command or workload: `compare` refuses them) are never one
+    table or one trend; two runs of one case are."""
+    files = [_write_case(tmp_path / "a.json", "2026-01-01T00:00:00+00:00", "aaaaaaa0"),
+             _write_case(tmp_path / "b.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0", slots=4096),
+             _write_case(tmp_path / "c.json", "2026-01-03T00:00:00+00:00", "ccccccc0", command="tpot"),
+             _write_case(tmp_path / "d.json", "2026-01-04T00:00:00+00:00", "ddddddd0", workload="b" * 64),
+             _write_case(tmp_path / "e.json", "2026-01-05T00:00:00+00:00", "eeeeeee0")]
+    _render(files, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    results, trends = md.split("## Results", 1)[1].split("## Trends")
+    assert results.count("\n### ") == 4 and "16,384 slots x 2 layers" in results and "4,096 slots x 2 layers" in results
+    assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | eeeeeee |" in trends
+
+
+def test_report_never_rounds_a_nonzero_value_to_zero(tmp_path):
+    doc = json.loads(_write(tmp_path / "a.json").read_text())
+    for row in doc["rows"]:
+        if row["strategy"] == "gather_cast" and row["metric"] == "extra_bytes":
+            row["value"] = 577_216  # 0.6 MiB: "0.00" GiB would read as no extra memory
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    _render([tmp_path / "a.json"], tmp_path / "out")
+    gather = _md_row((tmp_path / "out" / "report.md").read_text(), "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")
+    assert gather["extra GiB"] == "0.00054"

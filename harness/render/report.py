@@ -1,6 +1,7 @@
 """`python -m harness report`: tables (console, Markdown) and plots from results JSON files.
 
-Each (preset, scale, scenario, backend) case gets one table of strategies, taken from the
+Each case (preset, scale, scenario, backend, and the rest of the file's case record and its device type:
+what `compare` requires equal) gets one table of strategies, taken from the
 latest run that has it. A case seen in several runs also gets a trend table and plot. A file
 named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section.
 """
@@ -51,6 +52,8 @@ class Run:
     env: dict
     repro: str
     rows: dict[tuple, dict]
+    variant: str = ""  # the rest of the file's case (command, pool, kernel, workload) and the device type
+
 
     @property
     def commit(self) -> str:
@@ -75,7 +78,11 @@ def _load_run(path: Path) -> Run:
         raise HarnessError(f"{where}: created", f"not an ISO timestamp: {results.created!r}") from None
     created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
     rows = {key: asdict(row) for key, row in index_rows(results, where).items()}
-    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows)
+    c = results.case
+    pool = f"{'?' if c.slots is None else f'{c.slots:,}'} slots x {'?' if c.layers is None else c.layers} layers"
+    variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {(c.workload or 'not recorded')[:8]} · "
+               f"{(results.environment.device or 'device ?').split(':')[0]}")
+    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant)
 
 
 def _load_independent(path: Path) -> dict:
@@ -96,16 +103,22 @@ def _value(cell: Cell | None):
     return cell[0]["value"] if cell and is_number(cell[0]["value"]) else None
 
 
+def _number(value: float, spec: str) -> str:
+    """`value` as `spec`, or to two significant digits where `spec` would round a nonzero value to zero."""
+    text = format(value, spec)
+    return format(value, ".2g") if value and not any(c in "123456789" for c in text) else text
+
+
 def _median_iqr(cell: Cell | None, spec: str) -> str:
     value = _value(cell)
     if value is None:
         return "-" if cell is None else "n/a"  # n/a: a row saying why it was not measured
     iqr = cell[0].get("iqr")
-    return format(value, spec) + (f" ±{iqr:{spec}}" if iqr is not None else "")
+    return _number(value, spec) + (f" ±{_number(iqr, spec)}" if iqr is not None else "")
 
 
 def _ratio(num, den, spec: str, suffix: str = "") -> str:
-    return "-" if num is None or not den else format(num / den, spec) + suffix
+    return "-" if num is None or not den else _number(num / den, spec) + suffix
 
 
 def _verdict(cell: Cell | None) -> tuple[str, str]:
@@ -162,16 +175,16 @@ def _case_of(key: tuple) -> tuple:
 
 
 def _key(case: tuple, strategy: str, metric: str) -> tuple:
-    preset, scale, scenario, backend = case
+    preset, scale, scenario, backend = case[:4]
     return preset, scale, scenario, strategy, backend, metric
 
 
 def _cases(runs: list[Run]) -> dict[tuple, dict[str, dict[str, Cell]]]:
-    """case -> strategy -> metric -> latest cell (runs come in `created` order)."""
+    """case (its names, then the run's variant) -> strategy -> metric -> latest cell (runs come in `created` order)."""
     cases: dict = {}
     for run in runs:
         for key, row in run.rows.items():
-            cases.setdefault(_case_of(key), {}).setdefault(key[3], {})[key[5]] = (row, run)
+            cases.setdefault((*_case_of(key), run.variant), {}).setdefault(key[3], {})[key[5]] = (row, run)
     return cases
 
 
@@ -179,7 +192,7 @@ def _histories(runs: list[Run]) -> dict[tuple, list[Run]]:
     """case -> the distinct runs (by created, commit) that measured it, where there are several."""
     history: dict = {}
     for run in runs:
-        for case in dict.fromkeys(map(_case_of, run.rows)):
+        for case in dict.fromkeys((*_case_of(key), run.variant) for key in run.rows):
             seen = history.setdefault(case, [])
             if all(r.ident != run.ident for r in seen):
                 seen.append(run)
@@ -189,6 +202,11 @@ def _histories(runs: list[Run]) -> dict[tuple, list[Run]]:
 def _run_labels(runs: list[Run]) -> list[str]:
     commits = [r.commit for r in runs]
     return [c if commits.count(c) == 1 else f"{c} {r.created:%m-%d %H:%M:%S}" for c, r in zip(commits, runs)]
+
+
+def _unit(key: tuple, history: list[Run]) -> str:
+    """The unit a trend row's numbers are in ("-" for a verdict or a pure number)."""
+    return next((r.rows[key]["unit"] for r in history if key in r.rows and r.rows[key].get("unit")), "-")
 
 
 def _trend_value(row: dict | None) -> str:
@@ -228,6 +246,12 @@ class Section:
     repro: tuple[str, ...] = ()
 
 
+def _title(case: tuple, runs: list[Run]) -> str:
+    """A case's names; with its variant where the runs hold another case of the same names."""
+    shown = case if len({r.variant for r in runs if any(_case_of(k) == case[:4] for k in r.rows)}) > 1 else case[:4]
+    return " · ".join(shown)
+
+
 def _sections(runs: list[Run], independent: dict | None, repeatability: bool) -> list[Section]:
     headers = COLUMNS + (REPEAT_COLUMNS if repeatability else ())
     sections = []
@@ -239,14 +263,14 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
         pool = strategies.pop(POOL, {})
         if (build := _value(pool.get("build_s"))) is not None:
             notes += (f"FP8 pool built in {build:.2f} s",)
-        sections.append(Section("Results", " · ".join(case), headers, _case_rows(strategies, repeatability),
+        sections.append(Section("Results", _title(case, runs), headers, _case_rows(strategies, repeatability),
                                 notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
     for case, history in _histories(runs).items():
-        keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case)
-        rows = [[k[3], k[5], *(_trend_value(r.rows.get(k)) for r in history)] for k in keys]
+        keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case[:4])
+        rows = [[k[3], k[5], _unit(k, history), *(_trend_value(r.rows.get(k)) for r in history)] for k in keys]
         labels = _run_labels(history)
         notes = tuple(f"{label}: {r.path} (created {r.created.isoformat()})" for label, r in zip(labels, history))
-        sections.append(Section("Trends", " · ".join(case), ("strategy", "metric", *labels), rows, notes))
+        sections.append(Section("Trends", _title(case, runs), ("strategy", "metric", "unit", *labels), rows, notes))
     if independent is not None:
         note = (f"independent figures: {independent.get('tool', '?')}; harness figures: {' '.join(CROSS_CASE)};"
                 f" ✓ within {CROSS_TOLERANCE:.0%}")
@@ -265,7 +289,7 @@ def _env_line(env: dict) -> str:
 
 
 def _left(header: str) -> bool:
-    return header in ("strategy", "verdict", "metric", "check", "harness row", "independent key")
+    return header in ("strategy", "verdict", "metric", "unit", "check", "harness row", "independent key")
 
 
 def _rich_table(section: Section) -> Table:
@@ -326,7 +350,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
         ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
 
     cases = _cases(runs)
-    varying = [i for i in range(4) if len({c[i] for c in cases}) > 1] or [2]
+    varying = [i for i in range(5) if len({c[i] for c in cases}) > 1] or [2]
     labels = ["\n".join(c[i] for i in varying) for c in cases]
     plots = {}
     for metric, unit, what in (("step_ms", "ms", "decode step, all layers"), ("cast_us", "µs", "cast, per layer")):
@@ -348,14 +372,14 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     if histories := _histories(runs):
         fig = Figure(figsize=(8.5, 0.5 + 3.2 * len(histories)))
         for ax, (case, history) in zip(fig.subplots(len(histories), 1, squeeze=False)[:, 0], histories.items()):
-            for s in dict.fromkeys(k[3] for r in history for k in r.rows if _case_of(k) == case and k[5] == "step_ms"):
+            for s in dict.fromkeys(k[3] for r in history for k in r.rows if _case_of(k) == case[:4] and k[5] == "step_ms"):
                 key = _key(case, s, "step_ms")
                 points = [(x, r.rows[key]) for x, r in enumerate(history) if positive(r.rows.get(key))]
                 ax.errorbar([x for x, _ in points], [r["value"] for _, r in points],
                             yerr=[half_iqr(r) for _, r in points], marker="o", capsize=2, label=s)
             ax.set_xticks(range(len(history)), _run_labels(history))
             ax.margins(x=0.1)
-            ax.set_title(" · ".join(case), fontsize="medium")
+            ax.set_title(_title(case, runs), fontsize="medium")
             finish(ax, "step_ms (ms, median; whiskers ±IQR/2)")
         plots["trend_step_ms.png"] = png(fig)
     return plots
