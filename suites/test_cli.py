@@ -413,3 +413,64 @@ def test_a_writable_stream_passes_the_early_check(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     check_writable(fifo, "--json")  # a pipe (or /dev/stdout) is a fine output, also without --force
+
+
+def test_repro_reruns_the_same_case_from_any_folder(tmp_path, monkeypatch):
+    """The recorded repro names its paths absolutely and the variables that change a run (MLA_HARNESS_GOLDEN_DIR):
+    run word for word from another folder it makes a results file of the same case."""
+    import shlex
+
+    from harness.gate.compare import load_results
+
+    work = tmp_path / "dir with 'space"
+    work.mkdir()
+    (work / "s.toml").write_text('name = "mine"\ndescription = "repro"\nseed = 5\nsteps = 1\nkv_lens = [40, 7]\n')
+    shutil.copytree(GOLDEN_DIR, work / "gold")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", "gold")
+    args = ("run", "--scenario-file", "s.toml", "--strategy", "stock", "--repeats", "0", "--slots", "4096", "--layers", "1")
+    proc = harness(*args, "--json=first.json", golden_dir=work / "gold")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    repro = json.loads((work / "first.json").read_text())["repro"]
+    words = shlex.split(repro)
+    assert words[0] == f"MLA_HARNESS_GOLDEN_DIR={work / 'gold'}" and words[1:4] == ["python", "-m", "harness"]
+    (work / "first.json").rename(tmp_path / "first.json")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLA_HARNESS_GOLDEN_DIR")
+    again = harness(*words[4:], golden_dir=words[0].split("=", 1)[1])
+    assert again.returncode == 0, again.stdout + again.stderr
+    first, second = load_results(tmp_path / "first.json"), load_results(work / "first.json")
+    assert first.case == second.case and {r.key for r in first.rows} == {r.key for r in second.rows}
+
+
+def test_tpot_records_its_own_command_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["pytest", "--unrelated"])  # an in-process caller's argv is not the command
+    out = tmp_path / "t.json"
+    proc = harness("tpot", "--device", "cpu", "--shrink", "--slots", "2048", "--layers", "1", "--scenario", "b1-l500",
+                   "--strategy", "stock", "--repeats", "1", "--no-breakdown", "--json", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out.read_text())["repro"].startswith("python -m harness tpot --device cpu --shrink --slots 2048")
+
+
+def test_timing_is_a_progress_phase_of_its_own(tmp_path):
+    proc = harness("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stock: timing, 2 samples per metric: 3/3 in" in proc.stdout
+
+
+def test_progress_lines_come_while_one_long_unit_runs(monkeypatch):
+    """Off a terminal (CI logs) a phase says how far it is every LINE_EVERY_S, also before its first unit ends."""
+    import time
+
+    from rich.console import Console
+
+    from harness import progress
+
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.05)
+    console = Console(file=io.StringIO(), width=200)
+    with progress.progress_bar(console, "slow phase", 1) as advance:
+        time.sleep(0.5)
+        advance()
+    lines = console.file.getvalue().splitlines()
+    assert 3 <= len([line for line in lines if line.startswith("slow phase: 0/1 after")]) <= 12
+    assert lines[-1].startswith("slow phase: 1/1 in")
