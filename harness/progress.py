@@ -21,19 +21,20 @@ def progress_bar(console: Console, description: str, total: int):
         state = {"done": 0, "said": t0}
         ended = threading.Event()
 
+        def say(now: float) -> None:
+            state["said"] = now
+            console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
+
         def advance() -> None:
             state["done"] += 1
             now = time.perf_counter()
             if now - state["said"] >= LINE_EVERY_S and state["done"] < total:
-                state["said"] = now
-                console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
+                say(now)
 
         def say_while_running() -> None:  # also between advances: a phase of one long unit is not silent either
             while not ended.wait(LINE_EVERY_S):
-                now = time.perf_counter()
-                if now - state["said"] >= LINE_EVERY_S:
-                    state["said"] = now
-                    console.print(f"{description}: {state['done']}/{total} after {now - t0:.0f} s", markup=False, highlight=False)
+                if (now := time.perf_counter()) - state["said"] >= LINE_EVERY_S:
+                    say(now)
 
         ticker = threading.Thread(target=say_while_running, daemon=True)
         ticker.start()

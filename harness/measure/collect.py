@@ -125,10 +125,9 @@ def _time_blocks(blocks: dict, device: torch.device, out: Measured, advance) -> 
             if name != "step_device_ms":
                 raise
             out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
-            advance()
-            continue
-        for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
-            unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
-            out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
-            out.guards[metric] = guard
+        else:
+            for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
+                unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
+                out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
+                out.guards[metric] = guard
         advance()
