@@ -182,17 +182,21 @@ def _sections(text: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def bad_table_flags(text: str, harness_options: dict[str, set[str]]) -> list[str]:
-    """The flag table of a section titled with a command (running.md's `python -m harness run`)."""
-    bad = []
+def table_flags(text: str) -> dict[str, set[str]]:
+    """{command: the flags its table names} for each section titled with a command (running.md's
+    `python -m harness run`); a table row's flags are in its first column."""
+    tables = {}
     for heading, body in _sections(text).items():
         m = re.search(r"`python -m harness (\S+)`", heading)
-        if not m:
-            continue
-        for row in (line for line in body.splitlines() if line.startswith("| `-")):
-            flags = re.findall(r"(?<![\w-])--[a-z][\w-]*", row.split(" | ")[0])
-            bad += [f"{heading}: {flag}" for flag in flags if flag not in harness_options[f"harness {m.group(1)}"]]
-    return bad
+        if m:
+            rows = [line.split(" | ")[0] for line in body.splitlines() if line.startswith("| `-")]
+            tables[f"harness {m.group(1)}"] = {f for row in rows for f in re.findall(r"(?<![\w-])--[a-z][\w-]*", row)}
+    return tables
+
+
+def bad_table_flags(text: str, harness_options: dict[str, set[str]]) -> list[str]:
+    return [f"{command}: {flag}" for command, flags in table_flags(text).items()
+            for flag in sorted(flags - harness_options[command])]
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +218,12 @@ def test_named_paths_and_tests_exist(doc):
 def test_flags_are_options_of_their_command(doc, harness_options):
     text = doc.read_text()
     assert not bad_flags(text, harness_options) + bad_table_flags(text, harness_options)
+
+
+def test_running_md_lists_every_flag_of_run(harness_options):
+    """The README sends users to running.md for "every flag of `run`": its table names each option."""
+    listed = table_flags((ROOT / "docs" / "running.md").read_text())["harness run"]
+    assert listed == harness_options["harness run"] - {"-h", "--help"}
 
 
 def test_the_checks_read_what_the_guides_hold(harness_options):
@@ -244,7 +254,8 @@ def test_negative_controls_a_planted_link_anchor_path_and_flag_fail(harness_opti
     assert bad_flags("`python -m harness frobnicate`, `python -m ci.no_such_tool --x`\n", harness_options) == [
         "python -m harness frobnicate: no such command", "python -m ci.no_such_tool: no such module"]
     table = "## `python -m harness run`\n\n| flag | meaning |\n|---|---|\n| `--repeats N`, `--repeat N` | x |\n"
-    assert bad_table_flags(table, harness_options) == ["## `python -m harness run`: --repeat"]
+    assert bad_table_flags(table, harness_options) == ["harness run: --repeat"]
+    assert table_flags(table)["harness run"] != harness_options["harness run"] - {"-h", "--help"}  # --force etc. unlisted
 
 
 if __name__ == "__main__":
