@@ -226,6 +226,21 @@ def test_running_md_lists_every_flag_of_run(harness_options):
     assert listed == harness_options["harness run"] - {"-h", "--help"}
 
 
+def quoted_summary(text: str) -> str:
+    """The summary line the README quotes for the quick start's `python -m harness run` on a CPU."""
+    return re.search(r"On a CPU its last line reads `(summary: [^`]+)`", text).group(1)
+
+
+def test_readme_quotes_the_summary_line_run_prints_on_a_cpu():
+    from suites.test_cli import harness
+
+    proc = harness("run", "--device", "cpu", "--repeats", "0")  # the default case; timing does not change the line
+    printed = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0 and printed == quoted_summary((ROOT / "README.md").read_text()), printed
+    planted = "On a CPU its last line reads `summary: 5 pass, 0 fail, 1 unsupported, 0 error; exit 0`: ..."
+    assert quoted_summary(planted) != printed  # twin: a stale quote is caught
+
+
 def test_the_checks_read_what_the_guides_hold(harness_options):
     """The scans are not vacuous: they see the links, paths and commands the guides are known to hold."""
     readme, running = (ROOT / "README.md").read_text(), (ROOT / "docs" / "running.md").read_text()
