@@ -332,7 +332,7 @@ def asv_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     """The gate's own options, and the rest (passed to asv as is)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ci.asv_gate", description=__doc__.splitlines()[0])
     parser.add_argument("base", help="commit or ref to compare against, e.g. origin/main")
     parser.add_argument("head", help="commit or ref under test, e.g. HEAD")
     parser.add_argument("-f", "--factor", type=factor_arg, default=1.05,

@@ -10,7 +10,7 @@
 # runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
 #        REPEATS= override its --runs and --repeats)
 set -uo pipefail
-OUT=${1:?usage: run.sh OUT [env|tests|runs]...}
+OUT=${1:?usage: run.sh OUT [env|tests|suite|runs]...}
 shift
 steps=${*:-env tests runs}
 mkdir -p "$OUT"
