@@ -186,3 +186,16 @@ def test_an_explicit_slot_one_past_the_pool_is_refused(slot, ok):
     else:
         with pytest.raises(HarnessError, match="outside the pool"):
             compile_schedule(scn, 16, 1)
+
+
+@pytest.mark.parametrize("slot, ok", [(126, True), (128, False), (163, False)])
+def test_an_explicit_slot_past_the_last_whole_page_is_refused(slot, ok):
+    """100 slots in 64-token pages: the allocator hands out page 1 only (slots 64..127, as SGLang rounds the pool
+    down to whole pages); rows 128..163 exist but a token there (and the new one after it, row 164, past the
+    buffer) is outside the pool: one named line, not an index error in every strategy."""
+    scn = parse_scenario({"name": "x", "kv_lens": [2], "layout": "explicit", "slots": [[slot]]}, "x.toml")
+    if ok:
+        assert compile_schedule(scn, 100, 64).steps[0].kv_indices.tolist() == [126, 127]
+    else:
+        with pytest.raises(HarnessError, match=f"slot {slot} is outside the pool's slots 64..127"):
+            compile_schedule(scn, 100, 64)

@@ -96,12 +96,13 @@ class _Allocator:
         self.owned: dict[int, list[int]] = {}
         self.taken: set[int] = set()
         if scenario.layout == "explicit":
+            end = (len(pages) + 1) * page_size  # past the last whole page: the rows of a partial one are never handed out
             for r, slot_list in enumerate(scenario.slots):
                 for s in slot_list:
-                    if not page_size <= s < pool_slots + page_size:
+                    if not page_size <= s < end:
                         raise HarnessError(
                             _where(scenario, "slots"),
-                            f"slot {s} is outside the pool's slots {page_size}..{pool_slots + page_size - 1} "
+                            f"slot {s} is outside the pool's slots {page_size}..{end - 1} "
                             f"(page_size {page_size}; page 0 is reserved)",
                         )
                 self.owned[r] = list(slot_list)
