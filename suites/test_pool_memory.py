@@ -66,3 +66,25 @@ def test_bad_overrides():
         get_scale("ci", slots=0)
     with pytest.raises(HarnessError, match="--layers"):
         get_scale("ci", num_layers=-1)
+
+
+def test_memory_plan_counts_the_step_inputs_and_the_outputs_each_strategy_keeps():
+    """65,536 one-token DeepSeek-V3 requests (16 heads): a 0.07 GiB pool, but every step's queries (2.3 GiB over 2
+    layers) and the checked outputs each strategy's result keeps (2.0 GiB a strategy) are what fill memory: the
+    run peaked at 15.2 GB of host memory on a plan of 0.21 GiB. The plan counts them, so a case like it on a smaller
+    machine is one line before any work, not a memory kill."""
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import Case
+    from harness.spec.scenario import parse_scenario
+
+    scenario = parse_scenario({"name": "x", "batch_size": 65_536, "kv_len": 1}, "x.toml")
+    case = Case(get_preset("deepseek-v3-tp8"), get_scale("ci", 65_536), scenario)
+    plan = PreparedCase(case, torch.device("cpu"), "torch").memory_plan(["stock", "native_fp8"])
+    with pytest.raises(HarnessError, match="step inputs"):
+        plan.check(torch.device("cpu"), available=4 * GIB)
+    items = dict(plan.items)
+    assert items["step inputs"] == 65_536 * (2 * (16 * 576 * 2 + 576) + 8)  # 2 layers' queries and new rows, the slots
+    assert items["checked outputs kept"] == 2 * 2 * 65_536 * 16 * (512 * 2 + 4)  # 2 strategies x 2 layers: bf16 out, fp32 lse
+    with pytest.raises(HarnessError) as info:
+        plan.check(torch.device("cpu"), available=4 * GIB)
+    assert "4.00 GiB free (95% of it usable)" in str(info.value) and "fewer requests, steps or --layers" in str(info.value)

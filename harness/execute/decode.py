@@ -46,20 +46,32 @@ class StepData:
         return {(t, layer): s.rows[layer] for t, s in self.steps.items() for layer in range(len(s.rows))}
 
 
+def step_data_bytes(preset: ModelPreset, schedule: Schedule, num_layers: int) -> int:
+    """What make_step_data holds on the run device: each step's requests' queries and new rows in every layer, and slots."""
+    per_request = num_layers * (preset.heads_per_rank * preset.row_width * 2 + preset.row_width) + 8
+    return per_request * sum(batch.batch_size for batch in schedule.steps)
+
+
+def outputs_bytes(preset: ModelPreset, schedule: Schedule, record_layers) -> int:
+    """What a run's Outputs hold on the CPU: bf16 out [B, H, 512] and fp32 LSE [B, H] of every step's recorded layers."""
+    per_request = len(record_layers) * preset.heads_per_rank * (preset.kv_lora_rank * 2 + 4)
+    return per_request * sum(batch.batch_size for batch in schedule.steps)
+
+
 def make_step_data(preset: ModelPreset, schedule: Schedule, pool: KVPool, faults=frozenset()) -> StepData:
     dev, seed, layers = pool.device, schedule.scenario.seed, pool.geometry.num_layers
     steps = {}
     for batch in schedule.steps:
-        q = [step_queries(preset, seed, batch, layer) for layer in range(layers)]
+        heads, rank = preset.heads_per_rank, preset.kv_lora_rank
+        q_nope = torch.empty((layers, batch.batch_size, heads, rank), dtype=torch.bfloat16, device=dev)
+        q_pe = torch.empty((layers, batch.batch_size, heads, preset.row_width - rank), dtype=torch.bfloat16, device=dev)
+        for layer in range(layers):  # one layer's queries at a time on the host: the step's are made in place
+            qn, qp = step_queries(preset, seed, batch, layer)
+            q_nope[layer], q_pe[layer] = qn, qp
         rows = torch.stack([kv_rows(seed, layer, batch.write_slots, batch.write_gen, preset.row_width, dev).to(dev) for layer in range(layers)])
         if Fault.NAN_IN_POOL in faults and batch.step == 0:
             rows[:, 0, 0] = NAN_CODE
-        steps[batch.step] = StepInputs(
-            slots=torch.as_tensor(batch.write_slots, dtype=torch.int64).to(dev),
-            q_nope=torch.stack([qn for qn, _ in q]).to(dev),
-            q_pe=torch.stack([qp for _, qp in q]).to(dev),
-            rows=rows,
-        )
+        steps[batch.step] = StepInputs(slots=torch.as_tensor(batch.write_slots, dtype=torch.int64).to(dev), q_nope=q_nope, q_pe=q_pe, rows=rows)
     return StepData(steps)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from harness.backends import make_backend
 from harness.errors import HarnessError
-from harness.execute.decode import DecodeSession, StepData, make_step_data
+from harness.execute.decode import DecodeSession, StepData, make_step_data, outputs_bytes, step_data_bytes
 from harness.inputs.cases import Case
 from harness.inputs.memory import MemoryPlan
 from harness.inputs.pool import KVPool
@@ -42,11 +42,16 @@ class PreparedCase:
         return REGISTRY[strategy].extra_bytes(self.geometry, self.schedule)
 
     def memory_plan(self, strategies) -> MemoryPlan:
-        """The pool plus the largest buffer any of `strategies` adds (they run one at a time)."""
+        """The pool, the largest buffer any of `strategies` adds (they run one at a time), the step inputs, and on
+        the CPU (where they live) the checked outputs each strategy's result keeps."""
         extra = max((self.extra_bytes(n) for n in strategies), default=0)
-        g = self.geometry
-        per_slot = -(-(g.total_bytes + extra) // g.slots)  # conservative: all of it scales with slots
-        return MemoryPlan((("fp8 pool", g.total_bytes), ("largest strategy buffer", extra)), per_slot, g.slots)
+        g, preset = self.geometry, self.case.preset
+        per_slot = -(-(g.total_bytes + extra) // g.slots)  # conservative: pool and buffer scale with slots
+        items = (("fp8 pool", g.total_bytes), ("largest strategy buffer", extra),
+                 ("step inputs", step_data_bytes(preset, self.schedule, g.num_layers)))
+        if self.device.type == "cpu":
+            items += (("checked outputs kept", len(strategies) * outputs_bytes(preset, self.schedule, self.case.checked_layers())),)
+        return MemoryPlan(items, per_slot, g.slots)
 
     def build(self, progress=None) -> "PreparedCase":
         """Fill the pool and make the step data (once; later calls return at once)."""

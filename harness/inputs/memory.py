@@ -39,15 +39,21 @@ class MemoryPlan:
         parts = ", ".join(f"{name} {b / GIB:.2f} GiB" for name, b in self.items if b)
         return f"{self.total / GIB:.2f} GiB ({parts})"
 
+    @property
+    def fixed(self) -> int:
+        """Bytes that do not grow with the pool's slots (the step inputs and outputs: the batch, steps and layers)."""
+        return max(0, self.total - self.bytes_per_slot * self.slots)
+
     def largest_slots(self, available: int) -> int:
-        fixed = self.total - self.bytes_per_slot * self.slots
-        return max(0, int((available * HEADROOM - fixed) // max(self.bytes_per_slot, 1)))
+        return max(0, int((available * HEADROOM - self.fixed) // max(self.bytes_per_slot, 1)))
 
     def check(self, device: torch.device, available: int | None = None) -> None:
         available = free_bytes(device) if available is None else available
         if self.total > available * HEADROOM:
+            slots = self.largest_slots(available)
+            fix = (f"the largest pool that fits has {slots} slots (--slots)" if slots else
+                   f"{self.fixed / GIB:.2f} GiB of it does not shrink with the pool: fewer requests, steps or --layers")
             raise HarnessError(
                 "memory plan",
-                f"needs {self.describe()} but {device} has {available / GIB:.2f} GiB free; "
-                f"the largest pool that fits has {self.largest_slots(available)} slots (--slots)",
+                f"needs {self.describe()} but {device} has {available / GIB:.2f} GiB free ({HEADROOM:.0%} of it usable); {fix}",
             )

@@ -26,20 +26,21 @@ class StepInputs:
     rows: list[torch.Tensor]  # per request uint8 [len, 576], in kv_indices order
 
 
-def step_queries(preset: ModelPreset, seed: int, batch: StepBatch, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q_nope, q_pe) bf16 for every request of the step, on the CPU."""
-    q = synth.queries(seed, batch.step, layer, batch.request_ids, preset.heads_per_rank, preset.row_width)
+def step_queries(preset: ModelPreset, seed: int, batch: StepBatch, layer: int, positions=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_nope, q_pe) bf16 of the step's requests at `positions` (default: every one), on the CPU."""
+    request_ids = batch.request_ids if positions is None else batch.request_ids[positions]
+    q = synth.queries(seed, batch.step, layer, request_ids, preset.heads_per_rank, preset.row_width)
     return q[..., : preset.kv_lora_rank].contiguous(), q[..., preset.kv_lora_rank :].contiguous()
 
 
 def step_inputs(preset: ModelPreset, seed: int, batch: StepBatch, layer: int, positions) -> StepInputs:
     positions = np.asarray(positions, dtype=np.int64)
-    q_nope, q_pe = step_queries(preset, seed, batch, layer)
+    q_nope, q_pe = step_queries(preset, seed, batch, layer, positions)  # the checked requests' only: a query is a function of its request
     rows = []
     for i in positions:
         sl = batch.rows_of(int(i))
         rows.append(synth.kv_codes(seed, layer, batch.kv_indices[sl], batch.index_gens[sl], preset.row_width))
-    return StepInputs(positions, q_nope[positions], q_pe[positions], rows)
+    return StepInputs(positions, q_nope, q_pe, rows)
 
 
 def mla_decode_f64(inputs: StepInputs, kv_lora_rank: int, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:

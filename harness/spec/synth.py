@@ -102,6 +102,14 @@ def _query_table() -> torch.Tensor:
     return torch.from_numpy(_normal_quantiles(1.0)).to(torch.float32).to(torch.bfloat16)
 
 
+CHUNK_ELEMENTS = 1 << 22  # values hashed at once: bounds the generators' temporaries (about 20 B a value) to ~80 MB
+
+
+def _chunk(values_per_item: int) -> int:
+    """Items (rows, requests) of `values_per_item` values each hashed at once."""
+    return max(1, CHUNK_ELEMENTS // values_per_item)
+
+
 def _codes_from_hash(h: np.ndarray) -> np.ndarray:
     u = h >> np.uint32(16)
     return np.where((h & np.uint32(OUTLIER_MASK)) == 0, outlier_codes()[u], main_codes()[u])
@@ -113,7 +121,11 @@ def kv_codes(seed: int, layer: int, slots, gens, row_width: int) -> torch.Tensor
     gens = np.broadcast_to(np.asarray(gens, dtype=np.int64), slots.shape).astype(np.uint32)
     row = fmix32(fmix32(np.uint32(kv_base_key(seed, layer)) ^ slots) ^ gens)
     channels = np.arange(row_width, dtype=np.uint32)
-    return torch.from_numpy(_codes_from_hash(fmix32(row[:, None] ^ channels[None, :])))
+    out = np.empty((len(row), row_width), dtype=np.uint8)
+    for start in range(0, len(row), _chunk(row_width)):  # the hash's uint32 temporaries stay a chunk's size
+        part = row[start : start + _chunk(row_width)]
+        out[start : start + len(part)] = _codes_from_hash(fmix32(part[:, None] ^ channels[None, :]))
+    return torch.from_numpy(out)
 
 
 def queries(seed: int, step: int, layer: int, request_ids, num_heads: int, width: int) -> torch.Tensor:
@@ -123,8 +135,11 @@ def queries(seed: int, step: int, layer: int, request_ids, num_heads: int, width
     heads = np.arange(num_heads, dtype=np.uint32)
     head_key = fmix32(fmix32(base ^ rid)[:, None] ^ heads[None, :])
     channels = np.arange(width, dtype=np.uint32)
-    h = fmix32(head_key[:, :, None] ^ channels[None, None, :])
-    return _query_table()[torch.from_numpy((h >> np.uint32(16)).astype(np.int64))]
+    out = torch.empty((len(rid), num_heads, width), dtype=torch.bfloat16)
+    for start in range(0, len(rid), _chunk(num_heads * width)):  # temporaries (uint32, int64) stay a chunk's size
+        h = fmix32(head_key[start : start + _chunk(num_heads * width), :, None] ^ channels[None, None, :])
+        out[start : start + len(h)] = _query_table()[torch.from_numpy((h >> np.uint32(16)).astype(np.int64))]
+    return out
 
 
 def slot_order_keys(seed: int, slots: np.ndarray) -> np.ndarray:
