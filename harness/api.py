@@ -22,7 +22,7 @@ from harness.results.document import Row
 from harness.results.metrics import spec as metric_spec
 from harness.strategies import BASELINE, ORDER, REGISTRY
 from harness.verify import golden
-from harness.verify.check import Status, Verdict, check_against_golden, check_bitwise, combine, policy
+from harness.verify.check import Status, Verdict, agreement_tolerance, check_against_golden, check_agreement, check_bitwise, combine, policy
 
 
 @dataclass
@@ -82,18 +82,21 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
 
 
 def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, baseline: Outputs | None, tier) -> Verdict:
-    """Golden check of every checked (step, layer); bitwise equality with the baseline (stock) for the bitwise tier."""
+    """Golden check of every checked (step, layer) at the golden's requests; against the baseline (stock) at every
+    request: bitwise equality for the bitwise tier, agreement within both policies for the tolerance tier."""
     tol = policy(name, backend_name)
-    anchored = tier == "bitwise" and name != BASELINE
     verdicts = []
-    if anchored and baseline is None:
-        verdicts.append(Verdict(Status.FAIL, f"bitwise tier not checked: {BASELINE} produced no outputs"))
+    if name != BASELINE and baseline is None:
+        verdicts.append(Verdict(Status.FAIL, f"{tier} tier not checked at every request: {BASELINE} produced no outputs"))
+    agree = agreement_tolerance(tol, policy(BASELINE, backend_name))
     for step, layer in gold.keys():
         out, lse = outputs[(step, layer)]
         pos = torch.as_tensor(gold.positions(step))
         verdicts.append(check_against_golden(out[pos], lse[pos], gold.out(step, layer), gold.lse(step, layer), tol))
-        if anchored and baseline is not None:
-            verdicts.append(check_bitwise(out, lse, *baseline[(step, layer)], BASELINE))
+        if name != BASELINE and baseline is not None:
+            check = check_bitwise(out, lse, *baseline[(step, layer)], BASELINE) if tier == "bitwise" else \
+                check_agreement(out, lse, *baseline[(step, layer)], agree, BASELINE)
+            verdicts.append(check)
     return combine(verdicts)
 
 
@@ -116,9 +119,10 @@ class RunOutcome:
 
 
 def _wanted(cfg: RunConfig) -> list[str]:
-    """The requested strategies, the baseline first when a bitwise-tier strategy needs its anchor."""
+    """The requested strategies, the baseline first when another is requested: every strategy is checked against it
+    at every request (the golden stores a few)."""
     wanted = list(dict.fromkeys(cfg.strategies))
-    if BASELINE not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):
+    if BASELINE not in wanted:
         wanted.insert(0, BASELINE)
     return wanted
 
@@ -174,7 +178,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     gold, ref_label = _reference(cfg, console)
     _build(prep, console)
     baseline = None
-    for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: the bitwise anchor
+    for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: every other's anchor
         try:
             outputs, m, peak, tier = _execute(prep, name, cfg, console)
         except torch.cuda.OutOfMemoryError:

@@ -16,7 +16,7 @@ from harness.inputs.cases import load_case
 
 
 def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto"):
-    """{strategy: (outputs, verdict)} of the strategies that ran; the baseline (stock) always runs as the bitwise anchor."""
+    """{strategy: (outputs, verdict)} of the strategies that ran; the baseline (stock) always runs: every strategy is checked against it."""
     cfg = RunConfig(case=load_case(case_name), device=torch.device(device), backend=backend, kernel=kernel,
                     strategies=tuple(strategies), faults=frozenset(faults), repeats=0,
                     obtained=False)  # an expected red verdict leaves nothing in the committed golden folder

@@ -7,7 +7,7 @@ from harness.errors import HarnessError
 from harness.spec.scenario import builtin_names, load_scenario, load_scenario_file, parse_scenario
 from harness.spec.schedule import compile_schedule
 
-REQUIRED = {"b1-l500", "b1-l4096", "b32-l4096", "b128-l2048", "ragged-mix", "edge-kv1", "edge-pool-tail", "multistep-reuse"}
+REQUIRED = {"b1-l500", "b1-l4096", "b32-l4096", "b128-l2048", "ragged-mix", "edge-kv1", "edge-pool-tail", "multistep-reuse", "wide-ragged"}
 
 
 def _check_paged(schedule, page_size):

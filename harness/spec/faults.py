@@ -19,6 +19,7 @@ class Fault(str, Enum):
     DROPPED_LAST_TOKEN = "dropped-last-token"  # each request's newest token is not attended (every strategy)
     NAN_IN_POOL = "nan-in-pool"  # the first token written holds a NaN code (every strategy)
     REQ_TO_TOKEN_OFF_BY_ONE = "req-to-token-off-by-one"  # SGLang's req_to_token names the next slot for each newest token
+    LAST_REQUEST_MISREAD = "last-request-misread"  # the batch's last request reads the first's rows (the FP8 paths)
 
 
 # The built-in scenario that exercises each fault (slot reuse, several steps, short requests).
@@ -30,6 +31,7 @@ CONTROL_SCENARIO = {
     Fault.DROPPED_LAST_TOKEN: "b1-l500",
     Fault.NAN_IN_POOL: "b1-l500",
     Fault.REQ_TO_TOKEN_OFF_BY_ONE: "b1-l500",
+    Fault.LAST_REQUEST_MISREAD: "wide-ragged",  # its last request is one the golden does not store
 }
 
 NAN_CODE = 0x7F

@@ -144,6 +144,9 @@ class Strategy:
             keep = torch.cat([torch.arange(int(s), int(s) + int(n)) for s, n in zip(indptr[:-1], lens)])
             kv_indices = kv_indices[keep.to(kv_indices.device)]
             indptr = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0).to(torch.int32)])
+        if Fault.LAST_REQUEST_MISREAD in self.faults and len(indptr) > 2:
+            first, start, end = kv_indices[: int(indptr[1])], int(indptr[-2]), int(indptr[-1])
+            kv_indices = torch.cat([kv_indices[:start], first[torch.arange(end - start) % len(first)]])
         return AttnProblem(
             kv_indptr=indptr,
             kv_indices=kv_indices.to(device=self.device, dtype=torch.int32),

@@ -58,7 +58,7 @@ def _sm_count(device: torch.device) -> int:
 
 
 @register("fused_fp8", order=60, devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance",
-          faults=(Fault.SCALE_ERROR,))
+          faults=(Fault.SCALE_ERROR, Fault.LAST_REQUEST_MISREAD))
 class FusedFP8(Strategy):
     @classmethod
     def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:

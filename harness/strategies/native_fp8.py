@@ -11,7 +11,7 @@ KV_SCALE = 1.0
 
 
 @register("native_fp8", order=50, devices=("cpu", "cuda"), kv_dtype=torch.float8_e4m3fn, tier="tolerance",
-          faults=(Fault.SCALE_ERROR,))
+          faults=(Fault.SCALE_ERROR, Fault.LAST_REQUEST_MISREAD))
 class NativeFP8(Strategy):
     def setup(self, schedule):
         self.kv_scale = KV_SCALE * (1.01 if Fault.SCALE_ERROR in self.faults else 1.0)

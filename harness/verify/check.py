@@ -186,6 +186,37 @@ def check_bitwise(out, lse, ref_out, ref_lse, ref_name: str) -> Verdict:
     return Verdict(Status.PASS)
 
 
+def agreement_tolerance(tol: Tolerance, ref_tol: Tolerance) -> Tolerance:
+    """How far two outputs may differ when each is within its tolerance of the same golden g (triangle
+    inequality): |a - r| <= (atol_a + atol_r) + (rtol_a + rtol_r) |g|, with |g| <= (|r| + atol_r) / (1 - rtol_r)
+    bounding the golden by the reference output r; norms alike; LSE errors add."""
+    r = tol.rtol + ref_tol.rtol
+    return Tolerance(atol=tol.atol + ref_tol.atol + r * ref_tol.atol / (1 - ref_tol.rtol), rtol=r / (1 - ref_tol.rtol),
+                     max_norm_rel=(tol.max_norm_rel + ref_tol.max_norm_rel) / (1 - ref_tol.max_norm_rel),
+                     lse_atol=tol.lse_atol + ref_tol.lse_atol)
+
+
+def check_agreement(out, lse, ref_out, ref_lse, tol: Tolerance, ref_name: str) -> Verdict:
+    """Every request (the golden stores a few) within `tol` (agreement_tolerance) of `ref_name`'s output: a fault
+    confined to requests the golden does not store (one request's indices, a second wave of CTAs) fails here."""
+    if out.shape != ref_out.shape or lse.shape != ref_lse.shape:
+        return Verdict(Status.FAIL, f"shape {tuple(out.shape)} differs from {ref_name}'s {tuple(ref_out.shape)}")
+    stats = error_stats(out, ref_out, tol.atol, tol.rtol)
+    lse_err = (lse.double() - ref_lse.double()).abs().nan_to_num(float("inf"))
+    reasons = []
+    if stats.mismatches:
+        reasons.append(f"{stats.mismatches}/{stats.total} elements outside atol={tol.atol:.3g} rtol={tol.rtol:.3g} "
+                       f"of {ref_name}, worst at {stats.worst_index}")
+    if stats.norm_rel > tol.max_norm_rel:
+        reasons.append(f"norm-relative difference from {ref_name} {stats.norm_rel:.3g} > {tol.max_norm_rel:.3g}")
+    if not bool((lse_err <= tol.lse_atol).all()):
+        worst = int(lse_err.max(dim=-1).values.argmax())
+        reasons.append(f"LSE differs from {ref_name}'s by {float(lse_err.max()):.3g} > {tol.lse_atol:.3g} (request {worst})")
+    if reasons:
+        return Verdict(Status.FAIL, "all requests against " + ref_name + ": " + "; ".join(reasons))
+    return Verdict(Status.PASS)
+
+
 SEVERITY = (Status.PASS, Status.UNSUPPORTED, Status.FAIL, Status.ERROR)
 
 

@@ -26,6 +26,9 @@ def cannot_fire(faults, strategies, case) -> None:
         if fault == Fault.STALE_AFTER_REUSE:
             if not any(len(b.reused_slots) for b in case.schedule().steps):
                 raise HarnessError("--plant-fault", f"{fault.value} needs slot reuse; scenario {case.scenario.name} reuses none (try multistep-reuse)")
+        if fault == Fault.LAST_REQUEST_MISREAD and all(b.batch_size < 2 for b in case.schedule().steps):
+            raise HarnessError("--plant-fault", f"{fault.value} needs two requests in a step; scenario {case.scenario.name} has one "
+                               "(try wide-ragged)")
         if fault == Fault.NAN_IN_POOL:
             first = case.schedule().steps[0].request_ids[0]
             if first not in case.checked_request_ids():
