@@ -94,3 +94,25 @@ def test_sglang_backed_strategies_run_only_when_named():
     ours = {"sglang_flashinfer", "sglang_fa3"}
     assert not ours & set(BENCHMARKED) and not ours & set(RUN_DEFAULT) and ours <= set(ORDER)
     assert REGISTRY["sglang_flashinfer"].tier == "bitwise"
+
+
+def test_a_failed_import_names_its_own_error_every_time(tmp_path, monkeypatch):
+    """A package whose __init__ raises after importing a namespace subpackage (as sglang 0.5.20's does on a missing
+    torchvision.io: its sglang.srt has no __init__.py) must give every later import the same reason, naming the
+    missing module, not KeyError: 'brokenpkg' from the first attempt's leftover submodule."""
+    pkg = tmp_path / "brokenpkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import brokenpkg.sub.leaf\nimport missing_dep_of_brokenpkg\n")
+    (pkg / "sub" / "leaf.py").write_text("")
+    (pkg / "sub" / "other.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real_find_spec = runtime.importlib.util.find_spec
+    monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda name, *a: True if name == "sglang" else real_find_spec(name, *a))
+    runtime.import_reason.cache_clear()
+    try:
+        reasons = [runtime.import_reason(m) for m in ("brokenpkg.sub.leaf", "brokenpkg.sub.other", "brokenpkg")]
+    finally:
+        runtime.import_reason.cache_clear()
+        for name in [n for n in sys.modules if n == "brokenpkg" or n.startswith("brokenpkg.")]:
+            del sys.modules[name]
+    assert all("No module named 'missing_dep_of_brokenpkg'" in r for r in reasons), reasons

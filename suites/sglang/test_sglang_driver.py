@@ -13,8 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.integrations.sglang.runtime import import_module
+
 try:  # sglang.srt, not sglang: with suites/ on sys.path, this folder alone imports as a namespace "sglang"
-    import sglang.srt  # noqa: F401
+    import_module("sglang.srt")  # a failure leaves nothing behind that turns later imports into KeyError: 'sglang'
 except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA-only torchvision)
     pytest.skip(f"sglang is not importable ({type(exc).__name__}: {exc})"[:200], allow_module_level=True)
 pytestmark = pytest.mark.sglang

@@ -28,10 +28,31 @@ def import_reason(module: str) -> str | None:
     if torch.cuda.is_available():
         stand_in.install()
     try:
-        importlib.import_module(module)
+        import_module(module)
     except Exception as error:  # a missing or broken install is a reason, not a crash
         return f"{module} is not importable: {type(error).__name__}: {error}"
     return None
+
+
+def _forget_orphans(top: str) -> None:
+    """Drop the submodules of package `top` that a failed import of it left behind. Python removes the package whose
+    __init__ raised but keeps the submodules it had finished: a namespace package among them (SGLang's sglang.srt has
+    no __init__.py) then needs its missing parent to find anything, and every later import raises KeyError: 'sglang'
+    instead of the import's own error (the missing module a skip reason must name)."""
+    if top not in sys.modules:
+        for name in [n for n in sys.modules if n.startswith(top + ".")]:
+            del sys.modules[name]
+
+
+def import_module(module: str):
+    """importlib.import_module(module); a failure leaves no partial package behind, so each attempt raises the import's
+    own error (e.g. ModuleNotFoundError naming a missing dependency), not a KeyError from an earlier attempt's leftovers."""
+    top = module.partition(".")[0]
+    _forget_orphans(top)
+    try:
+        return importlib.import_module(module)
+    finally:
+        _forget_orphans(top)
 
 
 def load(module: str):
