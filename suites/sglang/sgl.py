@@ -39,6 +39,44 @@ def _triton_interpreted() -> bool:
     return type(probe).__name__ == "InterpretedFunction"
 
 
+# the modules of SGLang's decode path that import its kv-indices kernel (the kernel's own module moves between releases:
+# sglang.srt.layers.attention.triton_ops, sglang.kernels.ops.kvcache, sglang.kernels.ops.attention)
+KV_INDICES_USERS = ("sglang.srt.mem_cache.kv_index_translator", "sglang.srt.layers.attention.flashinfer_mla_backend")
+
+
+def kv_indices_kernel():
+    """create_flashinfer_kv_indices_triton as the installed SGLang's FlashInfer MLA decode path imports it."""
+    import importlib
+
+    for name in KV_INDICES_USERS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        if (kernel := getattr(module, "create_flashinfer_kv_indices_triton", None)) is not None:
+            return kernel
+    pytest.fail(f"none of {', '.join(KV_INDICES_USERS)} imports create_flashinfer_kv_indices_triton: this SGLang builds "
+                "kv_indices another way; re-read its decode plan (StepBatch.kv_indices models that kernel)", pytrace=False)
+
+
+def alloc_decode(seq_lens: torch.Tensor, last_loc: torch.Tensor, fresh: list[int], page_size: int) -> torch.Tensor:
+    """The slots SGLang's PagedTokenToKVPoolAllocator.alloc_decode (its public method, whichever kernel it picks on this
+    platform) gives a decode step's new tokens: `last_loc` each request's previous last slot, `fresh` the free pages in
+    the order it takes them (pages the step leaves untaken follow, so a step's batch never exceeds its free list)."""
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+
+    spare = max(len(seq_lens) - len(fresh), 0)
+    pages = fresh + [max(fresh, default=0) + 1 + i for i in range(spare)]
+    allocator = PagedTokenToKVPoolAllocator((max(pages, default=0) + 1) * page_size, page_size, torch.float8_e4m3fn, "cpu",
+                                            None, need_sort=False)
+    allocator.free_pages = torch.tensor(pages, dtype=torch.int64)
+    out = allocator.alloc_decode(seq_lens, seq_lens.cpu(), last_loc)
+    assert out is not None, "SGLang's allocator found no free page for the step"
+    return out
+
+
 def single_rank():
     """SGLang's parallel context forced to one rank, no decode-context parallelism."""
     from sglang.srt.runtime_context import get_parallel

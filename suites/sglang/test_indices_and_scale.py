@@ -20,8 +20,7 @@ SLOTS = 16_384
 
 def sglang_kv_indices(batch) -> np.ndarray:
     """create_flashinfer_kv_indices_triton over the req_to_token table of the batch's requests."""
-    from sglang.kernels.ops.attention.kv_indices import create_flashinfer_kv_indices_triton
-
+    create_flashinfer_kv_indices_triton = sgl.kv_indices_kernel()
     lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int32)
     width = int(lens.max())
     # SGLang's ReqToTokenPool row of request r: slot of each token position, in order; rows in a shuffled table
@@ -91,16 +90,12 @@ def test_sm_scale_check_catches_the_unscaled_formula():
 
 
 def sglang_decode_slots(batch, page_size: int) -> np.ndarray:
-    """SGLang's paged allocator (alloc_decode_naive) placing the step's new tokens, given each
+    """SGLang's paged allocator (PagedTokenToKVPoolAllocator.alloc_decode) placing the step's new tokens, given each
     request's previous last slot and the fresh pages in the order the harness's free list gives them."""
-    from sglang.srt.mem_cache.allocator.paged import alloc_decode_naive
-
     seq_lens = torch.as_tensor(batch.kv_indptr[1:] - batch.kv_indptr[:-1], dtype=torch.int64)
     last_loc = torch.tensor([int(batch.kv_indices[e - 2]) if n > 1 else -1 for e, n in zip(batch.kv_indptr[1:], seq_lens)])
     fresh = [int(s) // page_size for s, n in zip(batch.write_slots, seq_lens) if s % page_size == 0]
-    out = torch.empty(batch.batch_size, dtype=torch.int64)
-    alloc_decode_naive(seq_lens, last_loc, torch.tensor(fresh, dtype=torch.int64), out, page_size, len(fresh))
-    return out.numpy()
+    return sgl.alloc_decode(seq_lens, last_loc, fresh, page_size).numpy()
 
 
 PAGED = [name for name in builtin_names() if load_scenario(name).layout != "explicit"]
