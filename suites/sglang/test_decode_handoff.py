@@ -112,7 +112,8 @@ def decode_first_layer(backend, case: Case, batch, wrapper) -> None:
     """The backend's real forward_decode of layer 0 on the step's queries, into `wrapper`."""
     preset = case.preset
     backend.forward_metadata = SimpleNamespace(decode_wrapper=wrapper)
-    forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True))
+    # the ForwardBatch fields forward_decode reads without a KV write (out_cache_loc: sglang 0.5.21 reads it first)
+    forward_batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True), out_cache_loc=None)
     q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, 0)
     with sgl.single_rank():
         backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, sgl.layer(0, preset.heads_per_rank),

@@ -191,7 +191,8 @@ def _decode(backend, kv_indices):
     layer = SimpleNamespace(layer_id=0, tp_q_head_num=HEADS, v_head_dim=512, head_dim=WIDTH)
     q = torch.zeros((2, HEADS * 512), dtype=torch.bfloat16)
     q_rope = torch.zeros((2, HEADS * 64), dtype=torch.bfloat16)
-    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: False))  # no DCP lse path
+    # no DCP lse path; out_cache_loc, which forward_decode reads without a KV write too (sglang 0.5.21)
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: False), out_cache_loc=None)
     backend.forward_decode(q, None, None, layer, batch, save_kv_cache=False, q_rope=q_rope)
 
 
