@@ -15,12 +15,19 @@ from harness.api import RunConfig, run
 from harness.inputs.cases import load_case
 
 
-def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto"):
-    """{strategy: (outputs, verdict)} of the strategies that ran; the baseline (stock) always runs: every strategy is checked against it."""
+def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto",
+                   require: bool = False):
+    """{strategy: (outputs, verdict)} of the strategies that ran; the baseline (stock) always runs: every strategy is checked against it.
+    `require`: a requested strategy that produced no outputs (an error or unsupported verdict) fails the caller with
+    its verdict, instead of going missing from the result."""
     cfg = RunConfig(case=load_case(case_name), device=torch.device(device), backend=backend, kernel=kernel,
                     strategies=tuple(strategies), faults=frozenset(faults), repeats=0,
                     obtained=False)  # an expected red verdict leaves nothing in the committed golden folder
-    return {r.strategy: (r.outputs, r.verdict) for r in run(cfg, Console(quiet=True)).results if r.outputs is not None}
+    results = run(cfg, Console(quiet=True)).results
+    missing = [f"{r.strategy} did not run ({r.verdict.status.value}: {r.verdict.reason})" for r in results
+               if r.outputs is None and r.strategy in strategies]
+    assert not (require and missing), "; ".join(missing)
+    return {r.strategy: (r.outputs, r.verdict) for r in results if r.outputs is not None}
 
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # this process is an interpreter child

@@ -77,6 +77,15 @@ def alloc_decode(seq_lens: torch.Tensor, last_loc: torch.Tensor, fresh: list[int
     return out
 
 
+def run_strategies(case_name: str, strategies, **kwargs) -> dict:
+    """suites.helpers.run_strategies, each requested strategy required to run: when the installed SGLang cannot run
+    here, the test fails with sglang_flashinfer's own verdict (the error SGLang raised), not a KeyError or a claim
+    about SGLang's behaviour drawn from a run that never happened."""
+    from suites.helpers import run_strategies as run
+
+    return run(case_name, strategies, require=True, **kwargs)
+
+
 def single_rank():
     """SGLang's parallel context forced to one rank, no decode-context parallelism."""
     from sglang.srt.runtime_context import get_parallel

@@ -207,7 +207,6 @@ def decode_casts(monkeypatch, patch=None) -> tuple[list[list[int]], int]:
     CI case (SGLang's own init_forward_metadata planning each step), and one layer buffer's element count. `patch`
     wraps forward_decode first (a user's change)."""
     from harness.integrations.sglang import runtime
-    from suites.helpers import run_strategies
 
     backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
     decode, calls = backend.forward_decode, []
@@ -222,7 +221,7 @@ def decode_casts(monkeypatch, patch=None) -> tuple[list[list[int]], int]:
 
     monkeypatch.setattr(backend, "forward_decode", logged)
     case = load_case("glm5-tp8.ci.b1-l500")
-    run_strategies(case.name, ("sglang_flashinfer",))
+    sgl.run_strategies(case.name, ("sglang_flashinfer",))
     return calls, (case.geometry.slots + case.geometry.page_size) * case.geometry.row_width
 
 
@@ -256,6 +255,22 @@ def test_cast_count_fails_when_a_patch_casts_only_the_rows_in_use(monkeypatch):
 
     with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
         assert_every_call_casts_one_whole_layer(*decode_casts(monkeypatch, patch))
+
+
+def test_a_backend_that_cannot_run_here_is_named_not_called_a_model_change(monkeypatch):
+    """Twin of the cast count's claim: a forward_decode that raises (as sglang 0.5.21's Triton KV write does in the
+    CPU interpreter) counts no casts, and the test must fail with that error, not say `stock` no longer models SGLang."""
+    sgl.require()
+
+    def patch(decode):
+        def broken(self, *args, **kwargs):
+            raise RuntimeError("planted: this SGLang's forward_decode cannot run here")
+        return broken
+
+    with pytest.raises(AssertionError) as failure:
+        assert_every_call_casts_one_whole_layer(*decode_casts(monkeypatch, patch))
+    assert "planted: this SGLang's forward_decode cannot run here" in str(failure.value), str(failure.value)
+    assert "no longer models SGLang" not in str(failure.value)
 
 
 def test_installed_backend_still_casts_the_whole_pool():

@@ -12,7 +12,6 @@ import torch
 from harness.inputs.cases import load_case
 from harness.integrations.sglang.wrappers import codes_as_bf16
 from harness.spec.faults import Fault
-from suites.helpers import run_strategies
 
 pytestmark = pytest.mark.sglang
 
@@ -66,7 +65,7 @@ def writes(monkeypatch):
 
 @pytest.mark.parametrize("case_name", ["glm5-tp8.ci.multistep-reuse", "deepseek-v3-tp8.ci.b1-l500"])
 def test_the_writes_are_sglangs_and_bitwise_stock(writes, case_name):
-    results = run_strategies(case_name, ("stock", STRATEGY))
+    results = sgl.run_strategies(case_name, ("stock", STRATEGY))
     verdict = results[STRATEGY][1]
     assert verdict.passed, verdict.reason
     case = load_case(case_name)
@@ -82,12 +81,12 @@ def test_the_writes_are_sglangs_and_bitwise_stock(writes, case_name):
 def test_a_write_that_corrupts_one_byte_fails(writes, case_name):
     """Twin: the same run with SGLang's write patched to flip one bit of one byte per layer's call."""
     writes["corrupt"] = True
-    verdict = run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
+    verdict = sgl.run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
     assert not verdict.passed and writes["calls"], verdict.reason
 
 
 def test_a_planted_nan_code_is_stored_and_reaches_the_output():
     """nan-in-pool's 0x7F, written by SGLang's set_mla_kv_buffer, must be read back as NaN (not a finite error)."""
     sgl.require()
-    verdict = run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,), faults=frozenset([Fault.NAN_IN_POOL]))[STRATEGY][1]
+    verdict = sgl.run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,), faults=frozenset([Fault.NAN_IN_POOL]))[STRATEGY][1]
     assert not verdict.passed and verdict.stats.nonfinite > 0, verdict.reason

@@ -17,7 +17,6 @@ from harness.inputs.cases import load_case
 from harness.inputs.pool import KVPool
 from harness.spec.faults import CONTROL_SCENARIO, Fault
 from harness.strategies import REGISTRY
-from suites.helpers import run_strategies
 
 pytestmark = pytest.mark.sglang
 
@@ -184,7 +183,7 @@ def test_pool_wrapping_refuses_a_wrong_layout():
 @pytest.mark.parametrize("case_name", CASES)
 def test_sglang_flashinfer_is_bitwise_stock(case_name):
     sgl.require()
-    results = run_strategies(case_name, ("stock", STRATEGY))
+    results = sgl.run_strategies(case_name, ("stock", STRATEGY))
     assert set(results) == {"stock", STRATEGY}, "sglang_flashinfer did not run"
     for name, (_, verdict) in results.items():
         assert verdict.passed, f"{name}: {verdict.reason}"
@@ -220,7 +219,7 @@ def test_a_patch_that_keeps_step_state_on_forward_metadata_is_what_runs(monkeypa
     monkeypatch.setattr(backend, "init_forward_metadata", patched_init)
     monkeypatch.setattr(backend, "forward_decode", patched_decode)
     case_name = "glm5-tp8.ci.multistep-reuse"
-    verdict = run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
+    verdict = sgl.run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
     assert verdict.passed == passes, verdict.reason
     rows = {int(batch.kv_indptr[-1]) for batch in load_case(case_name).schedule().steps}
     assert seen and {(name, has) for name, has, _ in seen} == {("DecodeMetadata", True)} and {n for *_, n in seen} <= rows
@@ -264,7 +263,7 @@ def test_a_patch_that_adds_state_in_init_is_what_runs(monkeypatch):
 
     monkeypatch.setattr(backend, "__init__", patched_init)
     monkeypatch.setattr(backend, "forward_decode", patched_decode)
-    verdict = run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,))[STRATEGY][1]
+    verdict = sgl.run_strategies("glm5-tp8.ci.b1-l500", (STRATEGY,))[STRATEGY][1]
     assert verdict.passed and used and min(used) > 0, verdict.reason
 
 
@@ -309,7 +308,7 @@ def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, pas
         return (o * scale).view(-1, heads * dv)
 
     monkeypatch.setattr(backend, "forward_decode", native_fp8)
-    verdict = run_strategies("glm5-tp8.ci.multistep-reuse", (STRATEGY,))[STRATEGY][1]
+    verdict = sgl.run_strategies("glm5-tp8.ci.multistep-reuse", (STRATEGY,))[STRATEGY][1]
     assert verdict.passed == passes and "held to the tolerance tier" in verdict.reason, verdict.reason
 
 
@@ -317,7 +316,7 @@ def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, pas
 def test_planted_fault_turns_the_verdict_red(fault):
     sgl.require()
     case_name = f"glm5-tp8.ci.{CONTROL_SCENARIO[fault]}"
-    faulty = run_strategies(case_name, (STRATEGY,), faults=frozenset([fault]))
+    faulty = sgl.run_strategies(case_name, (STRATEGY,), faults=frozenset([fault]))
     verdict = faulty[STRATEGY][1]
     assert not verdict.passed and verdict.reason, f"{fault.value} went unnoticed"
 

@@ -190,11 +190,10 @@ def test_the_harness_strategy_runs_each_commit(tmp_path, monkeypatch, commit, pa
     """sglang_flashinfer (harness/integrations/sglang) with commit b's backend in place of the installed one is
     bitwise stock over several steps (page reuse, finished requests); with d's (its twin) the verdict is red."""
     from harness.integrations.sglang import runtime
-    from suites.helpers import run_strategies
 
     sgl.require()
     monkeypatch.setitem(sys.modules, runtime.MLA_BACKEND, commit_module(tmp_path, commit))
-    results = run_strategies("glm5-tp8.ci.multistep-reuse", ("stock", "sglang_flashinfer"))
+    results = sgl.run_strategies("glm5-tp8.ci.multistep-reuse", ("stock", "sglang_flashinfer"))
     (stock, stock_verdict), (ours, verdict) = results["stock"], results["sglang_flashinfer"]
     assert stock_verdict.passed and verdict.passed == passes, verdict.reason
     bitwise = all(torch.equal(ours[k][0].view(torch.int16), stock[k][0].view(torch.int16)) for k in stock)
