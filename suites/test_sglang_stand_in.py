@@ -116,3 +116,23 @@ def test_a_failed_import_names_its_own_error_every_time(tmp_path, monkeypatch):
         for name in [n for n in sys.modules if n == "brokenpkg" or n.startswith("brokenpkg.")]:
             del sys.modules[name]
     assert all("No module named 'missing_dep_of_brokenpkg'" in r for r in reasons), reasons
+
+
+class _Context:
+    """A stand-in for SGLang's ParallelContext: `fields` known (reading one unpublished raises `unset`), others unknown."""
+
+    def __init__(self, fields, unset):
+        self.fields, self.unset = fields, unset
+
+    def __getattr__(self, name):
+        if name in self.__dict__.get("fields", ()):
+            raise self.unset(f"{name} is not published")
+        raise AttributeError(name)
+
+
+@pytest.mark.parametrize("fields, unset, want", [
+    (set(runtime.SINGLE_RANK), RuntimeError, set(runtime.SINGLE_RANK)),  # sglang 0.5.20+: every field, none published
+    ({"attn_tp_size"}, AssertionError, {"attn_tp_size"}),  # sglang 0.5.15: no decode-context-parallel fields
+])
+def test_single_rank_overrides_only_the_fields_sglang_has(fields, unset, want):
+    assert set(runtime.single_rank_fields(_Context(fields, unset))) == want

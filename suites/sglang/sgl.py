@@ -87,10 +87,10 @@ def run_strategies(case_name: str, strategies, **kwargs) -> dict:
 
 
 def single_rank():
-    """SGLang's parallel context forced to one rank, no decode-context parallelism."""
-    from sglang.srt.runtime_context import get_parallel
+    """SGLang's parallel context forced to one rank, no decode-context parallelism (the fields the installed SGLang has)."""
+    from harness.integrations.sglang import runtime
 
-    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0)
+    return runtime.single_rank()
 
 
 def layer(layer_id: int, heads: int = 1) -> SimpleNamespace:

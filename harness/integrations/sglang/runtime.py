@@ -66,8 +66,30 @@ def version() -> str:
     return load("sglang").__version__
 
 
+SINGLE_RANK = {"dcp_enabled": False, "attn_dcp_size": 1, "attn_dcp_rank": 0, "attn_tp_size": 1}
+
+
+def has_field(parallel, name: str) -> bool:
+    """Whether SGLang's ParallelContext `parallel` knows the field `name`. Reading an unknown one raises AttributeError;
+    a known one is either published or raises that it is not (ValueError, RuntimeError, AssertionError: no server)."""
+    try:
+        getattr(parallel, name)
+    except AttributeError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def single_rank_fields(parallel) -> dict:
+    """SINGLE_RANK cut to the fields `parallel` has: an SGLang whose context has no decode-context-parallel fields
+    (sglang 0.5.15: its DCP is off without a DCP group) rejects an override naming them."""
+    return {name: value for name, value in SINGLE_RANK.items() if has_field(parallel, name)}
+
+
 def single_rank() -> contextlib.AbstractContextManager:
     """SGLang's parallel context forced to one rank without decode-context parallelism (no server runs)."""
     from sglang.srt.runtime_context import get_parallel
 
-    return get_parallel().override(dcp_enabled=False, attn_dcp_size=1, attn_dcp_rank=0, attn_tp_size=1)
+    parallel = get_parallel()
+    return parallel.override(**single_rank_fields(parallel))
