@@ -14,13 +14,24 @@ SKIP_REASON = (
 
 
 def require():
-    """The sglang package, or skip the calling test with the install instructions."""
+    """The sglang package, or skip the calling test with the install instructions. Its two modules the suite stands on
+    (the memory pools, the FlashInfer MLA backend) are imported here: a missing import-time dependency of either is a
+    skip naming it; one of SGLang's own modules missing, or an import that raises anything else (a dependency of
+    another version), is a one-line failure."""
     from harness.integrations.sglang import runtime
 
-    try:  # a failed attempt leaves no partial package behind: every test's skip names the missing module
-        runtime.import_module("sglang.srt.mem_cache.memory_pool")
-    except ImportError as exc:
-        pytest.skip(f"{SKIP_REASON} ({exc})")
+    for module in (runtime.MEMORY_POOL, runtime.MLA_BACKEND):
+        try:  # a failed attempt leaves no partial package behind: every test's reason names the missing module
+            runtime.import_module(module)
+        except ImportError as exc:
+            missing, exc = getattr(exc, "name", None) or "", " ".join(str(exc).split())  # one line
+            if missing.startswith("sglang.") and missing != "sglang.srt":
+                pytest.fail(f"{module} does not import: {exc} (this SGLang is laid out otherwise)", pytrace=False)
+            hint = "" if missing in ("", "sglang", "sglang.srt") else "; a dependency: add it to ci/sglang-cpu-pins.txt"
+            pytest.skip(f"{SKIP_REASON} ({exc}{hint})")
+        except Exception as exc:
+            pytest.fail(f"{module} does not import: {type(exc).__name__}: {' '.join(str(exc).split())} (its dependencies' versions are not "
+                        "ci/sglang-cpu-pins.txt's?)", pytrace=False)
     if not _triton_interpreted():
         pytest.skip("SGLang's Triton kernels need the interpreter on CPU: run `python -m pytest suites/sglang -m sglang` "
                     "in its own process (TRITON_INTERPRET=1 must be set before triton is imported)")
