@@ -296,11 +296,15 @@ def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, pas
 
     sgl.require()
     backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
-    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    pools = runtime.load(runtime.MEMORY_POOL)
+
+    def write_loc(forward_batch):  # what the installed forward_decode hands set_mla_kv_buffer (KVWriteLoc: 0.5.22 on)
+        loc = getattr(pools, "KVWriteLoc", None)
+        return loc.for_batch(forward_batch) if hasattr(loc, "for_batch") else forward_batch.out_cache_loc
 
     def native_fp8(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None):
         if save_kv_cache and k is not None:
-            self.token_to_kv_pool.set_mla_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, k_rope)
+            self.token_to_kv_pool.set_mla_kv_buffer(layer, write_loc(forward_batch), k, k_rope)
         heads, dv = layer.tp_q_head_num, layer.v_head_dim
         kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id)  # e4m3, not cast
         q_nope, q_rope = q.view(-1, heads, dv), q_rope.view(-1, heads, layer.head_dim - dv)
