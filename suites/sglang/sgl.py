@@ -23,15 +23,17 @@ def require():
     for module in (runtime.MEMORY_POOL, runtime.MLA_BACKEND):
         try:  # a failed attempt leaves no partial package behind: every test's reason names the missing module
             runtime.import_module(module)
-        except ImportError as exc:
-            missing, exc = getattr(exc, "name", None) or "", " ".join(str(exc).split())  # one line
-            if missing.startswith("sglang.") and missing != "sglang.srt":
-                pytest.fail(f"{module} does not import: {exc} (this SGLang is laid out otherwise)", pytrace=False)
-            hint = "" if missing in ("", "sglang", "sglang.srt") else "; a dependency: add it to ci/sglang-cpu-pins.txt"
-            pytest.skip(f"{SKIP_REASON} ({exc}{hint})")
-        except Exception as exc:
-            pytest.fail(f"{module} does not import: {type(exc).__name__}: {' '.join(str(exc).split())} (its dependencies' versions are not "
+            continue
+        except Exception as exc:  # decided below, outside this block: one line, no chained traceback
+            error, missing = exc, getattr(exc, "name", None) or ""
+        text = " ".join(str(error).split())
+        if not isinstance(error, ImportError):
+            pytest.fail(f"{module} does not import: {type(error).__name__}: {text} (its dependencies' versions are not "
                         "ci/sglang-cpu-pins.txt's?)", pytrace=False)
+        if missing.startswith("sglang.") and missing != "sglang.srt":
+            pytest.fail(f"{module} does not import: {text} (this SGLang is laid out otherwise)", pytrace=False)
+        hint = "" if missing in ("", "sglang", "sglang.srt") else "; a dependency: add it to ci/sglang-cpu-pins.txt"
+        pytest.skip(f"{SKIP_REASON} ({text}{hint})")
     if not _triton_interpreted():
         pytest.skip("SGLang's Triton kernels need the interpreter on CPU: run `python -m pytest suites/sglang -m sglang` "
                     "in its own process (TRITON_INTERPRET=1 must be set before triton is imported)")

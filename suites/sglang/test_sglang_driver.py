@@ -28,6 +28,15 @@ from harness.tpot.config import load_shape  # noqa: E402
 ROWS, HEADS, WIDTH = 300, 8, 576
 
 
+@pytest.fixture(autouse=True)
+def _sglang():
+    """SGLang's pools and FlashInfer MLA backend import (sgl.require): a missing dependency of this SGLang is a skip
+    naming it here too, not a traceback from the first module a test imports (sglang 0.5.20: xgrammar)."""
+    import sgl
+
+    sgl.require()
+
+
 def _sglang_parser():
     from sglang.benchmark.one_batch import BenchArgs
     from sglang.srt.server_args import ServerArgs
