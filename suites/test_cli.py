@@ -155,6 +155,15 @@ def test_export_inputs_reproduce_the_golden(tmp_path):
     assert torch.equal(out64.float()[torch.as_tensor(gold.positions(1))], gold.out(1, 1))
 
 
+def test_export_inputs_records_a_layer_named_twice_once(tmp_path):
+    out = tmp_path / "bundle.safetensors"
+    proc = harness("export-inputs", "--scenario", "b1-l500", "--scale", "ci", "--layer", "1", "--layer", "0", "--layer", "1",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with safetensors.safe_open(out, "pt") as f:
+        assert json.loads(f.metadata()["layers"]) == [1, 0]
+
+
 def test_overridden_scale_is_checked_against_a_live_reference(tmp_path):
     proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--layers", "1", "--slots", "20032")
     assert proc.returncode == 0, proc.stdout + proc.stderr

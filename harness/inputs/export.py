@@ -20,7 +20,7 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
     schedule = case.schedule()
     if not 0 <= step < len(schedule.steps):
         raise HarnessError("--step", f"must be in [0, {len(schedule.steps) - 1}], got {step}")
-    layers = layers or [0]
+    layers = list(dict.fromkeys(layers or [0]))  # a layer named twice is exported once
     for layer in layers:
         if not 0 <= layer < case.num_layers:
             raise HarnessError("--layer", f"must be in [0, {case.num_layers - 1}], got {layer}")
