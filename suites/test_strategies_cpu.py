@@ -101,3 +101,21 @@ def test_gather_cast_replan_keeps_the_index_tensor_a_graph_reads():
         s.step_indices(first)
         assert s.gather_indices is held and int(s.count) == len(first.kv_indices)
         assert torch.equal(held[: len(first.kv_indices)], torch.as_tensor(first.kv_indices, dtype=torch.int32))
+
+
+def test_tolerance_tier_without_a_runnable_stock(monkeypatch):
+    """stock anchors every strategy at the requests no golden stores. Where it cannot run (sm_89 has no FlashInfer
+    policy, fused_fp8 runs there) the tolerance tier keeps its golden verdict and says what went unchecked; where it
+    crashed, that is a failure of the check (twin)."""
+    stock = REGISTRY[BASELINE]
+    monkeypatch.setattr(stock, "unsupported_reason", classmethod(lambda cls, device, backend: "no policy here"))
+    (_, verdict), = run_strategies("glm5-tp8.ci.wide-ragged", ("native_fp8",)).values()
+    assert verdict.passed and "stock is unsupported here (no policy here)" in verdict.reason, verdict.reason
+    monkeypatch.undo()
+
+    def crash(self, *args):
+        raise RuntimeError("stock crashed")
+
+    monkeypatch.setattr(stock, "attend", crash)
+    (_, verdict), = run_strategies("glm5-tp8.ci.wide-ragged", ("native_fp8",)).values()
+    assert not verdict.passed and "not checked at every request: stock produced no outputs" in verdict.reason, verdict.reason

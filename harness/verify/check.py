@@ -239,11 +239,11 @@ def merge_stats(all_stats: list[ErrorStats]) -> ErrorStats | None:
 
 
 def combine(verdicts: list[Verdict]) -> Verdict:
-    """The most severe status wins; statistics cover every verdict; failure reasons are kept.
+    """The most severe status wins; statistics cover every verdict; reasons are kept (a pass may say what it left unchecked).
     Checks that compared no element at all are a failure, never a pass."""
     stats = merge_stats([v.stats for v in verdicts if v.stats is not None])
     if stats is None or stats.total == 0:
         return Verdict(Status.FAIL, "nothing was checked: no golden element compared", stats)
     status = max((v.status for v in verdicts), key=SEVERITY.index)
-    reasons = " | ".join(v.reason for v in verdicts if v.status != Status.PASS and v.reason)
+    reasons = " | ".join(v.reason for v in verdicts if v.reason)
     return Verdict(status, reasons, stats)
