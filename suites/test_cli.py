@@ -380,6 +380,21 @@ def test_narrow_terminal_gets_two_tables():
     assert "GB/s" not in text and "(host)" in text
 
 
+def test_a_pass_shows_what_it_left_unchecked():
+    from rich.console import Console
+
+    from harness.api import StrategyResult
+    from harness.render.table import results_table
+    from harness.verify.check import ErrorStats, Status, Verdict
+
+    stats = ErrorStats(0.1, 0.004, 0.002, 0, 100, 1.0, (0,), 0)
+    note = "requests outside the golden unchecked"
+    results = [StrategyResult(n, Verdict(Status.PASS, reason, stats), {}, 0) for n, reason in (("stock", ""), ("native_fp8", note))]
+    console = Console(width=160, file=io.StringIO(), color_system=None)
+    console.print(results_table("case", results, host_timed=True, width=160))
+    assert note in console.file.getvalue()
+
+
 def test_a_golden_miss_leaves_the_obtained_outputs_beside_the_golden(tmp_path):
     """pytest-regressions' obtained file: a run that fails its golden, and a verify that finds a changed golden,
     write what they got beside it (keyed as the golden's outputs) and say where; a pass, or a planted fault's

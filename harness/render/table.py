@@ -25,7 +25,7 @@ def _med(r, metric) -> str:
 def _verdict(r) -> str:
     status = r.verdict.status.value
     text = f"[{STATUS_STYLE[status]}]{status}[/]"
-    if r.verdict.reason and status != "pass":
+    if r.verdict.reason:  # a pass's reason says what it left unchecked or which tier it was held to
         text += f"\n[dim]{r.verdict.reason[:160]}[/]"
     return text
 
