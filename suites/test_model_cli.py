@@ -163,3 +163,36 @@ def test_tpot_allreduce_none_is_accepted_and_a_missing_table_is_one_error_line(c
     capsys.readouterr()
     line = _main_error(capsys, "--allreduce-table", str(tmp_path / "missing.toml"))
     assert "missing.toml" in line
+
+
+def _corrupt(results, tmp_path, name, edit):
+    doc = json.loads(results.read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _tpot_details(doc):
+    return [r["detail"] for r in doc["rows"] if r["metric"] == "tpot_ms"]
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda doc: doc["case"].update(command="run"), "case.command"),  # a `harness run` file: not silently left out
+    (lambda doc: [r.update(detail=None) for r in doc["rows"] if r["metric"] == "tpot_ms"], "detail"),
+    (lambda doc: [d.update(kernels=None) for d in _tpot_details(doc)], "kernels"),
+    (lambda doc: [d.update(pool_bytes="big") for d in _tpot_details(doc)], "pool_bytes"),
+    (lambda doc: [d.update(breakdown={"x": 1}) for d in _tpot_details(doc)], "breakdown"),
+    (lambda doc: [d["breakdown"].update(tpot_ms=0) for d in _tpot_details(doc)], "tpot_ms"),
+    (lambda doc: [r["detail"].pop("ratio") for r in doc["rows"] if r["metric"] == "rotation_check"], "ratio"),
+])
+def test_report_refuses_a_file_it_cannot_render_naming_the_field(results, tmp_path, edit, fragment):
+    """A results file the TPOT report cannot read (a `run` file, a tpot row's detail of other types) is one error line
+    naming the file and the field, exit 2, nothing written (a run file was left out and the report said nothing;
+    the details raised StopIteration, AttributeError, KeyError, TypeError, ZeroDivisionError); twin: the fixture renders."""
+    bad = _corrupt(results, tmp_path, "bad.json", edit)
+    proc = harness(str(results), str(bad), "--out", str(tmp_path / "r"), module="harness.tpot.report")
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and line.startswith(f"error: {bad}") and fragment in line, proc.stderr[-800:]
+    assert not (tmp_path / "r").exists()
+    assert harness(str(results), "--out", str(tmp_path / "ok"), module="harness.tpot.report").returncode == 0

@@ -12,6 +12,7 @@ import io
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -51,11 +52,82 @@ class TP2Check(msgspec.Struct):
     step_checks: list[_StepCheck] = []
 
 
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class _Kernel(msgspec.Struct):
+    name: str
+    ms: float
+    count: int
+
+
+class _Profile(msgspec.Struct):
+    kernel_ms: float | None = None  # absent when profiling failed (then `error`)
+    launches: int = 0
+    top: list[_Kernel] = []
+    error: str | None = None
+
+
+class _Part(msgspec.Struct):
+    ms: float
+    floor_bytes: float
+    floor_ms: float | None = None
+    over_floor: float | None = None
+
+
+class _Breakdown(msgspec.Struct):
+    parts: dict[str, _Part]
+    sum_ms: float
+    tpot_ms: Positive
+    unattributed_ms: float
+    how: str
+
+
+class TpotDetail(msgspec.Struct):
+    """The fields of a tpot_ms row's detail this report reads (harness.tpot.tpot.to_rows writes them;
+    an --engine sglang row has none of the model's)."""
+
+    layers: int | None = None
+    weight_sets: int | None = None
+    reuse_distance_over_l2: float | None = None
+    mean_active_experts: float | None = None
+    pool_bytes: float = 0
+    allreduce: str | None = None
+    kernels: dict[str, str] = {}
+    fits_with_full_weights: bool | None = None
+    max_slots_with_full_weights: int | None = None
+    memory_plan: str | None = None
+    eager_kernels: _Profile | None = None
+    breakdown: _Breakdown | None = None
+    unsupported: str | None = None
+
+
+class RotationDetail(msgspec.Struct):
+    """The fields of a rotation_check row's detail this report reads (harness.tpot.tpot.rotation_check)."""
+
+    strategy: str
+    layers: int
+    weight_sets: int
+    rotated_ms: float
+    distinct_ms: float
+    ratio: float
+
+
+DETAILS = {"tpot_ms": TpotDetail, "rotation_check": RotationDetail}
+
+
 def _cases(paths: list[Path]) -> dict[tuple, dict[str, dict[str, dict]]]:
-    """{(preset, scale, scenario, file name): {strategy: {metric: row}}} of results files (checked as compare reads them)."""
+    """{(preset, scale, scenario, file name): {strategy: {metric: row}}} of `harness tpot` results files (checked
+    as compare reads them; the row details this report reads checked too): anything else is one error naming the field."""
     cases: dict = {}
     for path in paths:
-        for row in map(asdict, read_results(path).rows):
+        results = read_results(path)
+        if results.case.command != "tpot":
+            raise HarnessError(f"{path}: case.command", f"{results.case.command!r}: not a `harness tpot` results file "
+                                                        "(python -m harness report renders it)")
+        for i, row in enumerate(map(asdict, results.rows)):
+            if row["metric"] in DETAILS:
+                validate(row["detail"], DETAILS[row["metric"]], f"{path}: rows[{i}].detail")
             key = (row["preset"], row["scale"], row["scenario"], path.name)
             cases.setdefault(key, {}).setdefault(row["strategy"], {})[row["metric"]] = row
     return cases
@@ -100,7 +172,7 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
             fits = (m["tpot_ms"]["detail"] or {}).get("fits_with_full_weights")
             lines.append(f"| {name} | {tpot:.2f} | {_fmt(attn, '.2f')} | {_fmt(_val(m, 'attn_share'), '.0%')} | "
                          f"{_fmt(_val(m, 'roofline_ms'), '.2f')} | {_fmt(_val(m, 'tpot_over_roofline'), '.2f')} | "
-                         f"{sum(gb):.2f} ({gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f}) | {'-' if fits is None else ('yes' if fits else 'no, max ' + format(m['tpot_ms']['detail']['max_slots_with_full_weights'], ',') + ' slots')} |")
+                         f"{sum(gb):.2f} ({gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f}) | {'-' if fits is None else ('yes' if fits else 'no, max ' + _fmt(m['tpot_ms']['detail'].get('max_slots_with_full_weights'), ',') + ' slots')} |")
             case_bars[name] = (min(attn or 0.0, tpot), max(tpot - (attn or 0.0), 0.0))
         lines.append(f"| article (GLM-5-NVFP4, 8x RTX PRO 6000, stock) | {ARTICLE['tpot_ms']} | cast alone {ARTICLE['cast_ms']} | cast {ARTICLE['cast_share']:.0%} | | | | |")
         lines.append(f"| article, BF16 shadow buffer | {ARTICLE['tpot_after_fix_ms']} | | | | | | |")
