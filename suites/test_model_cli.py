@@ -196,3 +196,18 @@ def test_report_refuses_a_file_it_cannot_render_naming_the_field(results, tmp_pa
     assert proc.returncode == 2 and line.startswith(f"error: {bad}") and fragment in line, proc.stderr[-800:]
     assert not (tmp_path / "r").exists()
     assert harness(str(results), "--out", str(tmp_path / "ok"), module="harness.tpot.report").returncode == 0
+
+
+def test_tpot_json_never_replaces_the_harness_model_or_allreduce_table(capsys):
+    """The model shapes (models.toml) and the default all-reduce table are the run's own inputs: --json there is
+    refused even with --force, the file as it was (before: models.toml was replaced by the results)."""
+    from harness.tpot.allreduce import DEFAULT_TABLE
+    from harness.tpot.config import MODELS_FILE
+
+    for path in (MODELS_FILE, DEFAULT_TABLE):
+        before = path.read_bytes()
+        try:
+            line = _main_error(capsys, "--strategy", "stock", "--json", str(path), "--force")
+            assert "--json" in line and str(path) in line and path.read_bytes() == before
+        finally:
+            path.write_bytes(before)  # a failing run must not leave the checkout broken

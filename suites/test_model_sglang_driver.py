@@ -151,3 +151,24 @@ def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatc
     assert main(["compare", base, slow]) == 1
     assert "REGRESSION" in capsys.readouterr().out
     assert main(["compare", base, same]) == 0
+
+
+def test_cli_engine_sglang_never_writes_json_into_its_workdir_or_over_its_python(tmp_path, capsys):
+    """--json equal to or inside --sglang-workdir (the driver's folder: it replaces one_batch-*.jsonl there), or the
+    --sglang-python it runs: refused before anything runs, nothing made or changed (before: the folder case ran
+    SGLang, then could not write; the jsonl case wrote the results where the next run unlinks them; --force
+    replaced the interpreter); twin: a --json beside the workdir is written."""
+    from harness.cli import main
+
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    before = open(python).read()
+    work = tmp_path / "w"
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(work),
+            "--strategy", "gather_cast", "--force"]
+    for out, fragment in ((work, "--sglang-workdir"), (work / "one_batch-gather_cast.jsonl", "--sglang-workdir"),
+                          (python, "--sglang-python")):
+        assert main([*argv, "--json", str(out)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: --json") and fragment in line, line
+        assert not work.exists() and open(python).read() == before
+    assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.json").exists()
