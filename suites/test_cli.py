@@ -467,6 +467,22 @@ def test_repro_reruns_the_same_case_from_any_folder(tmp_path, monkeypatch):
     assert first.case == second.case and {r.key for r in first.rows} == {r.key for r in second.rows}
 
 
+def test_repro_names_the_sglang_python_absolutely_and_never_replaces_its_results(tmp_path, monkeypatch):
+    """A --sglang-python given as a path is recorded absolutely (a bare command stays one, for PATH to find), and
+    --force is left out: rerun word for word, the repro refuses to replace the results file it came from (before:
+    ./py stayed relative, so the repro failed from another folder, and --force replaced the original results)."""
+    import shlex
+
+    from harness.results.document import repro_command
+
+    monkeypatch.chdir(tmp_path)
+    words = shlex.split(repro_command(["tpot", "--engine", "sglang", "--sglang-python", "./py", "--json", "o.json", "--force"]))
+    assert words == ["python", "-m", "harness", "tpot", "--engine", "sglang", "--sglang-python", str(tmp_path / "py"),
+                     "--json", str(tmp_path / "o.json")]
+    assert shlex.split(repro_command(["tpot", "--sglang-python=bin/py"]))[-1] == f"--sglang-python={tmp_path / 'bin/py'}"
+    assert shlex.split(repro_command(["tpot", "--sglang-python", "python3"]))[-2:] == ["--sglang-python", "python3"]
+
+
 def test_tpot_records_its_own_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["pytest", "--unrelated"])  # an in-process caller's argv is not the command
     out = tmp_path / "t.json"

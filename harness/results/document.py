@@ -21,29 +21,37 @@ from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, R
 __all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "workload_digest", "write_results"]
 
 
-PATH_OPTIONS = ("--scenario-file", "--json", "--dump-outputs", "--golden-dir", "--allreduce-table", "--sglang-workdir")
+PATH_OPTIONS = ("--scenario-file", "--json", "--dump-outputs", "--golden-dir", "--allreduce-table", "--sglang-workdir",
+                "--sglang-python")
+COMMAND_OPTIONS = ("--sglang-python",)  # a path when it has a "/", else a command the rerun's PATH finds
+NOT_REPEATED = ("--force",)  # a rerun never replaces the results it reproduces (it asks for a new --json)
 REPRO_ENV = ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")  # set ones change what a run does
 PATH_ENV = ("MLA_HARNESS_GOLDEN_DIR",)
 
 
 def repro_command(argv: list[str] | None = None) -> str:
-    """The command line that reruns this one from any folder: path options made absolute, and the environment
-    variables of REPRO_ENV that are set put before it (VAR=value python -m harness ...)."""
-    args, path_next = [], False
+    """The command line that reruns this one from any folder: path options made absolute, --force left out, and
+    the environment variables of REPRO_ENV that are set put before it (VAR=value python -m harness ...)."""
+    args, option = [], None  # option: the path option whose value comes next
     for word in sys.argv[1:] if argv is None else argv:
         name, eq, value = word.partition("=")
-        if path_next:
-            word = _absolute(word)
+        if option:
+            word, option = _absolute(word, option), None
         elif eq and name in PATH_OPTIONS:
-            word = f"{name}={_absolute(value)}"
+            word = f"{name}={_absolute(value, name)}"
+        elif word in NOT_REPEATED:
+            continue
+        elif word in PATH_OPTIONS:
+            option = word
         args.append(word)
-        path_next = not path_next and word in PATH_OPTIONS
-    env = [f"{k}={shlex.quote(_absolute(os.environ[k]) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
+    env = [f"{k}={shlex.quote(_absolute(os.environ[k], k) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
     return " ".join([*env, shlex.join(["python", "-m", "harness", *args])])
 
 
-def _absolute(path: str) -> str:
-    return path if path == "none" else os.path.abspath(path)  # `--allreduce-table none` is no path
+def _absolute(path: str, option: str) -> str:
+    if path == "none" or (option in COMMAND_OPTIONS and os.sep not in path):  # `--allreduce-table none` is no path
+        return path
+    return os.path.abspath(path)
 
 
 def workload_digest(case, extra: dict | None = None) -> str:
