@@ -483,6 +483,15 @@ def test_repro_names_the_sglang_python_absolutely_and_never_replaces_its_results
     assert shlex.split(repro_command(["tpot", "--sglang-python", "python3"]))[-2:] == ["--sglang-python", "python3"]
 
 
+def test_an_abbreviated_option_is_refused(tmp_path):
+    """Options are spelled out: an abbreviation (--js for --json, --scenario-f for --scenario-file) would put a relative
+    path in the recorded repro that it does not make absolute (before: accepted, and the repro failed from another folder)."""
+    for args in (("tpot", "--js", "x.json"), ("run", "--scenario-f", "s.toml")):
+        proc = harness(*args, "--strategy", "nope", cwd=tmp_path, env={})
+        assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_tpot_records_its_own_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["pytest", "--unrelated"])  # an in-process caller's argv is not the command
     out = tmp_path / "t.json"

@@ -23,11 +23,12 @@ COMMANDS = {"run": run, "golden": golden, "export-inputs": export, "tpot": tpot,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0],
+    # allow_abbrev=False: the repro records the command line as typed, and finds its path options by their full names
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0], allow_abbrev=False,
                                      epilog="environment: MLA_HARNESS_GOLDEN_DIR sets the golden folder (else the checkout's golden/; --golden-dir wins)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=module.HELP, formatter_class=Formatter))
+        module.add_arguments(sub.add_parser(name, help=module.HELP, formatter_class=Formatter, allow_abbrev=False))
     return parser
 
 
