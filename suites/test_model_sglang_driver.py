@@ -172,3 +172,22 @@ def test_cli_engine_sglang_never_writes_json_into_its_workdir_or_over_its_python
         assert line.startswith("error: --json") and fragment in line, line
         assert not work.exists() and open(python).read() == before
     assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.json").exists()
+
+
+def test_cli_engine_sglang_runs_the_layers_its_results_name(tmp_path, capsys):
+    """case.layers names what SGLang ran: --layers 3 writes a 3-layer model (before: the results said 3 layers while
+    SGLang's config.json had all 78); more layers than the model has is one error line naming --layers."""
+    from harness.cli import main
+
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    out, work = tmp_path / "r.json", tmp_path / "w"
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(work),
+            "--strategy", "gather_cast"]
+    assert main([*argv, "--layers", "3", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["case"]["layers"] == 3
+    cfg = json.loads((work / "model" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 3 and cfg["first_k_dense_replace"] == 3
+    capsys.readouterr()
+    assert main([*argv, "--shrink", "--layers", "5"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --layers") and "3 layers" in line

@@ -71,8 +71,8 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     elif table_arg is None and device.type == "cuda" and args.engine == "harness":
         allreduce = LatencyAllReduce(load_table(DEFAULT_TABLE), device, default=True)
     shape = load_shape(case.preset.name, shrink=args.shrink)
-    if args.engine == "sglang":
-        return _sglang(args, console, case, shape, names)
+    if args.engine == "sglang":  # SGLang runs the case's layers, as the harness's step does
+        return _sglang(args, console, case, shape.for_pool(case.num_layers), names)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")

@@ -177,9 +177,7 @@ class TpotContext:
 
 
 def build_context(case: Case, shape: ModelShape, device, backend_name: str, weight_sets: int, allreduce: AllReduce, seed: int = 0) -> TpotContext:
-    shape = shape.with_layers(case.num_layers) if case.num_layers < shape.num_layers else shape
-    if case.num_layers != shape.num_layers:
-        raise HarnessError("--layers", f"the model has {shape.num_layers} layers; the pool can't have more ({case.num_layers})")
+    shape = shape.for_pool(case.num_layers)
     if shape.preset != case.preset:
         raise HarnessError("--preset", f"the model shape is {shape.preset.name}'s, the case is {case.preset.name}'s")
     if weight_sets < 1:
