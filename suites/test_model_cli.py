@@ -211,3 +211,11 @@ def test_tpot_json_never_replaces_the_harness_model_or_allreduce_table(capsys):
             assert "--json" in line and str(path) in line and path.read_bytes() == before
         finally:
             path.write_bytes(before)  # a failing run must not leave the checkout broken
+
+
+def test_tpot_timing_is_a_progress_phase(tmp_path):
+    """The per-strategy timing says how far it is (on a GPU it runs minutes; before: silent from the header to the table),
+    as `run`'s does; off a terminal, its last progress line."""
+    proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock", "--strategy", "gather_cast")
+    assert proc.returncode == 0, proc.stderr
+    assert "timing 2 strategies, 1 samples each: 2/2 in" in proc.stdout, proc.stdout

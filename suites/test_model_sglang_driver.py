@@ -187,7 +187,7 @@ def test_cli_engine_sglang_runs_the_layers_its_results_name(tmp_path, capsys):
     assert json.loads(out.read_text())["case"]["layers"] == 3
     cfg = json.loads((work / "model" / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 3 and cfg["first_k_dense_replace"] == 3
-    capsys.readouterr()
+    assert "gather_cast: sglang.benchmark.one_batch: 1/1 in" in capsys.readouterr().out  # each SGLang run is a progress phase
     assert main([*argv, "--shrink", "--layers", "5"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --layers") and "3 layers" in line

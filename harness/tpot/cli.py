@@ -13,6 +13,7 @@ from rich.table import Table
 from harness.backends import BACKENDS
 from harness.errors import HarnessError
 from harness.fsio import check_writable
+from harness.progress import progress_bar
 
 
 def add_tpot_args(p: argparse.ArgumentParser) -> None:
@@ -77,14 +78,16 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
     results = []
-    for name in names:
-        reason = REGISTRY[name].unsupported_reason(device, ctx.backend)
-        if reason:
-            from harness.tpot.tpot import TpotResult
+    with progress_bar(console, f"timing {len(names)} strategies, {repeats} samples each", len(names)) as advance:
+        for name in names:
+            reason = REGISTRY[name].unsupported_reason(device, ctx.backend)
+            if reason:
+                from harness.tpot.tpot import TpotResult
 
-            results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
-            continue
-        results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
+                results.append(TpotResult(name, [], [], None, 0, {}, unsupported=reason))
+            else:
+                results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
+            advance()
     rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
     copy_gbps = None
     if device.type == "cuda":
@@ -134,8 +137,10 @@ def _sglang(args, console: Console, case, shape, names) -> int:
         if name not in SUPPORTED:
             rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
             continue
-        out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
-                                python=args.sglang_python, one_rank=not args.sglang_full_tp)
+        with progress_bar(console, f"{name}: sglang.benchmark.one_batch", 1) as advance:
+            out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
+                                    python=args.sglang_python, one_rank=not args.sglang_full_tp)
+            advance()
         steps = Samples("ms", tuple(out["step_ms"]))
         console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps")
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower", iqr=steps.iqr, samples=list(steps.values),
