@@ -42,6 +42,19 @@ def test_tpot_writes_tpot_ms_and_attn_share(results):
     assert doc["repro"].startswith("python -m harness tpot")
 
 
+def test_tpot_results_carry_the_control_compare_checks_the_environment_with(results, tmp_path):
+    """As `run` does: without the control copy compare could not tell a throttled GPU from a slower commit (twin:
+    a head without it is an environment compare cannot check; on a GPU that is exit 2, here nothing gates)."""
+    doc = json.loads(results.read_text())
+    (control,) = [r for r in doc["rows"] if r["metric"] == "control_copy_gbps"]
+    assert control["strategy"] == "control" and control["value"] > 0 and len(control["samples"]) >= 10
+    doc["rows"] = [r for r in doc["rows"] if r["metric"] != "control_copy_gbps"]
+    head = tmp_path / "head.json"
+    head.write_text(json.dumps(doc))
+    proc = harness("compare", str(results), str(head))
+    assert "ENVIRONMENTS DIFFER: control control_copy_gbps only in the base" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_report_renders_table_and_articles_figures(results, tmp_path):
     proc = harness(str(results), "--out", str(tmp_path), module="harness.tpot.report")
     assert proc.returncode == 0, proc.stderr

@@ -89,11 +89,12 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                 results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
             advance()
     rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
-    copy_gbps = None
-    if device.type == "cuda":
-        from harness.measure.control import measure_control
+    from harness.measure.control import control_row
 
-        copy_gbps = measure_control(device).median
+    # the control copy, as `run` records it: compare tells a throttled GPU or loaded runner from a slower commit
+    control = control_row(dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name,
+                               backend=ctx.backend.name), device)
+    copy_gbps = control.value if device.type == "cuda" else None
     rows = to_rows(ctx, results, ctx.backend.name, copy_gbps, rotation)
     console.print(_table(rows))
     for table in _breakdown_tables(rows):
@@ -106,7 +107,8 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         env["copy_gbps"] = copy_gbps
         workload = {"engine": "harness", "model": shape, "weight_sets": ctx.weight_sets, "allreduce": allreduce.describe(),
                     "allreduce_table": getattr(allreduce, "table", None)}
-        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, ctx.backend.name, "auto", "tpot", workload))
+        write_results(args.json, rows + [control], env, repro_command(args.argv),
+                      case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
 
