@@ -111,6 +111,24 @@ def test_tpot_bad_input_is_one_error_line(capsys, args, fragment):
     assert fragment in _main_error(capsys, *args)
 
 
+@pytest.mark.parametrize("args, flag", [(("--sglang-output-len", "8"), "--sglang-output-len"), (("--sglang-full-tp",), "--sglang-full-tp")])
+def test_tpot_an_option_of_the_sglang_engine_is_refused_by_the_harness_engine(capsys, args, flag):
+    line = _main_error(capsys, *args)
+    assert flag in line and "only --engine sglang reads it" in line, line
+
+
+@pytest.mark.parametrize("args, flag", [(("--repeats", "5"), "--repeats"), (("--weight-sets", "2"), "--weight-sets"),
+                                        (("--backend", "torch"), "--backend"), (("--allreduce-table", "none"), "--allreduce-table"),
+                                        (("--check-rotation",), "--check-rotation"), (("--no-breakdown",), "--no-breakdown")])
+def test_tpot_an_option_of_the_harness_engine_is_refused_by_the_sglang_engine(capsys, args, flag):
+    """SGLang's one-batch benchmark ignores them: a run that said --repeats 5 would have timed output_len - 1 steps."""
+    from harness.cli import main
+
+    assert main(["tpot", "--device", "cpu", "--scenario", "b1-l500", "--engine", "sglang", *args]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert line.startswith(f"error: {flag}") and "only --engine harness reads it" in line, line
+
+
 def test_tpot_bad_allreduce_table_names_the_file(capsys, tmp_path):
     table = tmp_path / "ar.toml"
     table.write_text("[[point]]\nbytes = 10\n")

@@ -40,6 +40,23 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sglang-full-tp", action="store_true", help="--engine sglang: run all tp ranks instead of one shrunk rank")
 
 
+# The options only one engine reads (argparse dests); given to the other, they would be ignored in silence.
+ENGINE_OPTIONS = {
+    "harness": ("backend", "weight_sets", "allreduce_table", "check_rotation", "repeats", "profile", "no_breakdown"),
+    "sglang": ("sglang_python", "sglang_output_len", "sglang_workdir", "sglang_full_tp"),
+}
+
+
+def refuse_other_engines_options(args) -> None:
+    """One line naming the first option given (not at its default) that the other engine reads and this one ignores."""
+    defaults = argparse.ArgumentParser()
+    add_tpot_args(defaults)
+    for engine, dests in ENGINE_OPTIONS.items():
+        for dest in dests:
+            if engine != args.engine and getattr(args, dest) != defaults.get_default(dest):
+                raise HarnessError(f"--{dest.replace('_', '-')}", f"only --engine {engine} reads it; this run is --engine {args.engine}")
+
+
 def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.measure.environment import environment
     from harness.results.document import case_record, repro_command, write_results
@@ -49,6 +66,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.tpot.config import load_shape
     from harness.tpot.tpot import build_context, rotation_check, time_strategy, to_rows
 
+    refuse_other_engines_options(args)
     names = select(args.strategy, BENCHMARKED)
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
     check_repeats("--repeats", repeats, 1)
