@@ -69,10 +69,18 @@ def test_a_log_that_is_not_the_runs_every_step_is_refused(log, why):
         sglang_driver.parse_step_ms(log, 4, 8)
 
 
+FAKE_SGLANG = "0.0.0-fake"
+
+
 def _fake_python(tmp_path, body: str):
-    """A stand-in interpreter for the plumbing test: it only prints what one_batch would."""
+    """A stand-in interpreter for the plumbing test: `-c CODE` (the software probe) runs CODE with a stand-in sglang
+    FAKE_SGLANG importable; anything else prints what one_batch would (`body`)."""
+    site = tmp_path / "fake-site"
+    (site / "sglang").mkdir(parents=True, exist_ok=True)
+    (site / "sglang" / "__init__.py").write_text(f"__version__ = {FAKE_SGLANG!r}\n")
     exe = tmp_path / "fake-python"
-    exe.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+    probe = f"if sys.argv[1:2] == ['-c']:\n    sys.path.insert(0, {str(site)!r})\n    exec(sys.argv[2])\n    sys.exit()\n"
+    exe.write_text(f"#!{sys.executable}\nimport sys\n{probe}{body}\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return str(exe)
 
@@ -104,6 +112,22 @@ def test_cli_engine_sglang_rejects_strategies_it_cannot_install(tmp_path, capsys
     assert rows["gather_cast"]["value"] == pytest.approx(30.0) and rows["shadow"]["value"] is None
     assert rows["gather_cast"]["samples"] == pytest.approx([30.0] * 31)
     assert "unsupported" in rows["shadow"]["detail"] and os.path.exists(tmp_path / "w" / "model" / "config.json")
+
+
+def test_cli_engine_sglang_records_the_software_of_its_python(tmp_path):
+    """The results name the SGLang (version, folder), torch and Python that --sglang-python ran, not the harness's
+    own (before: this process's environment, sglang null here); a Python that cannot import sglang is one line."""
+    import platform
+
+    from harness.cli import main
+
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    out = tmp_path / "r.json"
+    assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
+                 "--strategy", "gather_cast", "--json", str(out)]) == 0
+    env = json.loads(out.read_text())["environment"]
+    assert env["sglang"] == FAKE_SGLANG and env["sglang_path"] == str((tmp_path / "fake-site" / "sglang").resolve())
+    assert env["python"] == platform.python_version() and env["torch"]
 
 
 def test_cli_engine_sglang_keeps_a_workdir_it_did_not_make(tmp_path, capsys):

@@ -79,11 +79,12 @@ def _flashinfer() -> dict:
     return {"flashinfer": version, "flashinfer_path": str(folder) if folder else None}
 
 
-def _sglang() -> dict:
-    """The SGLang this run imported: version, folder, and commit (the HEAD of the SGLang checkout the folder is
-    `python/sglang` of, "-dirty" with local changes there; else MLA_HARNESS_SGLANG_COMMIT, which ci.sglang_gate sets
-    for a commit it installed without .git, also when that commit did not import; else None)."""
-    version, folder = _imported("sglang")
+def _sglang(version: str | None = None, folder: Path | None = None) -> dict:
+    """The SGLang this run imported (or the one at `folder`): version, folder, and commit (the HEAD of the SGLang
+    checkout the folder is `python/sglang` of, "-dirty" with local changes there; else MLA_HARNESS_SGLANG_COMMIT, which
+    ci.sglang_gate sets for a commit it installed without .git, also when that commit did not import; else None)."""
+    if folder is None:
+        version, folder = _imported("sglang")
     if folder is None:
         return {"sglang_commit": envvars.read("MLA_HARNESS_SGLANG_COMMIT")}
     commit, top = None, _git(folder, "rev-parse", "--show-toplevel")
@@ -112,6 +113,26 @@ def _gpu_fingerprint(device: torch.device) -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return info
+
+
+# Run by another interpreter: (version, folder) of each package it imports, and its Python version, as JSON.
+SOFTWARE_PROBE = """import json, os, platform
+def of(name):
+    try:
+        m = __import__(name)
+    except Exception:
+        return None, None
+    return getattr(m, "__version__", None), os.path.dirname(os.path.abspath(m.__file__))
+import sglang
+print(json.dumps({"python": platform.python_version(), **{n: of(n) for n in ("sglang", "torch", "triton", "flashinfer")}}))"""
+
+
+def software_of(probe: dict) -> dict:
+    """The environment fields of another interpreter's software from SOFTWARE_PROBE's output: what `tpot --engine
+    sglang` runs is that interpreter's Python, torch, Triton, FlashInfer and SGLang, not this process's."""
+    (torch_v, _), (triton_v, _), (fi_v, fi_dir), (sgl_v, sgl_dir) = (probe[n] for n in ("torch", "triton", "flashinfer", "sglang"))
+    return {"python": probe["python"], "torch": torch_v, "triton": triton_v, "flashinfer": fi_v, "flashinfer_path": fi_dir,
+            **_sglang(sgl_v, Path(sgl_dir).resolve())}
 
 
 def environment(device: torch.device) -> dict:

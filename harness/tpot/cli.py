@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         check_writable(args.json, "--json", args.force)  # before the timing run: a folder or unwritable path is bad input
     if args.engine == "sglang":
         check_repeats("--sglang-output-len", args.sglang_output_len, 2)  # SGLang times output_len - 1 decode steps
-        _require_sglang(args.sglang_python)
+        software = _require_sglang(args.sglang_python)
         from harness.tpot.sglang_driver import check_workdir
 
         check_workdir(args.sglang_workdir)
@@ -91,7 +92,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         allreduce = LatencyAllReduce(load_table(DEFAULT_TABLE), device, default=True)
     shape = load_shape(case.preset.name, shrink=args.shrink)
     if args.engine == "sglang":  # SGLang runs the case's layers, as the harness's step does
-        return _sglang(args, console, case, shape.for_pool(case.num_layers), names)
+        return _sglang(args, console, case, shape.for_pool(case.num_layers), names, software)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
@@ -131,17 +132,24 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     return 0
 
 
-def _require_sglang(python: str) -> None:
-    """--engine sglang: fail before anything is written when `python` cannot import sglang."""
+def _require_sglang(python: str) -> dict:
+    """--engine sglang: the environment fields of `python`'s software (environment.software_of); fails before anything
+    is written when it cannot import sglang."""
+    from harness.measure.environment import SOFTWARE_PROBE, software_of
+
     try:
-        proc = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([python, "-c", SOFTWARE_PROBE], capture_output=True, text=True, timeout=600)
     except OSError as exc:
         raise HarnessError("--sglang-python", f"{python}: {exc.strerror or exc}") from None
     if proc.returncode != 0:
         raise HarnessError("--engine sglang", f"{python} cannot import sglang (--sglang-python names the Python that has it)")
+    try:
+        return software_of(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, KeyError, TypeError):
+        raise HarnessError("--sglang-python", f"{python} did not say which software it has (printed {proc.stdout[-200:]!r})") from None
 
 
-def _sglang(args, console: Console, case, shape, names) -> int:
+def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
     """TPOT from SGLang's one-batch benchmark per strategy: every decode step a sample, their median the value
     (the driver has not run on a GPU here)."""
     from harness.measure.environment import environment
@@ -168,7 +176,8 @@ def _sglang(args, console: Console, case, shape, names) -> int:
                                 "command": out["command"]}, **ident))
     if args.json:
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
-        write_results(args.json, rows, environment(torch_device()), repro_command(args.argv),
+        env = environment(torch_device()) | software  # the software SGLang ran with is --sglang-python's
+        write_results(args.json, rows, env, repro_command(args.argv),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return 0
