@@ -55,6 +55,19 @@ def test_tpot_results_carry_the_control_compare_checks_the_environment_with(resu
     assert "ENVIRONMENTS DIFFER: control control_copy_gbps only in the base" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_weight_sets_past_the_layer_count_are_the_same_workload(tmp_path):
+    """--weight-sets 9 on 2 layers rotates the 2 sets --weight-sets 2 does: compare takes them as one case (before:
+    the raw 9 went into the workload fingerprint and compare refused the pair, exit 2)."""
+    files = []
+    for sets in ("2", "9"):
+        files.append(tmp_path / f"w{sets}.json")
+        proc = harness("tpot", *SMALL, "--strategy", "gather_cast", "--layers", "2", "--weight-sets", sets, "--json", str(files[-1]))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(files[1].read_text())["case"]["workload"] == json.loads(files[0].read_text())["case"]["workload"]
+    proc = harness("compare", *map(str, files))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_report_renders_table_and_articles_figures(results, tmp_path):
     proc = harness(str(results), "--out", str(tmp_path), module="harness.tpot.report")
     assert proc.returncode == 0, proc.stderr

@@ -182,6 +182,7 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
         raise HarnessError("--preset", f"the model shape is {shape.preset.name}'s, the case is {case.preset.name}'s")
     if weight_sets < 1:
         raise HarnessError("--weight-sets", f"must be >= 1, got {weight_sets}")
+    weight_sets = min(weight_sets, shape.num_layers)  # sets past the layer count rotate nothing more: the same workload
     schedule = case.schedule()
     # the page-aware pool (Case.geometry, from the fidelity work) when this tree has it
     geometry = getattr(case, "geometry", None) or PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
