@@ -293,3 +293,23 @@ def test_report_never_rounds_a_nonzero_value_to_zero(tmp_path):
     _render([tmp_path / "a.json"], tmp_path / "out")
     gather = _md_row((tmp_path / "out" / "report.md").read_text(), "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")
     assert gather["extra GiB"] == "0.00054"
+
+
+def test_a_tpot_file_gets_a_column_per_metric_it_carries(tmp_path):
+    """A file without verdicts (`harness tpot --json`) has none of the run table's metrics: before, its table was all
+    dashes; now one column per metric it carries, formatted as the metric table says."""
+    case = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
+    rows = [Row(**case, strategy=s, metric="tpot_ms", value=v, unit="ms", better="lower", iqr=0.01, samples=[v])
+            for s, v in (("stock", 30.8), ("gather_cast", 29.1))]
+    rows += [Row(**case, strategy="stock", metric="attn_share", value=0.25, unit="ratio", better="higher", samples=[0.25]),
+             Row(**case, strategy="stock", metric="step_weight_bytes", value=3 * GIB, unit="B", better="lower")]
+    env = {"gpu": "NVIDIA H200", "git_commit": "aaaaaaa0"}
+    path = tmp_path / "tpot.json"
+    path.write_text(json.dumps(document(rows, env, "python -m harness tpot")))
+    _render([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    stock = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "stock")
+    gather = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")
+    assert stock["tpot_ms (ms)"] == "30.800 ±0.010" and gather["tpot_ms (ms)"] == "29.100 ±0.010"
+    assert stock["attn_share (ratio)"] == "25.0%" and gather["attn_share (ratio)"] == "-"
+    assert stock["step_weight_bytes (B)"] == "3.00 GiB" and "cast µs" not in stock

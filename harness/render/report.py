@@ -24,6 +24,7 @@ from harness.errors import HarnessError
 from harness.fsio import check_new_dir, write_bytes
 from harness.gate.compare import index_rows, is_number, load_results
 from harness.render.table import STATUS_STYLE
+from harness.results.metrics import METRICS
 from harness.strategies import BASELINE
 
 INDEPENDENT = "independent.json"
@@ -167,6 +168,21 @@ def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> l
     return rows
 
 
+def _metric_table(strategies: dict[str, dict[str, Cell]]) -> tuple[tuple, list[list[str]]]:
+    """A case of other metrics than COLUMNS' (a `tpot` file): one column per metric it carries, in the metric
+    table's order, each value as that table formats it."""
+    metrics = [m for m in METRICS if any(m in cells for cells in strategies.values())]
+    headers = ("strategy", *(f"{m} ({METRICS[m].unit})" if METRICS[m].unit else m for m in metrics))
+
+    def shown(cell: Cell | None) -> str:
+        if cell is None or not is_number(cell[0]["value"]):
+            return _median_iqr(cell, "")
+        spec, row = METRICS[cell[0]["metric"]], cell[0]
+        return spec.format(row["value"]) + (f" ±{spec.format(row['iqr'])}" if is_number(row.get("iqr")) else "")
+
+    return headers, [[name, *(shown(m.get(metric)) for metric in metrics)] for name, m in strategies.items()]
+
+
 # --- grouping --------------------------------------------------------------------------
 
 def _case_of(key: tuple) -> tuple:
@@ -263,8 +279,9 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
         pool = strategies.pop(POOL, {})
         if (build := _value(pool.get("build_s"))) is not None:
             notes += (f"FP8 pool built in {build:.2f} s",)
-        sections.append(Section("Results", _title(case, runs), headers, _case_rows(strategies, repeatability),
-                                notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
+        table = (headers, _case_rows(strategies, repeatability)) if any("verdict" in m for m in strategies.values()) \
+            else _metric_table(strategies)  # no verdict: not a `run` file (a `tpot` file)
+        sections.append(Section("Results", _title(case, runs), *table, notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
     for case, history in _histories(runs).items():
         keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case[:4])
         rows = [[k[3], k[5], _unit(k, history), *(_trend_value(r.rows.get(k)) for r in history)] for k in keys]
