@@ -2,7 +2,7 @@
 
 Each case (preset, scale, scenario, backend, and the rest of the file's case record and its device type:
 what `compare` requires equal) gets one table of strategies, taken from the
-latest run that has it. A case seen in several runs also gets a trend table and plot. A file
+latest run that has it (a `tpot` file's: one column per metric it carries). A case seen in several runs also gets a trend table and plot. A file
 named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section.
 """
 
