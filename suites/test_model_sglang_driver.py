@@ -130,6 +130,22 @@ def test_cli_engine_sglang_records_the_software_of_its_python(tmp_path):
     assert env["python"] == platform.python_version() and env["torch"]
 
 
+def test_tpot_report_describes_an_sglang_engine_run_as_sglangs(tmp_path):
+    """Its rows carry SGLang's command, not the harness model's layers, weight sets and pool (before: 'None layers,
+    None rotated weight sets ... pool 0.0 GB')."""
+    from harness.cli import main
+    from harness.tpot.report import main as report
+
+    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    out = tmp_path / "r.json"
+    assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
+                 "--strategy", "gather_cast", "--json", str(out)]) == 0
+    assert report([str(out), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "tpot.md").read_text()
+    assert "SGLang's own sglang.benchmark.one_batch (--engine sglang)" in md and "harness.tpot.sglang_launch" in md
+    assert "None layers" not in md and "pool 0.0 GB" not in md
+
+
 def test_cli_engine_sglang_keeps_a_workdir_it_did_not_make(tmp_path, capsys):
     """--sglang-workdir holding the user's files (a real model's config.json, a results file named as the driver's):
     refused before anything runs, every file as it was; the twin: a folder an earlier run made is used again."""

@@ -155,9 +155,12 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
         title = f"{preset} · {scale} · {scenario} ({fname})"
         reuse = d.get("reuse_distance_over_l2")
         reuse_text = "no set is reused" if reuse is None or reuse < 0 else f"reuse distance {reuse:.1f}x L2"
-        lines += [f"## {title}", "",
-                  f"{d.get('layers')} layers, {d.get('weight_sets')} rotated weight sets ({reuse_text}), mean active experts {_fmt(d.get('mean_active_experts'), '.1f')}; "
-                  f"pool {d.get('pool_bytes', 0) / 1e9:.1f} GB; all-reduce: {d.get('allreduce')}.", "",
+        if str(d.get("engine", "")).startswith("sglang"):  # --engine sglang: SGLang's own benchmark, none of the harness's model
+            what = f"SGLang's own {d['engine']} (--engine sglang), each timed decode step a sample: `{' '.join(d.get('command') or [])}`."
+        else:
+            what = (f"{d.get('layers')} layers, {d.get('weight_sets')} rotated weight sets ({reuse_text}), mean active experts "
+                    f"{_fmt(d.get('mean_active_experts'), '.1f')}; pool {d.get('pool_bytes', 0) / 1e9:.1f} GB; all-reduce: {d.get('allreduce')}.")
+        lines += [f"## {title}", "", what, "",
                   "| strategy | TPOT ms | attention path ms | attention share | roofline ms | TPOT / roofline | GB moved (weights + KV + cast) | fits beside full rank weights |",
                   "|---|---|---|---|---|---|---|---|"]
         case_bars = {}
