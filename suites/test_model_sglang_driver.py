@@ -22,8 +22,9 @@ def test_config_folder_and_one_rank_overrides(tmp_path):
     assert cfg["quantization_config"]["weight_block_size"] == [128, 128] and cfg["vocab_size"] == 154880
     assert sglang_driver.one_rank_overrides(shape) == {"num_attention_heads": 8, "num_key_value_heads": 8,
                                                         "moe_intermediate_size": 256, "intermediate_size": 1536, "vocab_size": 19360}
-    args = sglang_driver.one_batch_args(folder, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    args = sglang_driver.one_batch_args(folder, shape, 32, 4096, 16, tmp_path / "r.jsonl", 495_552)
     pairs = dict(zip(args[::1], args[1::1]))
+    assert pairs["--max-total-tokens"] == "495552"  # SGLang's pool: the case's slots, not what free memory gives
     assert pairs["--load-format"] == "dummy" and pairs["--kv-cache-dtype"] == "fp8_e4m3" and pairs["--attention-backend"] == "flashinfer"
     assert json.loads(pairs["--json-model-override-args"])["num_attention_heads"] == 8 and pairs["--tp-size"] == "1"
     assert pairs["--log-decode-step"] == "1"  # every step's latency logged: the samples
@@ -85,10 +86,25 @@ def _fake_python(tmp_path, body: str):
     return str(exe)
 
 
+def sglang_pool(slots: int | None = None, page_size: int | None = None, own_line: bool = True, launcher_line: bool = True) -> str:
+    """Stand-in lines for the pool SGLang built: the launcher's report (sglang_launch.POOL_MARK, read from SGLang's pool
+    object) and SGLang's own `max_total_num_tokens=` line. Default: the --max-total-tokens the driver asked for, as SGLang
+    builds it when memory allows; `slots`: another size (SGLang capped by memory, or a pool sized otherwise)."""
+    size = "int(a[a.index('--max-total-tokens') + 1])" if slots is None else str(slots)
+    page = "(64 if '--dsa-decode-backend' in a else 1)" if page_size is None else str(page_size)
+    body = f"import json\na = sys.argv\nn, p = {size}, {page}\n"
+    if launcher_line:
+        body += ("print('mla-harness sglang pool: ' + json.dumps({'slots': n, 'page_size': p, 'rows': n + p, 'row_bytes': 576, "
+                 "'layers': 3, 'pool': 'MLATokenToKVPool', 'max_total_num_tokens': n}))\n")
+    if own_line:
+        body += "print(f'max_total_num_tokens={n}')\n"
+    return body
+
+
 def test_driver_runs_the_launcher_and_reads_its_latency(tmp_path):
     log = one_batch_log(1, [0.019, 0.020, 0.021, 0.020, 0.022, 0.020, 0.019])
-    python = _fake_python(tmp_path, f"print(' '.join(sys.argv[1:5]))\nprint({log!r})")
-    out = sglang_driver.run(load_shape("deepseek-v3-tp8"), "gather_cast", 1, 4096, 8, tmp_path, python=python)
+    python = _fake_python(tmp_path, sglang_pool() + f"print(' '.join(sys.argv[1:5]))\nprint({log!r})")
+    out = sglang_driver.run(load_shape("deepseek-v3-tp8"), "gather_cast", 1, 4096, 8, tmp_path, 16_384, python=python)
     assert out["tpot_ms"] == pytest.approx(20.0) and len(out["step_ms"]) == 7 and out["sglang_median_ms"] == pytest.approx(20.0)
     assert out["command"][1:5] == ["-m", "harness.tpot.sglang_launch", "--strategy", "gather_cast"]
     assert "-m harness.tpot.sglang_launch --strategy" in out["log_tail"]
@@ -97,14 +113,14 @@ def test_driver_runs_the_launcher_and_reads_its_latency(tmp_path):
 def test_driver_failure_is_one_error_naming_the_engine(tmp_path):
     python = _fake_python(tmp_path, "print('RuntimeError: no CUDA GPU'); sys.exit(3)")
     with pytest.raises(HarnessError) as err:
-        sglang_driver.run(load_shape("glm5-tp8"), "stock", 1, 4096, 8, tmp_path, python=python)
+        sglang_driver.run(load_shape("glm5-tp8"), "stock", 1, 4096, 8, tmp_path, 16_384, python=python)
     assert "sglang one_batch" in str(err.value) and "exit 3" in str(err.value)
 
 
 def test_cli_engine_sglang_rejects_strategies_it_cannot_install(tmp_path, capsys):
     from harness.cli import main
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     out = tmp_path / "r.json"
     assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
                  "--strategy", "gather_cast", "--strategy", "shadow", "--json", str(out)]) == 0
@@ -121,7 +137,7 @@ def test_cli_engine_sglang_records_the_software_of_its_python(tmp_path):
 
     from harness.cli import main
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     out = tmp_path / "r.json"
     assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
                  "--strategy", "gather_cast", "--json", str(out)]) == 0
@@ -151,7 +167,7 @@ def test_cli_engine_sglang_keeps_a_workdir_it_did_not_make(tmp_path, capsys):
     refused before anything runs, every file as it was; the twin: a folder an earlier run made is used again."""
     from harness.cli import main
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     work = tmp_path / "mine"
     (work / "model").mkdir(parents=True)
     (work / "model" / "config.json").write_text('{"my": "model"}')
@@ -178,7 +194,7 @@ def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatc
     base_steps = [0.020 + 0.0001 * (i % 7) for i in range(31)]
 
     def results(name, steps):
-        python = _fake_python(tmp_path, f"print({one_batch_log(1, steps)!r})")
+        python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, steps)!r})")
         out = tmp_path / f"{name}.json"
         assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
                      "--strategy", "gather_cast", "--json", str(out)]) == 0
@@ -200,7 +216,7 @@ def test_cli_engine_sglang_never_writes_json_into_its_workdir_or_over_its_python
     replaced the interpreter); twin: a --json beside the workdir is written."""
     from harness.cli import main
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     before = open(python).read()
     work = tmp_path / "w"
     argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(work),
@@ -219,7 +235,7 @@ def test_cli_engine_sglang_runs_the_layers_its_results_name(tmp_path, capsys):
     SGLang's config.json had all 78); more layers than the model has is one error line naming --layers."""
     from harness.cli import main
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     out, work = tmp_path / "r.json", tmp_path / "w"
     argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(work),
             "--strategy", "gather_cast"]
@@ -231,3 +247,67 @@ def test_cli_engine_sglang_runs_the_layers_its_results_name(tmp_path, capsys):
     assert main([*argv, "--shrink", "--layers", "5"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --layers") and "3 layers" in line
+
+
+RUN_LOG = one_batch_log(1, [0.03] * 7)
+
+
+@pytest.mark.parametrize("pool, why", [
+    (sglang_pool(slots=400_000), "SGLang capped the pool by free memory (its profiled value under --max-total-tokens)"),
+    (sglang_pool(slots=495_552, own_line=False), "the launcher's report of SGLang's pool object says another size"),
+    (sglang_pool(slots=495_552, launcher_line=False), "SGLang's own max_total_num_tokens= line (tp > 1: no launcher report)"),
+    (sglang_pool(page_size=1), "another page size: the same slots, other rows (what stock casts)"),
+    ("", "no pool size in the log at all"),
+])
+def test_driver_refuses_a_pool_other_than_the_cases(tmp_path, pool, why):
+    """The results say case.slots; a run on any other pool is refused (one error naming both), not recorded under
+    that label. Twin: test_driver_runs_the_launcher_and_reads_its_latency (the pool SGLang was asked for)."""
+    python = _fake_python(tmp_path, pool + f"print({RUN_LOG!r})")
+    with pytest.raises(HarnessError, match="KV pool") as err:
+        sglang_driver.run(load_shape("glm5-tp8"), "stock", 1, 4096, 8, tmp_path, 16_384, python=python)
+    assert "16384" in str(err.value).replace(",", "") and "\n" not in str(err.value), why
+
+
+def test_a_launcher_that_stops_on_a_pool_mismatch_is_reported_as_the_mismatch(tmp_path):
+    """The launcher exits 2 right after SGLang builds a pool of another size (no benchmark run on it): the error names
+    the pool, not just an exit code."""
+    python = _fake_python(tmp_path, sglang_pool(slots=400_000) + "print('mla-harness: stopped', file=sys.stderr); sys.exit(2)")
+    with pytest.raises(HarnessError, match="400,000") as err:
+        sglang_driver.run(load_shape("glm5-tp8"), "stock", 1, 4096, 8, tmp_path, 16_384, python=python)
+    assert "16,384" in str(err.value)
+
+
+def test_cli_engine_sglang_refuses_a_mislabelled_pool(tmp_path, capsys):
+    """End to end: SGLang (stand-in) built a 400,000-slot pool for a 16,384-slot case: exit 2, one error line, no results
+    JSON; twin: the pool it was asked for is recorded, its report kept in the row's detail."""
+    from harness.cli import main
+
+    out, work = tmp_path / "r.json", tmp_path / "w"
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-workdir", str(work), "--strategy", "stock", "--json", str(out)]
+    bad = _fake_python(tmp_path, sglang_pool(slots=400_000) + f"print({one_batch_log(1, [0.03] * 31)!r})")
+    assert main([*argv, "--sglang-python", bad]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: sglang one_batch") and "400,000" in line and "16,384" in line, line
+    assert not out.exists()
+    good = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
+    assert main([*argv, "--sglang-python", good]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["detail"]["sglang_pool"]["slots"] == 16_384 and row["detail"]["sglang_pool"]["rows"] == 16_384 + 64
+    assert "--max-total-tokens" in row["detail"]["command"]
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--slots", "16400"], "64-token pages"),  # SGLang rounds a pool down to whole pages: 16,384, not 16,400
+    (["--slots", "4096"], "4,128 slots"),  # one_batch skips a batch that does not fit: 1 x (4096 + 32)
+])
+def test_cli_engine_sglang_refuses_a_pool_sglang_cannot_build_as_asked_before_running_it(tmp_path, capsys, extra, fragment):
+    from harness.cli import main
+
+    marker = tmp_path / "ran"
+    python = _fake_python(tmp_path, f"open({str(marker)!r}, 'w').close()\n" + sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
+            "--strategy", "stock"]
+    assert main([*argv, *extra]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --slots") and fragment in line, line
+    assert not marker.exists()  # refused before SGLang ran

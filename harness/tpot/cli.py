@@ -159,6 +159,8 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
     from harness.tpot.sglang_plugin import SUPPORTED
 
     kv_lens = case.scenario.kv_lens
+    # SGLang's pool is the case's slots (--max-total-tokens); one it cannot build so is refused before any run
+    sglang_driver.check_slots(case.scale.slots, case.preset.page_size, len(kv_lens), max(kv_lens), args.sglang_output_len)
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
     rows = []
     for name in names:
@@ -167,13 +169,13 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
             continue
         with progress_bar(console, f"{name}: sglang.benchmark.one_batch", 1) as advance:
             out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
-                                    python=args.sglang_python, one_rank=not args.sglang_full_tp)
+                                    case.scale.slots, python=args.sglang_python, one_rank=not args.sglang_full_tp)
             advance()
         steps = Samples("ms", tuple(out["step_ms"]))
         console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps")
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower", iqr=steps.iqr, samples=list(steps.values),
                         detail={"engine": "sglang.benchmark.one_batch", "sglang_median_ms": out["sglang_median_ms"],
-                                "command": out["command"]}, **ident))
+                                "sglang_pool": out["pool"], "command": out["command"]}, **ident))
     if args.json:
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
         env = environment(torch_device()) | software  # the software SGLang ran with is --sglang-python's

@@ -6,6 +6,11 @@ Needs SGLang on a GPU box; this driver has not run on a GPU here.
 The folder holds only config.json (weights are SGLang's `--load-format dummy`), FP8 block-quantized
 as the real checkpoints. `one_rank` shrinks the model to one TP rank through
 `--json-model-override-args` (heads, FFN/MoE intermediates and vocab divided by tp) and runs tp 1.
+
+The KV pool is the case's: SGLang sizes it from free GPU memory unless `--max-total-tokens` caps it
+(sglang 0.5.23 KVCacheConfigurator._apply_token_constraints: min(profiled, cap), then rounded down to
+whole pages), and stock's cost is a cast of the whole layer buffer, so the driver passes the case's
+slots and refuses (one HarnessError) a run whose pool SGLang reports otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.fsio import check_new_dir
+from harness.inputs.pool import PoolGeometry, geometry_for
 from harness.tpot.config import ModelShape
+from harness.tpot.sglang_launch import POOL_MARK
 
 # GLM-5's DSA indexer fields: assumed (DeepSeek-V3.2's values), not read from GLM-5's own config
 DSA_INDEXER = {"index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
@@ -32,6 +39,9 @@ DECODE_LINE = re.compile(r"Decode\.\s+median latency:\s*([0-9.eE+-]+)\s*s")
 # steps 0-4 before the "Benchmark ..." line, so only the lines after the last one are the measured run's
 BENCHMARK_LINE = "Benchmark ..."
 STEP_LINE = re.compile(r"^Decode (\d+)\. Batch size: (\d+), latency: ([0-9.eE+-]+) s", re.MULTILINE)
+# the pool SGLang built: the launcher's report of its pool object (tp 1), and one_batch.load_model's own line (rank 0)
+POOL_LINE = re.compile(r"^" + re.escape(POOL_MARK) + r"(\{.*\})\s*$", re.MULTILINE)
+SGLANG_POOL_LINE = re.compile(r"^max_total_num_tokens=(\d+)\s*$", re.MULTILINE)
 
 
 def model_config(shape: ModelShape) -> dict:
@@ -82,12 +92,13 @@ def write_model_folder(shape: ModelShape, folder: Path) -> Path:
 
 
 def one_batch_args(folder: Path, shape: ModelShape, batch_size: int, input_len: int, output_len: int,
-                   result_file: Path, one_rank: bool = True) -> list[str]:
-    """Arguments of `python -m sglang.benchmark.one_batch` (sglang 0.5.23's bench_one_batch)."""
+                   result_file: Path, slots: int, one_rank: bool = True) -> list[str]:
+    """Arguments of `python -m sglang.benchmark.one_batch` (sglang 0.5.23's bench_one_batch); `slots` the pool's
+    token slots (`--max-total-tokens`: SGLang's pool `size`, whose layer buffers have size + page_size rows)."""
     args = ["--model-path", str(folder), "--load-format", "dummy", "--kv-cache-dtype", "fp8_e4m3",
             "--attention-backend", "flashinfer", "--skip-tokenizer-init", "--trust-remote-code",
             "--batch-size", str(batch_size), "--input-len", str(input_len), "--output-len", str(output_len),
-            "--result-filename", str(result_file), "--log-decode-step", "1"]
+            "--result-filename", str(result_file), "--log-decode-step", "1", "--max-total-tokens", str(slots)]
     if shape.preset.index_k_bytes:  # a DSA model
         args += DSA_RAW_ROWS
     if one_rank:
@@ -97,8 +108,46 @@ def one_batch_args(folder: Path, shape: ModelShape, batch_size: int, input_len: 
     return args
 
 
-def launch_command(python: str, strategy: str, args: list[str]) -> list[str]:
-    return [python, "-m", "harness.tpot.sglang_launch", "--strategy", strategy, "--", *args]
+def launch_command(python: str, strategy: str, args: list[str], slots: int) -> list[str]:
+    return [python, "-m", "harness.tpot.sglang_launch", "--strategy", strategy, "--slots", str(slots), "--", *args]
+
+
+def check_slots(slots: int, page_size: int, batch_size: int, input_len: int, output_len: int) -> None:
+    """Before SGLang runs: a pool it would build otherwise than asked. It rounds --max-total-tokens down to whole pages
+    (pool_configurator.py DefaultPoolConfigurator.calculate_pool_sizes_from_max_tokens), and one_batch skips a batch
+    of more than max_total_num_tokens // (input_len + output_len) requests (latency_test_run_once)."""
+    if slots % page_size:
+        raise HarnessError("--slots", f"{slots:,} slots are not whole {page_size}-token pages: SGLang would round its pool "
+                                      f"down to {slots // page_size * page_size:,} (choose a multiple of {page_size})")
+    need = batch_size * (input_len + output_len)
+    if need > slots:
+        raise HarnessError("--slots", f"SGLang's one_batch needs batch x (input_len + output_len) = {batch_size} x "
+                                      f"({input_len} + {output_len}) = {need:,} slots and skips the run on a {slots:,}-slot pool")
+
+
+def check_pool(log: str, geometry: PoolGeometry) -> dict:
+    """The pool SGLang ran, which must be the case's: the launcher's report of SGLang's pool object (slots, rows and
+    row bytes of a layer buffer: what stock casts) and SGLang's own `max_total_num_tokens=` line (all that tp > 1
+    leaves, its workers being spawned without the launcher's hook). Returns the report (or the line's slots)."""
+    want = {"slots": geometry.slots, "rows": geometry.rows, "row_bytes": geometry.row_width}
+    reports = []
+    for text in POOL_LINE.findall(log):
+        try:
+            reports.append(json.loads(text))
+        except json.JSONDecodeError:
+            raise HarnessError("sglang one_batch", f"unreadable pool report {text[:120]!r}") from None
+    reports += [{"slots": int(n)} for n in SGLANG_POOL_LINE.findall(log)]
+    if not reports:
+        raise HarnessError("sglang one_batch", f"its log names no KV pool size (no {POOL_MARK.strip()!r} or max_total_num_tokens= "
+                                               f"line): whether it ran the case's {geometry.slots:,}-slot pool is unknown, so its TPOT is not recorded")
+    for got in reports:
+        if any(got.get(k) is not None and got[k] != v for k, v in want.items()):  # None: a pool without per-layer buffers
+            said = ", ".join(f"{k} {got[k]:,}" for k in want if got.get(k) is not None)
+            raise HarnessError("sglang one_batch", f"SGLang's KV pool has {said}, not the case's {geometry.slots:,} slots "
+                                                   f"({geometry.rows:,} rows of {geometry.row_width} B, {geometry.page_size}-token pages): "
+                                                   "its TPOT would be labelled with a pool it did not run (a pool capped by GPU memory: "
+                                                   "choose fewer --slots or --layers)")
+    return reports[0]
 
 
 def parse_decode_ms(result_file: Path, stdout: str) -> float:
@@ -130,20 +179,25 @@ def parse_step_ms(stdout: str, batch_size: int, output_len: int) -> list[float]:
     return [float(seconds) * 1e3 for _, _, seconds in steps]
 
 
-def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, output_len: int, workdir: Path,
+def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, output_len: int, workdir: Path, slots: int,
         python: str = sys.executable, one_rank: bool = True, timeout_s: int = 3600) -> dict:
-    """Run the benchmark once for `strategy`: {step_ms (every decode step), tpot_ms (their median),
-    sglang_median_ms (SGLang's own, unrounded), command, log_tail}."""
+    """Run the benchmark once for `strategy` on a pool of `slots` token slots: {step_ms (every decode step), tpot_ms
+    (their median), sglang_median_ms (SGLang's own, unrounded), pool (SGLang's report of it), command, log_tail}."""
+    geometry = geometry_for(shape.preset, slots, shape.num_layers)
+    check_slots(slots, geometry.page_size, batch_size, input_len, output_len)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / WORKDIR_MARK).touch()
     folder = write_model_folder(shape, workdir / "model")
     result_file = workdir / f"one_batch-{strategy}.jsonl"
     result_file.unlink(missing_ok=True)
-    cmd = launch_command(python, strategy, one_batch_args(folder, shape, batch_size, input_len, output_len, result_file, one_rank))
+    cmd = launch_command(python, strategy, one_batch_args(folder, shape, batch_size, input_len, output_len, result_file, slots, one_rank),
+                         slots)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     log = proc.stdout + proc.stderr
+    if POOL_LINE.search(proc.stdout) or SGLANG_POOL_LINE.search(proc.stdout) or proc.returncode == 0:
+        pool = check_pool(proc.stdout, geometry)  # first: the launcher stops (exit 2) on a pool of another size
     if proc.returncode != 0:
         raise HarnessError("sglang one_batch", f"exit {proc.returncode}: {log.strip().splitlines()[-1] if log.strip() else 'no output'}")
     steps = parse_step_ms(proc.stdout, batch_size, output_len)
     return {"step_ms": steps, "tpot_ms": statistics.median(steps), "sglang_median_ms": parse_decode_ms(result_file, log),
-            "command": cmd, "log_tail": log[-2000:]}
+            "pool": pool, "command": cmd, "log_tail": log[-2000:]}

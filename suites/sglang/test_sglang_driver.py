@@ -21,7 +21,11 @@ except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA-only t
     pytest.skip(f"sglang is not importable ({type(exc).__name__}: {exc})"[:200], allow_module_level=True)
 pytestmark = pytest.mark.sglang
 
+import sgl  # noqa: E402
+
 from harness.errors import HarnessError  # noqa: E402
+from harness.inputs.pool import geometry_for  # noqa: E402
+from harness.spec.presets import SCALES  # noqa: E402
 from harness.tpot import sglang_driver  # noqa: E402
 from harness.tpot.config import load_shape  # noqa: E402
 
@@ -49,7 +53,7 @@ def _sglang_parser():
 
 def _driver_args(tmp_path):
     shape = load_shape("glm5-tp8")
-    return shape, sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    return shape, sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl", 495_552)
 
 
 def test_command_line_parses_with_sglangs_own_parser(tmp_path):
@@ -137,7 +141,7 @@ def test_sglang_builds_the_presets_kv_row_for_the_drivers_command_line(tmp_path,
     """The pool SGLang builds for the driver's command line has the preset's row (576 bytes): for GLM-5, a DSA
     model, only because the driver picks the trtllm DSA backends."""
     shape = load_shape(preset)
-    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl", 495_552)
     assert _sglang_row_width(tmp_path, shape, args) == shape.preset.row_width == 576
 
 
@@ -145,10 +149,165 @@ def test_without_the_dsa_backends_sglang_stores_another_row(tmp_path):
     """Negative control: without --dsa-*-backend trtllm SGLang's GLM-5 pool rows are 656 bytes (FP8 nope, fp32
     block scales, BF16 rope), not the 576-byte rows the harness models."""
     shape = load_shape("glm5-tp8")
-    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl")
+    args = sglang_driver.one_batch_args(tmp_path, shape, 32, 4096, 16, tmp_path / "r.jsonl", 495_552)
     i = args.index(sglang_driver.DSA_RAW_ROWS[0])
     assert args[i:i + 4] == sglang_driver.DSA_RAW_ROWS
     assert _sglang_row_width(tmp_path, shape, args[:i] + args[i + 4:]) == 656
+
+
+POOL_LAYERS = 2
+
+
+class SGLangPoolSizing:
+    """How SGLang 0.5.23 sizes one_batch's KV pool for a command line, by its own code on CPU: ServerArgs.from_cli_args
+    (--max-total-tokens), its page size for the model (DeepSeek-family override: 64-token pages for a DSA model, else
+    _page_size_default's 1), and KVCacheConfigurator.config_from_budget (its pool configurator's bytes per token,
+    _apply_token_constraints' min(profiled, --max-total-tokens), rounding down to whole pages) for a KV budget in bytes:
+    what ModelRunner.alloc_memory_pool does after measuring free GPU memory. The configurator object is a stand-in
+    holding only the fields that path reads (plain MLA/DSA pool, tp 1, no speculative decoding)."""
+
+    def __init__(self, args: list[str]):
+        from sglang.srt.arg_groups.model_override_base import resolving_view
+        from sglang.srt.arg_groups.model_overrides.deepseek_v2 import _deepseek_family_overrides
+        from sglang.srt.arg_groups.overrides import _page_size_default
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        self.server_args = sa = ServerArgs.from_cli_args(_sglang_parser().parse_args(args))
+        self.model_config = ModelConfig.from_server_args(sa)
+        declared = _deepseek_family_overrides(sa, self.model_config.hf_config)
+        self.page_size = declared["page_size"] if "page_size" in declared else _page_size_default(resolving_view(sa))["page_size"]
+        layers = self.model_config.num_hidden_layers
+        self.kvc = SimpleNamespace(
+            model_config=self.model_config, kv_cache_dtype=torch.float8_e4m3fn, kv_cache_dtype_str=sa.kv_cache_dtype,
+            is_hybrid_swa=False, use_mla_backend=True, mambaish_config=None, is_draft_worker=False, pp_size=1,
+            layer_info=SimpleNamespace(num_effective_layers=layers, start_layer=0, end_layer=layers),
+            spec_algorithm=SpeculativeAlgorithm.NONE, server_args=sa, kv_shard_rank=None, kv_shard_size=1)
+        self.kvc._apply_token_constraints = lambda capacity: KVCacheConfigurator._apply_token_constraints(self.kvc, capacity)
+        self._config_from_budget = KVCacheConfigurator.config_from_budget
+
+    def _context(self):
+        from sglang.srt.runtime_context import get_context
+
+        sa = self.server_args
+        return get_context().override_server_args(max_total_tokens=sa.max_total_tokens, page_size=self.page_size,
+                                                  dsa_prefill_backend=sa.dsa_prefill_backend, dsa_decode_backend=sa.dsa_decode_backend)
+
+    def bytes_per_token(self) -> int:
+        from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+
+        with self._context():
+            return create_memory_pool_configurator(self.kvc)._cell_size
+
+    def tokens(self, budget_bytes: int) -> int:
+        """max_total_num_tokens: the pool's `size` (sglang one_batch prints it as max_total_num_tokens=)."""
+        with self._context():
+            return self._config_from_budget(self.kvc, budget_bytes).max_total_num_tokens
+
+
+def _launcher_report(tokens: int, page_size: int, dsa: bool) -> str:
+    """The launcher's pool line for SGLang's real pool of `tokens` slots (MLATokenToKVPool / DSATokenToKVPool on CPU),
+    as sglang_launch.pool_report reads it from the model runner after alloc_memory_pool."""
+    from harness.tpot.sglang_launch import POOL_MARK, pool_report
+
+    pool = sgl.mla_pool(tokens, page_size, POOL_LAYERS, dsa)
+    return POOL_MARK + json.dumps(pool_report(SimpleNamespace(token_to_kv_pool=pool, max_total_num_tokens=tokens)))
+
+
+SLOTS = SCALES["ci"].slots  # a case's pool small enough to build on the CPU
+PRESETS = ["glm5-tp8", "deepseek-v3-tp8"]
+
+
+def _pool_args(tmp_path, preset: str, slots: int) -> tuple:
+    shape = load_shape(preset).for_pool(POOL_LAYERS)
+    folder = sglang_driver.write_model_folder(shape, tmp_path / "model")
+    return shape, sglang_driver.one_batch_args(folder, shape, 1, 4096, 16, tmp_path / "r.jsonl", slots)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sglang_builds_the_cases_pool_for_the_drivers_command_line(tmp_path, preset):
+    """With memory for more, SGLang's own sizing of the driver's command line gives the case's slots, SGLang's pool of
+    that size has the case's rows (slots + page_size) of 576 B, and the driver accepts the launcher's report of it.
+    Before: the command line had no --max-total-tokens, so the pool was whatever free memory gave (twins below)."""
+    shape, args = _pool_args(tmp_path, preset, SLOTS)
+    sizing = SGLangPoolSizing(args)
+    assert sizing.server_args.max_total_tokens == SLOTS
+    assert sizing.page_size == shape.preset.page_size  # GLM-5 (DSA): SGLang's 64-token pages; DeepSeek-V3: 1
+    tokens = sizing.tokens(sizing.bytes_per_token() * 4 * SLOTS)
+    assert tokens == SLOTS
+    geometry = geometry_for(shape.preset, SLOTS, POOL_LAYERS)
+    report = sglang_driver.check_pool(_launcher_report(tokens, sizing.page_size, bool(shape.preset.index_k_bytes)), geometry)
+    assert (report["slots"], report["rows"], report["row_bytes"]) == (SLOTS, geometry.rows, 576)
+    assert sglang_driver.check_pool(f"max_total_num_tokens={tokens}\n", geometry) == {"slots": SLOTS}  # one_batch's own line (tp > 1)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("plant", ["without --max-total-tokens", "another --max-total-tokens", "capped by memory"])
+def test_a_pool_sglang_sizes_otherwise_is_refused(tmp_path, preset, plant):
+    """Planted twins: SGLang's own sizing gives another pool (the profiled capacity without the option; the other number;
+    the profiled capacity when memory holds fewer slots than asked), and the driver refuses the launcher's report of it."""
+    shape, args = _pool_args(tmp_path, preset, SLOTS)
+    budget_slots = 4 * SLOTS
+    if plant == "without --max-total-tokens":
+        i = args.index("--max-total-tokens")
+        args = args[:i] + args[i + 2:]
+    elif plant == "another --max-total-tokens":
+        args[args.index("--max-total-tokens") + 1] = str(2 * SLOTS)
+    else:
+        budget_slots = SLOTS // 2 + 1  # free memory for about half the pool
+    sizing = SGLangPoolSizing(args)
+    tokens = sizing.tokens(sizing.bytes_per_token() * budget_slots)
+    assert tokens != SLOTS
+    geometry = geometry_for(shape.preset, SLOTS, POOL_LAYERS)
+    with pytest.raises(HarnessError, match=f"not the case's {SLOTS:,} slots"):
+        sglang_driver.check_pool(_launcher_report(tokens, sizing.page_size, bool(shape.preset.index_k_bytes)), geometry)
+    with pytest.raises(HarnessError, match=f"not the case's {SLOTS:,} slots"):
+        sglang_driver.check_pool(f"max_total_num_tokens={tokens}\n", geometry)
+
+
+def test_sglang_rounds_the_pool_down_to_whole_pages_and_the_driver_refuses_such_slots_up_front(tmp_path):
+    """GLM-5's 64-token pages: SGLang turns --max-total-tokens 16,416 into a 16,384-slot pool, so the driver refuses a
+    case of 16,416 slots before SGLang runs; twin: 16,384 is whole pages and passes."""
+    shape, args = _pool_args(tmp_path, "glm5-tp8", SLOTS + 32)
+    sizing = SGLangPoolSizing(args)
+    assert sizing.tokens(sizing.bytes_per_token() * 4 * SLOTS) == SLOTS
+    with pytest.raises(HarnessError, match="64-token pages"):
+        sglang_driver.check_slots(SLOTS + 32, shape.preset.page_size, 1, 4096, 16)
+    sglang_driver.check_slots(SLOTS, shape.preset.page_size, 1, 4096, 16)
+
+
+def test_the_launcher_reports_the_pool_sglang_built_and_stops_on_another(monkeypatch, capsys):
+    """sglang_launch's hook on SGLang's ModelRunner.alloc_memory_pool (the class one_batch.load_model builds) prints the
+    pool SGLang just built and, when it is not the --slots asked for, exits 2 before the benchmark; twin: the same pool
+    asked for runs on. alloc_memory_pool itself is a stand-in that builds SGLang's real pool on the CPU."""
+    from sglang.benchmark import one_batch
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    from harness.tpot.sglang_launch import POOL_MARK, report_pool
+
+    assert one_batch.ModelRunner is ModelRunner
+
+    def alloc_memory_pool(self):
+        self.token_to_kv_pool, self.max_total_num_tokens = sgl.mla_pool(SLOTS, 64, POOL_LAYERS, True), SLOTS
+        return "allocated"
+
+    for expect in (SLOTS, SLOTS * 2):
+        monkeypatch.setattr(ModelRunner, "alloc_memory_pool", alloc_memory_pool)
+        report_pool(expect)
+        runner = SimpleNamespace(is_draft_worker=False)
+        if expect == SLOTS:
+            assert ModelRunner.alloc_memory_pool(runner) == "allocated"
+        else:
+            with pytest.raises(SystemExit) as stop:
+                ModelRunner.alloc_memory_pool(runner)
+            assert stop.value.code == 2
+        out = capsys.readouterr()
+        (line,) = [x for x in out.out.splitlines() if x.startswith(POOL_MARK)]
+        report = json.loads(line[len(POOL_MARK):])
+        assert (report["slots"], report["rows"], report["row_bytes"], report["pool"]) == (SLOTS, SLOTS + 64, 576, "DSATokenToKVPool")
+        assert ("stopped before the benchmark" in out.err) == (expect != SLOTS)
 
 
 def test_a_wrong_value_is_refused_by_sglangs_parser(tmp_path):
