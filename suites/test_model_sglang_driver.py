@@ -152,7 +152,7 @@ def test_tpot_report_describes_an_sglang_engine_run_as_sglangs(tmp_path):
     from harness.cli import main
     from harness.tpot.report import main as report
 
-    python = _fake_python(tmp_path, f"print({one_batch_log(1, [0.03] * 31)!r})")
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     out = tmp_path / "r.json"
     assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
                  "--strategy", "gather_cast", "--json", str(out)]) == 0
