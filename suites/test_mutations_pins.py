@@ -82,7 +82,7 @@ MUTATIONS = [
      [f"{OUTPUTS}::test_report_force_never_writes_through_a_link_in_out"]),
     ("tpot-json-checked-after-timing", "harness/tpot/cli.py", 'check_writable(args.json, "--json", args.force)  # before the timing run',
      "pass  # before the timing run", [f"{OUTPUTS}::test_tpot_json_folder_is_refused_before_the_timing_run"]),
-    ("tpot-sglang-preflight-skipped", "harness/tpot/cli.py", "        _require_sglang(args.sglang_python)", "        pass",
+    ("tpot-sglang-preflight-skipped", "harness/tpot/cli.py", "        software = _require_sglang(args.sglang_python)", "        software = {}",
      [f"{OUTPUTS}::test_tpot_engine_sglang_without_sglang_leaves_nothing"]),
     # behaviours no test pinned
     ("coverage-skips-step-0", "harness/verify/golden.py", "if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
