@@ -219,3 +219,56 @@ def test_a_slower_point_whose_interval_holds_1_below_the_resolution_is_unchanged
     assert wide.status == "inconclusive" and wide.low < 1 < wide.ratio  # the twin without a resolution
     d = decide(base, head, "lower", 0.05, resolution=0.5)
     assert d.status == "unchanged" and "resolution" in d.note
+
+
+# audit (suites/test_mutations_gate.py, "audit-" pins): the rule's boundaries, each with its twin
+
+
+def test_the_tolerance_is_a_ratio_not_a_log_ratio():
+    """The limit is log(1 + t): a tight 5.06% slowdown at 5% lies beyond it and regresses (a limit of t on the
+    log ratio would be a 5.13% tolerance and call it slower); the twin, 4.94%, is slower."""
+    base = list(1.0 + 1e-5 * np.random.default_rng(4).standard_normal(41))
+    beyond = decide(base, [v * 1.0506 for v in base], "lower", TOLERANCE)
+    assert beyond.status == REGRESSED and beyond.low > 1.05
+    assert decide(base, [v * 1.0494 for v in base], "lower", TOLERANCE).status == SLOWER
+
+
+def test_higher_is_better_takes_the_interval_end_nearest_1():
+    """A bandwidth 5% lower whose interval holds 1/1.05 but not 1 is inconclusive, not regressed, and one 5%
+    higher whose interval holds 1.05 but not 1 is unchanged, not improved: for higher-is-better the worse-side
+    interval is (-high, -low) of the log ratio, in that order (the far end would flag both)."""
+    rng = np.random.default_rng(3)
+    base = list(1000.0 * (1 + 0.05 * rng.standard_normal(15)))
+    lower = decide(base, [v * 0.95 for v in base], "higher", TOLERANCE)
+    assert lower.low < 1 / (1 + TOLERANCE) < lower.high < 1 and lower.status == INCONCLUSIVE
+    higher = decide(base, [v * 1.05 for v in base], "higher", TOLERANCE)
+    assert 1 < higher.low < 1 + TOLERANCE < higher.high and higher.status == "unchanged"
+    assert decide(base, [v * 0.5 for v in base], "higher", TOLERANCE).status == REGRESSED  # twins: clear of the limit
+    assert decide(base, [v * 2.0 for v in base], "higher", TOLERANCE).status == "improved"
+
+
+def test_four_samples_are_too_few_five_are_enough():
+    base = [1.0, 1.01, 0.99, 1.02, 0.98] * 8
+    assert decide(base, [2.0, 2.01, 1.99, 2.02], "lower", TOLERANCE).status == UNDERSAMPLED
+    assert decide(base[:4], [2.0] * 40, "lower", TOLERANCE).status == UNDERSAMPLED
+    assert decide(base, [2.0, 2.01, 1.99, 2.02, 1.98], "lower", TOLERANCE).status == REGRESSED  # twin: 5 judge
+
+
+def test_a_change_of_exactly_the_resolution_is_judged():
+    """"Below the resolution" is strictly below: 2.0 -> 2.5 us (medians exact) against 0.5 us regresses."""
+    base = [2.0 + d for d in (-0.004, -0.002, 0.0, 0.002, 0.004)] * 3
+    head = [v + 0.5 for v in base]
+    assert np.median(head) - np.median(base) == 0.5
+    assert decide(base, head, "lower", TOLERANCE, resolution=0.5).status == REGRESSED
+    assert decide(base, head, "lower", TOLERANCE, resolution=0.5 + 1e-9).status == SLOWER  # twin: just below
+
+
+@pytest.mark.parametrize("where", ["base", "head"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_samples_are_never_judged_unchanged(where, bad):
+    """NaN compares False with everything: unguarded, its interval is NaN and the status falls through to
+    `unchanged`. The schema refuses such samples; the rule does not rely on that."""
+    good = [1.0, 1.01, 0.99, 1.02, 0.98] * 4
+    bad_side = [bad, *good[1:]]
+    d = decide(bad_side, good, "lower", TOLERANCE) if where == "base" else decide(good, bad_side, "lower", TOLERANCE)
+    assert d.status == INCONCLUSIVE and "non-finite" in d.note

@@ -16,6 +16,9 @@ lower-is-better, base/head for higher-is-better) and t the tolerance
 - unchanged:    anything else (the interval holds 1 and stays below 1 + t), and always when
                 the two medians are equal;
 - undersampled: fewer than MIN_SAMPLES samples on either side (and unequal medians): no interval.
+A sample that is NaN or infinite (the schema refuses them; the rule does not rely on it) gives `inconclusive`
+with the note "non-finite samples", never a status from a NaN interval (every comparison with NaN is False:
+unguarded, it reads as `unchanged`).
 
 The interval is computed on log ratios (log median(head) - log median(base)), so samples anywhere in
 the schema's range (1e-300 against 1e300) neither overflow nor reach log(0); ratio, low and high are
@@ -109,6 +112,8 @@ def _exp(x: float) -> float:
 def decide(base, head, better: str, tolerance: float, confidence: float = CONFIDENCE, resolution: float = 0.0) -> Decision:
     """Judge head's samples against base's for a metric where `better` is "lower" or "higher".
     `resolution`: an absolute change of the medians below it is never regressed or inconclusive."""
+    if not (np.all(np.isfinite(base)) and np.all(np.isfinite(head))):  # NaN compares False: unguarded, it reads as unchanged
+        return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-finite samples: no ratio")
     if len(base) and len(head) and np.median(base) == np.median(head):
         return Decision(UNCHANGED, 1.0, None, None, None)
     if min(len(base), len(head)) < MIN_SAMPLES:
