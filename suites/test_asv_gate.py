@@ -398,6 +398,14 @@ def test_command_passes_options_through():
                        "--bench", "cast", "--show-stderr", "-e"]
 
 
+
+@pytest.mark.parametrize("given, passed", [("1.10", "1.1"), ("2%", "1.02"), ("1.05", "1.05")])
+def test_the_users_factor_reaches_asv(given, passed):
+    """asv applies the factor: a --factor the command line dropped or pinned would gate at another threshold."""
+    args, extra = asv_gate.parse_args(["origin/main", "HEAD", "--factor", given])
+    cmd = asv_gate.asv_command(args, extra)
+    assert cmd[cmd.index("--factor") + 1] == passed and cmd.count("--factor") == 1
+
 def test_script_runs_standalone():
     proc = subprocess.run([sys.executable, "-m", "ci.asv_gate", "--help"],
                           capture_output=True, text=True, timeout=30, cwd=REPO)

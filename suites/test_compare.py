@@ -482,3 +482,43 @@ def test_cpu_files_with_differing_controls_pass_when_no_timing_gates():
     env = {**ENV, "device": "cpu", "gpu": None}
     c = compare_results(_doc(_rows(control=3000.0), env), _doc(_rows(cast_us=20.0, control=2000.0), env), 0.05)
     assert c.environment_differs and not c.cannot_judge and c.exit_code == 0
+
+
+# audit (suites/test_mutations_gate.py, "audit-" pins)
+
+
+def test_the_control_is_judged_at_the_gates_tolerance():
+    """A control 7% lower (tight samples) is another environment at --max-regression 5%, not at 10%: the guard
+    applies the tolerance the user gave, not a fixed one."""
+    base, head = _doc(_rows(control=3000.0)), _doc(_rows(control=2800.0, seed=9))
+    strict = compare_results(base, head, 0.05)
+    assert "control control_copy_gbps" in strict.environment_differs and strict.exit_code == 2
+    loose = compare_results(base, head, 0.10)  # twin: within the tolerance
+    assert loose.environment_differs is None and loose.exit_code == 0
+
+
+def test_the_same_gpu_spelled_otherwise_is_the_same_environment():
+    comparison = compare_results(_doc(_rows()), _doc(_rows(seed=4), {**ENV, "gpu": " nvidia h200 "}), 0.05)
+    assert comparison.environment_differs is None and comparison.exit_code == 0
+
+
+def test_another_host_or_commit_does_not_explain_unsupported():
+    """Only what can make a strategy unsupported (GPU, capability, CUDA, torch, FlashInfer) explains it; a head run
+    on another host of the same kind, at another commit, that stops running a strategy fails."""
+    head = _rows(seed=4)
+    head[1] = Row(**CASE, strategy="gather_cast", metric="verdict", value="unsupported",
+                  detail={"status": "unsupported", "reason": "not on this host"})
+    moved = {**ENV, "hostname": "ci-2", "git_commit": "def"}
+    comparison = compare_results(_doc(_rows()), _doc(head, moved), 0.05)
+    assert _status(comparison, "gather_cast", "verdict") == "failing" and comparison.exit_code == 1
+    twin = compare_results(_doc(_rows()), _doc(head, {**moved, "torch": "2.99.0"}), 0.05)
+    assert _status(twin, "gather_cast", "verdict") == "unsupported"
+
+
+def test_a_missing_timing_fails_even_when_the_environments_differ(write, capsys):
+    """Controls apart, a gating timing the head lost is still missing (exit 1), not 'cannot judge'."""
+    base = write("base.json", _rows(control=3000.0))
+    head = write("head.json", [r for r in _rows(control=2000.0, seed=2) if (r.strategy, r.metric) != ("gather_cast", "cast_us")])
+    assert main_compare(base, head, "5%") == 1
+    out = capsys.readouterr().out
+    assert "ENVIRONMENTS DIFFER" in out and "REGRESSION: 1 gating row(s) failed: gather_cast/cast_us missing" in out

@@ -446,3 +446,53 @@ def test_a_git_step_that_fails_is_one_line_naming_it(tmp_path, capsys, monkeypat
     code = sglang_gate.main(["--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a"])
     err = capsys.readouterr().err
     assert code == 2 and f": git {step} of {repo} failed; nothing was run" in err, err
+
+
+# audit (suites/test_mutations_gate.py, "audit-" pins): what the gate hands on and hands back
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_the_asv_gates_exit_status_is_the_gates(tmp_path, capsys, no_asv, monkeypatch, code):
+    """A regression (1) or a failure (2) of the asv gate is the SGLang gate's exit status, never swallowed."""
+    from ci import asv_gate
+
+    monkeypatch.setattr(asv_gate, "main", lambda argv: no_asv["gate"].append(argv) or code)
+    got, _ = run_main(capsys, "--sglang-repo", str(fake_sglang(tmp_path)), "--work", str(tmp_path / "work"), "a", "b")
+    assert got == code and len(no_asv["gate"]) == 1
+
+
+def test_the_users_factor_and_bench_reach_the_asv_gate(tmp_path, capsys, no_asv):
+    repo = fake_sglang(tmp_path)
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work"), "--factor", "1.10",
+                       "--bench", "CastUs", "a", "b")
+    (argv,) = no_asv["gate"]
+    assert code == 0 and argv[2:6] == ["--factor", "1.1", "--bench", "CastUs"]
+
+
+def test_base_and_head_with_the_project_in_other_folders_is_bad_input(tmp_path, capsys, no_asv):
+    repo = fake_sglang(tmp_path)
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    for name in ("pyproject.toml", "sglang"):
+        git(repo, "mv", f"python/{name}", name)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "root"], check=True, env=env)
+    git(repo, "tag", "root")
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work"), "a", "root")
+    assert code == 2 and len(lines) == 1 and "different folders" in lines[0] and no_asv["gate"] == []
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work2"), "root", "root")  # twin
+    assert code == 0 and len(no_asv["gate"]) == 1
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, status):
+    """A `harness run` that failed (its results file half written or absent) is the --json mode's exit status."""
+    repo = fake_sglang(tmp_path)
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[1:4] == ["-m", "harness", "run"]:
+            return subprocess.CompletedProcess(cmd, status)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
+    assert code == status
