@@ -11,7 +11,7 @@ from suites.mutation import ROOT, assert_caught
 
 RULE, COMPARE, INPUT, ASV = ("suites/test_decision_rule.py", "suites/test_compare.py", "suites/test_gate_input.py",
                              "suites/test_asv_gate.py")
-CASE = "suites/test_results_case.py"
+CASE, SGLANG = "suites/test_results_case.py", "suites/test_sglang_gate.py"
 
 # (id, file, exact original text, mutated text, tests that must fail)
 MUTATIONS = [
@@ -169,6 +169,57 @@ MUTATIONS = [
      "return ((after - before) / TIME_UNITS[metric.unit]) >=", [f"{ASV}::test_gates_follows_the_metric_table"]),
     ("asv-factor-unbounded", "ci/asv_gate.py", "if not 1.0 < value < 2.0:", "if not 1.0 < value:",
      [f"{ASV}::test_factor_outside_1_2_is_refused"]),
+    # audit: faults no test caught before (suites/test_decision_rule.py, test_compare.py, test_asv_gate.py and
+    # test_sglang_gate.py gained the tests that catch them), then ones caught but not yet pinned
+    ("audit-tolerance-not-log", "harness/gate/decision.py", "limit = math.log1p(tolerance)", "limit = tolerance",
+     [f"{RULE}::test_the_tolerance_is_a_ratio_not_a_log_ratio"]),
+    ("audit-higher-bounds-unswapped", "harness/gate/decision.py", "else (-point, -high, -low)", "else (-point, -low, -high)",
+     [f"{RULE}::test_higher_is_better_takes_the_interval_end_nearest_1"]),
+    ("audit-four-samples-judged", "harness/gate/decision.py", "if min(len(base), len(head)) < MIN_SAMPLES:",
+     "if min(len(base), len(head)) < MIN_SAMPLES - 1:", [f"{RULE}::test_four_samples_are_too_few_five_are_enough"]),
+    ("audit-resolution-inclusive", "harness/gate/decision.py", "and change < resolution:", "and change <= resolution:",
+     [f"{RULE}::test_a_change_of_exactly_the_resolution_is_judged"]),
+    ("audit-non-finite-unchanged", "harness/gate/decision.py",
+     "if not (np.all(np.isfinite(base)) and np.all(np.isfinite(head))):", "if False:",
+     [f"{RULE}::test_non_finite_samples_are_never_judged_unchanged"]),
+    ("audit-control-fixed-tolerance", "harness/gate/compare.py",
+     'd = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)',
+     'd = decision.decide(_samples(b[key]), _samples(h[key]), "higher", 0.10)',
+     [f"{COMPARE}::test_the_control_is_judged_at_the_gates_tolerance"]),
+    ("audit-gpu-name-case-sensitive", "harness/gate/compare.py", "bgpu.strip().lower() != hgpu.strip().lower()",
+     "bgpu != hgpu", [f"{COMPARE}::test_the_same_gpu_spelled_otherwise_is_the_same_environment"]),
+    ("audit-host-explains-unsupported", "harness/gate/compare.py",
+     'ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")',
+     'ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer", "hostname", "git_commit")',
+     [f"{COMPARE}::test_another_host_or_commit_does_not_explain_unsupported"]),
+    ("audit-missing-timing-cannot-judge", "harness/gate/compare.py",
+     "return [c for c in self.failures if not c.timed or c.status != REGRESSED]",
+     "return [c for c in self.failures if not c.timed]",
+     [f"{COMPARE}::test_a_missing_timing_fails_even_when_the_environments_differ"]),
+    ("audit-asv-factor-pinned", "ci/asv_gate.py", '"--factor", f"{args.factor:g}",\n           "--config"',
+     '"--factor", "1.05",\n           "--config"', [f"{ASV}::test_the_users_factor_reaches_asv"]),
+    ("audit-sglang-exit-swallowed", "ci/sglang_gate.py", "    return asv_gate.main(gate_args)",
+     "    asv_gate.main(gate_args)\n    return 0", [f"{SGLANG}::test_the_asv_gates_exit_status_is_the_gates"]),
+    ("audit-sglang-json-exit-swallowed", "ci/sglang_gate.py", "        return subprocess.run(cmd, cwd=ROOT, env=env).returncode",
+     "        subprocess.run(cmd, cwd=ROOT, env=env)\n        return 0", [f"{SGLANG}::test_json_mode_exits_with_harness_runs_status"]),
+    ("audit-sglang-factor-pinned", "ci/sglang_gate.py", '"--factor", f"{args.factor:g}", *(', '"--factor", "1.05", *(',
+     [f"{SGLANG}::test_the_users_factor_and_bench_reach_the_asv_gate"]),
+    ("audit-sglang-bench-dropped", "ci/sglang_gate.py", '*(["--bench", args.bench] if args.bench else []),', "",
+     [f"{SGLANG}::test_the_users_factor_and_bench_reach_the_asv_gate"]),
+    ("audit-sglang-project-folders-unchecked", "ci/sglang_gate.py", "    if len(subdirs) != 1:", "    if False:",
+     [f"{SGLANG}::test_base_and_head_with_the_project_in_other_folders_is_bad_input"]),
+    ("audit-direction-inverted", "harness/gate/decision.py",
+     'worse, worse_low, worse_high = (point, low, high) if better == "lower"',
+     'worse, worse_low, worse_high = (point, low, high) if better == "higher"', [f"{RULE}::test_higher_is_better_mirrors_lower"]),
+    ("audit-undersampled-one-side-judged", "harness/gate/decision.py", "if min(len(base), len(head)) < MIN_SAMPLES:",
+     "if max(len(base), len(head)) < MIN_SAMPLES:", [f"{COMPARE}::test_too_few_samples_cannot_be_judged"]),
+    ("audit-environment-guard-skipped", "harness/gate/compare.py",
+     "differs = device_differs or environment_difference(base, head, b, h, max_regression)", "differs = device_differs",
+     [f"{COMPARE}::test_differing_controls_cannot_judge_exit_2"]),
+    ("audit-base-only-rows-unseen", "harness/gate/compare.py", "for key in sorted(b.keys() | h.keys())]",
+     "for key in sorted(h.keys())]", [f"{INPUT}::test_head_without_its_verdict_rows_fails_naming_them"]),
+    ("audit-missing-not-failing", "harness/gate/compare.py", "FAILED = (REGRESSED, FAILING, MISSING)",
+     "FAILED = (REGRESSED, FAILING)", [f"{INPUT}::test_head_with_a_null_extra_bytes_fails"]),
 ]
 
 
