@@ -88,3 +88,17 @@ def test_memory_plan_counts_the_step_inputs_and_the_outputs_each_strategy_keeps(
     with pytest.raises(HarnessError) as info:
         plan.check(torch.device("cpu"), available=4 * GIB)
     assert "4.00 GiB free (95% of it usable)" in str(info.value) and "fewer requests, steps or --layers" in str(info.value)
+
+
+def test_cuda_free_memory_counts_what_this_processs_allocator_holds_unused(monkeypatch):
+    """mem_get_info says what no process holds; torch's cache of freed blocks is this process's to reuse (on an H100
+    a second GLM-5 prod case in one pytest process was refused with 51.9 GiB 'free' while ~27 GiB sat in the cache)."""
+    import torch
+
+    from harness.inputs.memory import free_bytes
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (52 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 30 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 3 * gib)
+    assert free_bytes(torch.device("cuda", 0)) == 79 * gib
