@@ -22,6 +22,8 @@ from harness.inputs.memory import MemoryPlan
 from harness.inputs.pool import KVPool
 from harness.strategies import FAULT_TARGETS, REGISTRY
 
+POOL_ITEM = "fp8 pool"  # the memory plan's item for the pool itself
+
 
 class PreparedCase:
     builds: Counter = Counter()  # case name -> pools built in this process
@@ -47,7 +49,7 @@ class PreparedCase:
         extra = max((self.extra_bytes(n) for n in strategies), default=0)
         g, preset = self.geometry, self.case.preset
         per_slot = -(-(g.total_bytes + extra) // g.slots)  # conservative: pool and buffer scale with slots
-        items = (("fp8 pool", g.total_bytes), ("largest strategy buffer", extra),
+        items = ((POOL_ITEM, g.total_bytes), ("largest strategy buffer", extra),
                  ("step inputs", step_data_bytes(preset, self.schedule, g.num_layers)))
         if self.device.type == "cpu":
             items += (("checked outputs kept", len(strategies) * outputs_bytes(preset, self.schedule, self.case.checked_layers())),)
