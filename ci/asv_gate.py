@@ -27,7 +27,10 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
   listed, not failed, unless nothing was measured at both; unreadable or absent results fail too;
 - a row marked `x` (asv cannot compare: the benchmark's code or parameters changed) is a failure, and so
-  is "PERFORMANCE DECREASED." with no row the gate could read.
+  is "PERFORMANCE DECREASED." with no row the gate could read;
+- a benchmark of the `verdict` metric (the SGLang gate's `Verdict.track_verdict`: 0 pass, 1 fail) at 1 in
+  the head fails the gate (exit 1) whatever the base had: asv calls 1 -> 1 unchanged;
+- BASE and HEAD naming one commit are refused before asv runs (one commit's results always pass).
 
 Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
 `is_different`): when both commits have stats from more than one repeat, asv first
@@ -212,6 +215,8 @@ def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
         if proc.returncode:
             raise HarnessError(what, f"{ref!r} is not a commit of {repo.resolve()}")
         hashes.append(proc.stdout.strip())
+    if hashes[0] == hashes[1]:  # asv would compare one commit's results with themselves: always "not changed"
+        raise HarnessError("HEAD", f"{head!r} is the same commit as BASE {base!r} ({hashes[0][:12]}): the gate needs two commits")
     return hashes
 
 
@@ -257,6 +262,13 @@ def lost(base: dict, head: dict) -> list[str]:
     return out
 
 
+def failing_verdicts(head: dict) -> list[str]:
+    """Benchmarks of the `verdict` metric (the SGLang gate's `Verdict.track_verdict`: 0 pass, 1 fail or error) that do
+    not pass in the head, whatever the base had: asv calls a verdict that failed at both commits unchanged."""
+    return [f"{name} (the head's verdict does not pass)" for name, (value, *_) in sorted(head.items())
+            if metric_of(name) == "verdict" and value is not None and not _skipped(value) and value != 0]
+
+
 def unmeasured(base: dict, head: dict) -> list[str]:
     """Benchmarks n/a at both commits: this runner cannot run them, or their metric does not apply (a strategy
     with no per-step cast has no cast_us). Said, not lost: there is no result of either commit to lose."""
@@ -289,6 +301,8 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
                                 "a benchmark vanished", outcome.regressions)
     if missing := lost(base, head):
         return Outcome(FAILURE, "benchmarks lost in the head", outcome.regressions, missing)
+    if failing := failing_verdicts(head):
+        return Outcome(REGRESSION, "verdicts that do not pass in the head", outcome.regressions, failing)
     if neither := unmeasured(base, head):
         print(f"asv-gate: n/a at both commits (this runner cannot run them, or their metric does not apply): "
               f"{len(neither)} benchmark(s): {', '.join(neither)}")

@@ -294,11 +294,12 @@ def test_bad_factor_exits_2_before_running_asv(capsys):
 
 
 def _in_a_git_project(tmp_path, monkeypatch) -> None:
-    """Work in a one-commit git project whose asv.conf.json names it as the repository (HEAD resolves there)."""
+    """Work in a two-commit git project whose asv.conf.json names it as the repository (HEAD and HEAD~1 resolve there)."""
     (tmp_path / "asv.conf.json").write_text(json.dumps({"version": 1, "repo": "."}))
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-qm", "one")
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "two")
     monkeypatch.chdir(tmp_path)
 
 
@@ -311,7 +312,20 @@ def test_a_bad_asv_variable_exits_2_before_running_asv(monkeypatch, capsys, tmp_
     monkeypatch.setenv("MLA_ASV_REPEATS", "10")  # twin: a good value reaches asv
     monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
     monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
-    assert asv_gate.main(["HEAD", "HEAD"]) == asv_gate.CLEAN
+    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.CLEAN
+
+
+@pytest.mark.parametrize("refs", [["HEAD", "HEAD"], ["HEAD~1", "HEAD^"]])
+def test_the_same_commit_twice_exits_2_before_running_asv(monkeypatch, capsys, tmp_path, refs):
+    """BASE and HEAD naming one commit (also by two names) would compare one commit's results with themselves, which
+    always pass (before: exit 0); two commits are the twin and reach asv."""
+    _in_a_git_project(tmp_path, monkeypatch)
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran on one commit twice"))
+    assert asv_gate.main(refs) == asv_gate.FAILURE
+    assert f"asv-gate: FAILURE: HEAD: '{refs[1]}' is the same commit as BASE '{refs[0]}'" in capsys.readouterr().out
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
+    monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
+    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.CLEAN
 
 
 @pytest.mark.parametrize("refs, named", [(["nope-base", "HEAD"], "BASE: 'nope-base'"), (["HEAD", "nope-head"], "HEAD: 'nope-head'")])
@@ -605,3 +619,30 @@ def test_the_gates_other_users_need_no_asv():
             "from ci import asv_gate, sglang_gate\nprint(asv_gate.factor_arg('5%'))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "1.05", proc.stderr
+
+
+VERDICT = "benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer')"
+
+
+@pytest.mark.parametrize("before, after, code", [
+    (1.0, 1.0, asv_gate.REGRESSION),  # failed at both commits: asv says unchanged (before: exit 0)
+    (float("nan"), 1.0, asv_gate.REGRESSION),  # unsupported in the base, failing in the head (before: 1 -> 1, exit 0)
+    (1.0, 0.0, asv_gate.CLEAN),  # twins: fixed, and passing at both
+    (0.0, 0.0, asv_gate.CLEAN),
+    (float("nan"), float("nan"), asv_gate.CLEAN),  # unsupported at both: n/a, said
+    (0.0, float("nan"), asv_gate.FAILURE),  # pass -> unsupported: lost
+])
+def test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had(tmp_path, monkeypatch, capsys, before, after, code):
+    """The SGLang gate's Verdict benchmark: a head whose verdict fails is failing, as in `harness compare`, also when
+    the base failed too (asv compares 1 with 1 as unchanged and `asv continuous` does not list it)."""
+    results = tmp_path / "results"
+    _results(results, "gt", "a" * 40, "py", {VERDICT: before, "bench.track_value": 1.0})
+    _results(results, "gt", "b" * 40, "py", {VERDICT: after, "bench.track_value": 1.0})
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf)
+    outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
+    assert outcome.code == code, outcome
+    if code == asv_gate.REGRESSION:
+        assert outcome.failures == [f"{VERDICT} (the head's verdict does not pass)"]

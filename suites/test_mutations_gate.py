@@ -220,6 +220,12 @@ MUTATIONS = [
      "for key in sorted(h.keys())]", [f"{INPUT}::test_head_without_its_verdict_rows_fails_naming_them"]),
     ("audit-missing-not-failing", "harness/gate/compare.py", "FAILED = (REGRESSED, FAILING, MISSING)",
      "FAILED = (REGRESSED, FAILING)", [f"{INPUT}::test_head_with_a_null_extra_bytes_fails"]),
+    ("audit2-asv-one-commit-twice", "ci/asv_gate.py", "    if hashes[0] == hashes[1]:", "    if False:",
+     [f"{ASV}::test_the_same_commit_twice_exits_2_before_running_asv"]),
+    ("audit2-asv-verdict-failing-at-both-passes", "ci/asv_gate.py", "    if failing := failing_verdicts(head):",
+     "    if failing := []:", [f"{ASV}::test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had"]),
+    ("audit2-sglang-unsupported-verdict-fails", "ci/asv_sglang_bench/benchmarks.py", '        if verdict == "unsupported":',
+     "        if False:", [f"{SGLANG}::test_a_failing_verdict_fails_the_asv_gate"]),
 ]
 
 

@@ -378,14 +378,18 @@ def test_the_gates_benchmarks_are_the_harness_classes_plus_a_gating_verdict():
 
 @pytest.mark.parametrize("before, after, code", [("0", "1", 1), ("0", "0", 0)])
 def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
-    """track_verdict 0 -> 1 (pass -> fail) as asv prints it is a regression of the gate; 0 -> 0 is its twin."""
+    """track_verdict 0 -> 1 (pass -> fail) as asv prints it is a regression of the gate; 0 -> 0 is its twin. An
+    unsupported verdict is n/a, not 1: 1 is a failing head, which the gate fails whatever the base had
+    (suites/test_asv_gate.py::test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had)."""
     from ci import asv_gate
     from ci.asv_sglang_bench import benchmarks as sgl_bench
 
-    verdicts = {"pass": 0, "fail": 1, "error": 1, "unsupported": 1}
+    verdicts = {"pass": 0, "fail": 1, "error": 1}
     for status, value in verdicts.items():
         cache = json.dumps({"s": {"verdicts": {"x": status}}})
         assert sgl_bench.Verdict().track_verdict(cache, "s", "x") == value
+    with pytest.raises(NotImplementedError, match="unsupported"):  # n/a (asv: NaN), as its timings: not a fail at both commits
+        sgl_bench.Verdict().track_verdict(json.dumps({"s": {"verdicts": {"x": "unsupported"}}}), "s", "x")
     mark = "+" if after != before else " "
     table = ("| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
              f"| {mark} | {before} | {after} | n/a | benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer') |\n")

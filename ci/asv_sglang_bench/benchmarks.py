@@ -4,9 +4,10 @@ ci/sglang_gate.py points asv here. Every class of suites/asv/benchmarks.py is ke
 asv gate reads the metric from it) and shares one setup_cache that runs the harness's measurement and
 then checks the same case as `harness run` does (runner.run, no timing: golden, and bitwise against
 `stock` for a bitwise-tier strategy), so a commit of SGLang that times well but computes wrong is
-caught too: `Verdict.track_verdict` is 0 when the verdict passes and 1 otherwise (fail, error,
-unsupported), and asv's comparison marks 0 -> 1 worse, which the gate fails on (the `verdict` metric
-gates everywhere). When no requested strategy can run (every verdict unsupported: say the commit's
+caught too: `Verdict.track_verdict` is 0 when the verdict passes, 1 when it fails or errors, and n/a
+(skipped, as the strategy's timings are) when it is unsupported; asv's comparison marks 0 -> 1 worse,
+which the gate fails on (the `verdict` metric gates everywhere), and the gate fails a head whose verdict
+is 1 whatever the base had (asv calls 1 -> 1 unchanged), while pass -> n/a is a benchmark the head lost. When no requested strategy can run (every verdict unsupported: say the commit's
 SGLang does not import) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
 Scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
 """
@@ -85,6 +86,9 @@ class Verdict(_Shared):
     timeout = 3600
 
     def track_verdict(self, cache, scenario, strategy):
-        return 0 if json.loads(cache)[scenario]["verdicts"][strategy] == "pass" else 1
+        verdict = json.loads(cache)[scenario]["verdicts"][strategy]
+        if verdict == "unsupported":  # n/a, as its timings are: not a failure at both commits, nor a pass
+            raise NotImplementedError(f"{strategy} is unsupported on {scenario} here")
+        return 0 if verdict == "pass" else 1
 
     track_verdict.unit = "failed"
