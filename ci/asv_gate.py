@@ -222,7 +222,8 @@ def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
 
 def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     """Both commits' stored asv results (`_by_benchmark`), found through the asv config, for the machine
-    the run used: --machine, else the results folder's only machine (several: name one)."""
+    the run used: --machine, else the results folder's only machine (several: name one), and the benchmarks
+    the run's --bench regexes select (as asv does: `name(params)` searched), if any."""
     root, conf = config = _config(args.config)
     hashes = commit_hashes(args.base, args.head, config)
     results_dir = root / conf.get("results_dir", "results")
@@ -240,7 +241,9 @@ def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     if not envs:
         raise HarnessError("HEAD", f"no asv environment holds results of both {args.base!r} and {args.head!r} in {results_dir}")
     named = (lambda name, env: f"{name} [{env}]") if len(envs) > 1 else (lambda name, env: name)
-    return tuple({named(n, e): v for e in envs for n, v in side[e].items()} for side in found)
+    # this run's benchmarks only: a results file keeps what earlier runs (other --bench) stored beside them
+    chosen = lambda name: not args.bench or any(re.search(regex, name) for regex in args.bench)  # noqa: E731 (as asv selects)
+    return tuple({named(n, e): v for e in envs for n, v in side[e].items() if chosen(n)} for side in found)
 
 
 def _skipped(value) -> bool:

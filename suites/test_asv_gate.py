@@ -347,7 +347,7 @@ def _project(tmp_path_factory) -> Path:
 
 
 def _args(project: Path, head: str, machine: str | None = MACHINE) -> argparse.Namespace:
-    return argparse.Namespace(base="base", head=head, machine=machine, config=project / "asv.conf.json")
+    return argparse.Namespace(base="base", head=head, machine=machine, config=project / "asv.conf.json", bench=None)
 
 
 def _check(project: Path, head: str, machine: str | None = MACHINE) -> asv_gate.Outcome:
@@ -542,11 +542,11 @@ def _results(folder: Path, machine: str, commit: str, env: str, values: dict) ->
     (folder / machine / f"{commit[:8]}-{env}.json").write_text(json.dumps(doc))
 
 
-def _stored(tmp_path, monkeypatch, machine):
+def _stored(tmp_path, monkeypatch, machine, bench=None):
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"version": 1, "repo": ".", "results_dir": "results",}  // asv reads JSON5')
-    return asv_gate.stored_results(argparse.Namespace(base="base", head="head", machine=machine, config=conf))
+    return asv_gate.stored_results(argparse.Namespace(base="base", head="head", machine=machine, config=conf, bench=bench))
 
 
 def test_stored_results_are_one_machines_and_one_entry_per_environment(tmp_path, monkeypatch):
@@ -597,7 +597,7 @@ def test_nothing_measured_at_both_commits_is_a_failure(tmp_path, monkeypatch, ca
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf)
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None)
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == asv_gate.FAILURE and "nothing was judged" in outcome.reason
     assert "n/a at both commits" in capsys.readouterr().out
@@ -641,8 +641,22 @@ def test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had(tm
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf)
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None)
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == code, outcome
     if code == asv_gate.REGRESSION:
         assert outcome.failures == [f"{VERDICT} (the head's verdict does not pass)"]
+
+
+def test_a_benchmark_this_run_did_not_select_is_not_lost(tmp_path, monkeypatch):
+    """`--bench CastUs`: the base's results file still holds what an earlier full run stored (AttnUs); the head's, of
+    this run only, lacks it. That is no benchmark lost (before: 'vanished', exit 2 on a clean head); a selected one
+    that vanished is its twin, and a regex selects `name(params)` as asv's does."""
+    results = tmp_path / "results"
+    cast, attn = "benchmarks.CastUs.time_cast('b1-l500', 'gather_cast')", "benchmarks.AttnUs.time_attn('b1-l500', 'gather_cast')"
+    _results(results, "gt", "a" * 40, "py", {cast: 1e-5, attn: 2e-5, "benchmarks.StepMs.time_step('b1-l500', 'stock')": 1e-3})
+    _results(results, "gt", "b" * 40, "py", {cast: 1e-5})
+    assert asv_gate.lost(*_stored(tmp_path, monkeypatch, "gt", ["CastUs"])) == []
+    assert asv_gate.lost(*_stored(tmp_path, monkeypatch, "gt", ["gather_cast"])) == [
+        f"{attn} (vanished: in the base's results, not in the head's)"]
+    assert len(asv_gate.lost(*_stored(tmp_path, monkeypatch, "gt", None))) == 2  # no --bench: every stored benchmark

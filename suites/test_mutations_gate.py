@@ -224,6 +224,8 @@ MUTATIONS = [
      [f"{ASV}::test_the_same_commit_twice_exits_2_before_running_asv"]),
     ("audit2-asv-verdict-failing-at-both-passes", "ci/asv_gate.py", "    if failing := failing_verdicts(head):",
      "    if failing := []:", [f"{ASV}::test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had"]),
+    ("audit2-asv-unselected-benchmark-lost", "ci/asv_gate.py", "for n, v in side[e].items() if chosen(n)}",
+     "for n, v in side[e].items()}", [f"{ASV}::test_a_benchmark_this_run_did_not_select_is_not_lost"]),
     ("audit2-sglang-unsupported-verdict-fails", "ci/asv_sglang_bench/benchmarks.py", '        if verdict == "unsupported":',
      "        if False:", [f"{SGLANG}::test_a_failing_verdict_fails_the_asv_gate"]),
 ]
