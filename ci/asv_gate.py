@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Perf gate around `asv continuous BASE HEAD`: 0 clean, 1 regression, 2 failure (or bad --factor).
 
-usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machine NAME] [ASV ARGS...]
+usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machine NAME] [--inconclusive pass|fail] [ASV ARGS...]
 
 The factor is asv's, in (1, 2): 1.05 (the default, harness compare's 5% tolerance) flags a
 benchmark that got more than 5% slower (asv also requires the change to be
@@ -32,6 +32,14 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   the head fails the gate (exit 1) whatever the base had: asv calls 1 -> 1 unchanged;
 - BASE and HEAD naming one commit are refused before asv runs (one commit's results always pass).
 
+The harness's rule beside asv's (`harness_rule`): every gating benchmark with at least MIN_SAMPLES recorded
+samples at both commits is also judged by `harness compare`'s decision rule (harness/gate/decision.py: a 99%
+bootstrap interval on the ratio of medians, tolerance factor - 1), and that rule decides it, as it decides
+`harness compare`: `regressed` fails the gate, also where asv called it unchanged (asv's test misses real
+slowdowns: docs/evidence/gate/gate-noise.md); `inconclusive` prints a loud INCONCLUSIVE line and fails only
+with `--inconclusive fail`; anything else passes, and a row asv flagged is then listed as cleared (asv's test
+cries wolf on two-state clocks). Benchmarks with fewer samples, and `track_` ones, keep asv's verdict.
+
 Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
 `is_different`): when both commits have stats from more than one repeat, asv first
 requires a significant difference: a Mann-Whitney U test (p < 0.002) on the recorded
@@ -54,6 +62,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from harness import envvars
 from harness.errors import HarnessError
 
@@ -72,6 +82,8 @@ class Outcome:
     regressions: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     informational: list[str] = field(default_factory=list)  # slower, but not gating (metric table)
+    inconclusive: list[str] = field(default_factory=list)  # the harness rule's interval straddles the factor
+    cleared: list[str] = field(default_factory=list)  # asv flagged them; the harness rule's interval lies below the factor
 
 
 def _table_rows(lines: list[str]) -> list[list[str]]:
@@ -283,6 +295,55 @@ def decided_by(base: dict, head: dict) -> dict[str, str]:
     return {name: deciding_test(base[name][1:], head[name][1:]) for name in sorted(base.keys() & head.keys())}
 
 
+def harness_rule(base: dict, head: dict, factor: float) -> dict:
+    """{benchmark: `harness compare`'s Decision} on both commits' recorded samples, for every benchmark that gates
+    (by the metric table; an unknown one gates, lower better, as in `gates`) with at least MIN_SAMPLES samples at
+    each commit, at tolerance factor - 1 and the metric's resolution (samples are seconds, as asv stores times)."""
+    from harness.gate.decision import MIN_SAMPLES, decide
+    from harness.results.metrics import METRICS
+
+    out = {}
+    for name in sorted(base.keys() & head.keys()):
+        metric, (a, b) = METRICS.get(metric_of(name)), (base[name][2], head[name][2])
+        if metric is not None and not (metric.gates("cuda") and metric.better in ("lower", "higher")):
+            continue
+        if not (a and b) or min(len(a), len(b)) < MIN_SAMPLES:
+            continue
+        better, resolution = ("lower", 0.0) if metric is None else (metric.better, metric.resolution * TIME_UNITS.get(metric.unit, 1.0))
+        out[name] = decide(np.asarray(a, dtype=float), np.asarray(b, dtype=float), better, factor - 1.0, resolution=resolution)
+    return out
+
+
+def judged(outcome: Outcome, rule: dict, inconclusive: str) -> Outcome:
+    """asv's verdict, with `harness_rule` deciding every benchmark it covers (see the module doc): `regressed`
+    fails, `inconclusive` is listed (failing only with --inconclusive fail), and an asv regression the rule does
+    not confirm is cleared or listed as inconclusive; benchmarks the rule does not cover keep asv's verdict."""
+    from harness.gate.decision import INCONCLUSIVE, REGRESSED
+
+    def said(name, d):
+        interval = f" [{d.low:.3f}, {d.high:.3f}]" if d.low is not None else ""
+        mde = f", MDE {d.mde:.1%}" if d.mde is not None else ""
+        return f"{name} (harness rule: {d.status}, ratio {d.ratio:.3f}{interval}{mde}{f', {d.note}' if d.note else ''})"
+
+    flagged = {item.split(" (")[0]: item for item in outcome.regressions}
+    regressions = [item for name, item in flagged.items() if name not in rule]
+    regressions += [f"{flagged.get(name, name)}; {said(name, d)}" for name, d in rule.items() if d.status == REGRESSED]
+    unsure = [f"{flagged[name]}; {said(name, d)}" if name in flagged else said(name, d)
+              for name, d in rule.items() if d.status == INCONCLUSIVE]
+    cleared = [f"{item}; {said(name, rule[name])}" for name, item in flagged.items()
+               if name in rule and rule[name].status not in (REGRESSED, INCONCLUSIVE)]
+    kept = dict(informational=outcome.informational, inconclusive=unsure, cleared=cleared)
+    if regressions:
+        missed = any(name not in flagged for name, d in rule.items() if d.status == REGRESSED)
+        return Outcome(REGRESSION, "the harness rule: slower beyond the factor (asv called some unchanged)" if missed
+                       else outcome.reason, regressions, **kept)
+    if unsure and inconclusive == "fail":
+        return Outcome(REGRESSION, "inconclusive under --inconclusive fail: the samples cannot tell a slowdown beyond the factor",
+                       **kept)
+    reason = "asv's regressions are not confirmed by the harness rule" if flagged else outcome.reason
+    return Outcome(CLEAN, reason, **kept)
+
+
 def print_decided_by(tests: dict[str, str], outcome: Outcome) -> None:
     """One line per test used (with its benchmark count), and the test behind each regression."""
     for test in (MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY):
@@ -312,7 +373,9 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
     if len(neither) == len(base.keys() & head.keys()):
         return Outcome(FAILURE, "no benchmark was measured at both commits: nothing was judged", outcome.regressions)
     print_decided_by(decided_by(base, head), outcome)
-    return outcome
+    rule = harness_rule(base, head, args.factor)
+    print(f"asv-gate: the harness rule (99% bootstrap interval, tolerance {args.factor - 1:.0%}) judged {len(rule)} benchmark(s)")
+    return judged(outcome, rule, args.inconclusive)
 
 
 def run_streaming(cmd: list[str]) -> tuple[int, str]:
@@ -357,6 +420,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("-b", "--bench", action="append", help="regex selecting benchmarks (repeatable: any of them, as asv)")
     parser.add_argument("-m", "--machine", help="asv machine name")
     parser.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv config (default asv.conf.json)")
+    parser.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
+                        help="a benchmark the harness rule finds inconclusive: pass (loud line, exit 0; the default) or fail (exit 1)")
     return parser.parse_known_args(argv)  # asv's spellings of these (-f, a prefix, a repeat) are the gate's: asv gets one
 
 
@@ -386,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asv-gate:   failed: {item}")
     for item in outcome.informational:
         print(f"asv-gate:   slower (not gating: informational metric or below its resolution): {item}")
+    for item in outcome.inconclusive:
+        print(f"asv-gate:   INCONCLUSIVE (the samples cannot tell a slowdown beyond the factor; --inconclusive "
+              f"{args.inconclusive}): {item}")
+    for item in outcome.cleared:
+        print(f"asv-gate:   cleared (asv flagged it; within the factor by the harness rule): {item}")
     return outcome.code
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from filelock import FileLock
 
@@ -347,7 +348,7 @@ def _project(tmp_path_factory) -> Path:
 
 
 def _args(project: Path, head: str, machine: str | None = MACHINE) -> argparse.Namespace:
-    return argparse.Namespace(base="base", head=head, machine=machine, config=project / "asv.conf.json", bench=None)
+    return argparse.Namespace(base="base", head=head, machine=machine, config=project / "asv.conf.json", bench=None, factor=1.05, inconclusive="pass")
 
 
 def _check(project: Path, head: str, machine: str | None = MACHINE) -> asv_gate.Outcome:
@@ -597,7 +598,7 @@ def test_nothing_measured_at_both_commits_is_a_failure(tmp_path, monkeypatch, ca
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None)
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == asv_gate.FAILURE and "nothing was judged" in outcome.reason
     assert "n/a at both commits" in capsys.readouterr().out
@@ -641,7 +642,7 @@ def test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had(tm
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None)
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == code, outcome
     if code == asv_gate.REGRESSION:
@@ -660,3 +661,80 @@ def test_a_benchmark_this_run_did_not_select_is_not_lost(tmp_path, monkeypatch):
     assert asv_gate.lost(*_stored(tmp_path, monkeypatch, "gt", ["gather_cast"])) == [
         f"{attn} (vanished: in the base's results, not in the head's)"]
     assert len(asv_gate.lost(*_stored(tmp_path, monkeypatch, "gt", None))) == 2  # no --bench: every stored benchmark
+
+
+STEP = "benchmarks.StepDeviceMs.time_step_device('b32-l4096', 'gather_cast')"
+HOST = "benchmarks.StepHostMs.time_step_host('b32-l4096', 'gather_cast')"  # informational: never judged
+
+
+def _sampled(folder: Path, commit: str, samples: dict) -> None:
+    """asv results of one commit whose time_ benchmarks recorded samples (seconds), as `asv continuous` stores them."""
+    (folder / "gt").mkdir(parents=True, exist_ok=True)
+    doc = {"commit_hash": commit, "env_name": "py", "result_columns": ["result", "params", "stats_repeat", "samples"],
+           "results": {n: [[float(np.median(v))], [], [len(v)], [list(v)]] for n, v in samples.items()}, "version": 2}
+    (folder / "gt" / f"{commit[:8]}-py.json").write_text(json.dumps(doc))
+
+
+def _judge(tmp_path, monkeypatch, base: dict, head: dict, asv_said: asv_gate.Outcome, inconclusive: str = "pass"):
+    _sampled(tmp_path / "results", "a" * 40, base)
+    _sampled(tmp_path / "results", "b" * 40, head)
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05,
+                              inconclusive=inconclusive)
+    return asv_gate.check_stored(args, asv_said)
+
+
+def _noisy(median: float, spread: float, n: int = 12, seed: int = 0) -> np.ndarray:
+    return median * np.exp(np.random.default_rng(seed).normal(0.0, spread, n))
+
+
+ASV_CLEAN = asv_gate.Outcome(asv_gate.CLEAN, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.")
+ASV_FLAGGED = asv_gate.Outcome(asv_gate.REGRESSION, "performance decreased beyond the factor",
+                               [f"{STEP} (2.50±0.1ms -> 2.60±0.1ms, ratio 1.06)"])
+
+
+@pytest.mark.parametrize("shift, code", [(1.15, asv_gate.REGRESSION), (1.0, asv_gate.CLEAN)])
+def test_a_slowdown_asv_called_unchanged_fails_by_the_harness_rule(tmp_path, monkeypatch, shift, code):
+    """asv's test misses a real slowdown at times (12 samples at 5% spread: 6% of true 10% slowdowns called
+    unchanged, no message): the harness rule on the same recorded samples fails it; its twin, no shift, passes."""
+    base, head = _noisy(2.5e-3, 0.01), _noisy(2.5e-3 * shift, 0.01, seed=1)
+    outcome = _judge(tmp_path, monkeypatch, {STEP: base, HOST: base}, {STEP: head, HOST: head * 3}, ASV_CLEAN)
+    assert outcome.code == code, outcome
+    if code == asv_gate.REGRESSION:
+        assert "asv called some unchanged" in outcome.reason and "harness rule: regressed" in outcome.regressions[0]
+        assert not any(HOST in item for item in outcome.regressions)  # informational: asv's call stands
+
+
+@pytest.mark.parametrize("shift, code", [(1.0, asv_gate.CLEAN), (1.15, asv_gate.REGRESSION)])
+def test_an_asv_alarm_the_harness_rule_puts_within_the_factor_is_cleared(tmp_path, monkeypatch, capsys, shift, code):
+    """asv flags at times what did not move (bimodal clocks: 4.7% of A/A pairs at 30 samples): the rule's interval below
+    the factor clears it, said on its own line; a real slowdown it confirms stays a regression (twin)."""
+    base, head = _noisy(2.5e-3, 0.01, 30), _noisy(2.5e-3 * shift, 0.01, 30, seed=1)
+    outcome = _judge(tmp_path, monkeypatch, {STEP: base}, {STEP: head}, ASV_FLAGGED)
+    assert outcome.code == code, outcome
+    assert bool(outcome.cleared) == (code == asv_gate.CLEAN)
+
+
+@pytest.mark.parametrize("asv_said", [ASV_CLEAN, ASV_FLAGGED])
+@pytest.mark.parametrize("inconclusive, code", [("pass", asv_gate.CLEAN), ("fail", asv_gate.REGRESSION)])
+def test_an_inconclusive_benchmark_is_loud_and_fails_only_when_asked(tmp_path, monkeypatch, asv_said, inconclusive, code):
+    """Samples too noisy to tell 5% (the interval straddles the factor), whatever asv said: listed as INCONCLUSIVE,
+    passing unless --inconclusive fail, as `harness compare` does (asv's alarm alone fails two-state clocks' A/A)."""
+    base, head = _noisy(2.5e-3, 0.08, 6), _noisy(2.5e-3 * 1.06, 0.08, 6, seed=1)
+    outcome = _judge(tmp_path, monkeypatch, {STEP: base}, {STEP: head}, asv_said, inconclusive)
+    assert outcome.code == code and len(outcome.inconclusive) == 1 and "harness rule: inconclusive" in outcome.inconclusive[0]
+
+
+@pytest.mark.parametrize("asv_said", [ASV_CLEAN, ASV_FLAGGED])
+def test_too_few_samples_keep_asvs_verdict(tmp_path, monkeypatch, asv_said):
+    """Fewer than MIN_SAMPLES at a commit (the CPU's 3 repeats): no interval, asv's verdict stands either way (an
+    undersampled decision must not clear asv's alarm)."""
+    outcome = _judge(tmp_path, monkeypatch, {STEP: _noisy(2.5e-3, 0.01, 4)}, {STEP: _noisy(2.5e-3, 0.01, 4, seed=1)}, asv_said)
+    assert outcome.code == asv_said.code and not outcome.inconclusive and not outcome.cleared
+
+
+def test_the_inconclusive_option_is_the_gates_not_asvs():
+    args, extra = asv_gate.parse_args(["base", "head", "--inconclusive", "fail"])
+    assert args.inconclusive == "fail" and "--inconclusive" not in asv_gate.asv_command(args, extra)

@@ -228,6 +228,18 @@ MUTATIONS = [
      "for n, v in side[e].items()}", [f"{ASV}::test_a_benchmark_this_run_did_not_select_is_not_lost"]),
     ("audit2-sglang-unsupported-verdict-fails", "ci/asv_sglang_bench/benchmarks.py", '        if verdict == "unsupported":',
      "        if False:", [f"{SGLANG}::test_a_failing_verdict_fails_the_asv_gate"]),
+    # the harness rule beside asv's (ci/asv_gate.py judged)
+    ("asv-rule-regression-ignored", "ci/asv_gate.py", "for name, d in rule.items() if d.status == REGRESSED]",
+     "for name, d in rule.items() if name in flagged and d.status == REGRESSED]", [f"{ASV}::test_a_slowdown_asv_called_unchanged_fails_by_the_harness_rule"]),
+    ("asv-rule-clears-nothing", "ci/asv_gate.py", "regressions = [item for name, item in flagged.items() if name not in rule]",
+     "regressions = list(flagged.values())", [f"{ASV}::test_an_asv_alarm_the_harness_rule_puts_within_the_factor_is_cleared"]),
+    ("asv-rule-undersampled-clears", "ci/asv_gate.py", "if not (a and b) or min(len(a), len(b)) < MIN_SAMPLES:",
+     "if not (a and b):", [f"{ASV}::test_too_few_samples_keep_asvs_verdict"]),
+    ("asv-inconclusive-fail-ignored", "ci/asv_gate.py", 'if unsure and inconclusive == "fail":', "if False:",
+     [f"{ASV}::test_an_inconclusive_benchmark_is_loud_and_fails_only_when_asked"]),
+    ("asv-rule-informational-judged", "ci/asv_gate.py",
+     'if metric is not None and not (metric.gates("cuda") and metric.better in ("lower", "higher")):', "if False:",
+     [f"{ASV}::test_a_slowdown_asv_called_unchanged_fails_by_the_harness_rule"]),
 ]
 
 

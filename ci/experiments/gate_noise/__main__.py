@@ -1,0 +1,5 @@
+import sys
+
+from ci.experiments.gate_noise.gate_noise import main
+
+sys.exit(main())
