@@ -45,7 +45,8 @@ class GatherCast(Strategy):
 
     def step_indices(self, batch):
         """Sequential indices into the compact buffer; the pool rows are kept for the gather."""
-        pool_rows = torch.as_tensor(batch.kv_indices, dtype=torch.int32).to(self.device)
+        # a copy, never a view of the schedule's array: the in-place refills below would rewrite an earlier step's indices
+        pool_rows = torch.tensor(batch.kv_indices, dtype=torch.int32, device=self.device)
         if self.count is not None:  # in place: a captured graph keeps reading these tensors
             self.gather_indices[: len(pool_rows)].copy_(pool_rows)
             self.count.fill_(len(pool_rows))
