@@ -20,6 +20,7 @@ from harness.measure.collect import Measured, measure, one_line
 from harness.progress import progress_bar
 from harness.results.document import Row
 from harness.results.metrics import spec as metric_spec
+from harness.spec.schedule import least_pool
 from harness.strategies import BASELINE, ORDER, REGISTRY
 from harness.verify import golden
 from harness.verify.check import Status, Verdict, agreement_tolerance, check_against_golden, check_agreement, check_bitwise, combine, policy
@@ -137,7 +138,7 @@ def _wanted(cfg: RunConfig) -> list[str]:
 def _check_memory(prep: PreparedCase, runnable: list[str], console: Console) -> None:
     plan = prep.memory_plan(runnable)
     console.print(f"memory plan: {plan.describe()}")
-    plan.check(prep.device)
+    plan.check(prep.device, needed=least_pool(prep.case.scenario, prep.case.preset.page_size))
 
 
 def _build(prep: PreparedCase, console: Console) -> None:

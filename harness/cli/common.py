@@ -105,14 +105,15 @@ def case_from(args, device, console: Console | None = None):
     from harness.inputs.memory import MemoryPlan
     from harness.spec.presets import get_preset, get_scale
     from harness.spec.scenario import load_scenario, load_scenario_file
-    from harness.spec.schedule import pages_needed, slots_needed
+    from harness.spec.schedule import least_pool
 
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(DEFAULT_SCENARIO if args.scenario is None else args.scenario)
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
     if scale.layers_for(preset) > preset.num_layers:
         raise HarnessError("--layers", f"must be <= {preset.num_layers} ({preset.name}'s layers), got {scale.layers_for(preset):,}")
-    need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)  # whole pages
+    needed = least_pool(scenario, preset.page_size)
+    need = needed[1]
     if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
         scale = get_scale(scale_name, need, args.layers)
         if console is not None:
@@ -120,8 +121,8 @@ def case_from(args, device, console: Console | None = None):
     case = Case(preset, scale, scenario)
     row_bytes = case.num_layers * preset.row_width
     host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT
-    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"))
-    MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device)
+    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"), needed=needed)
+    MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device, needed=needed)
     return case
 
 

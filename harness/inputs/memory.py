@@ -49,13 +49,20 @@ class MemoryPlan:
     def largest_slots(self, available: int) -> int:
         return max(0, int((available * HEADROOM - self.fixed) // max(self.bytes_per_slot, 1)))
 
-    def check(self, device: torch.device, available: int | None = None) -> None:
+    def check(self, device: torch.device, available: int | None = None, needed: tuple[str, int] | None = None) -> None:
+        """`needed`: (where, slots) of the scenario the pool is sized for: when no pool of that many slots fits, the
+        scenario is what must shrink, and the error names it at `where` (its file and field), not --slots."""
         available = free_bytes(device) if available is None else available
         if self.total > available * HEADROOM:
             slots = self.largest_slots(available)
-            fix = (f"the largest pool that fits has {slots} slots (--slots)" if slots else
-                   f"{self.fixed / GIB:.2f} GiB of it does not shrink with the pool: fewer requests, steps or --layers")
+            where, least = needed or ("memory plan", 0)
+            if slots and slots >= least:
+                where, fix = "memory plan", f"the largest pool that fits has {slots} slots (--slots)"
+            elif slots:
+                fix = f"the largest pool that fits has {slots:,} slots, fewer than the {least:,} it needs: fewer or shorter requests, or fewer steps"
+            else:
+                fix = f"{self.fixed / GIB:.2f} GiB of it does not shrink with the pool: fewer requests, steps or --layers"
             raise HarnessError(
-                "memory plan",
+                where,
                 f"needs {self.describe()} but {device} has {available / GIB:.2f} GiB free ({HEADROOM:.0%} of it usable); {fix}",
             )

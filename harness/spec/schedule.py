@@ -75,6 +75,11 @@ def pages_needed(scenario: Scenario, page_size: int) -> int:
     return sum(-(-(n - 1 + scenario.steps) // page_size) for n in scenario.kv_lens)
 
 
+def least_pool(scenario: Scenario, page_size: int) -> tuple[str, int]:
+    """(where, slots): the smallest pool the scenario runs in (whole pages), and the file and field that ask for it."""
+    return _where(scenario, "kv_lens"), max(slots_needed(scenario), pages_needed(scenario, page_size) * page_size)
+
+
 def _where(scenario: Scenario, field: str) -> str:
     return f"{scenario.source or scenario.name}: {field}"
 
