@@ -81,3 +81,18 @@ def test_a_scenario_too_big_for_memory_is_named_by_its_file_and_field(tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: kv_lens: needs ") and "--slots" not in err, err
     assert "fewer than the 4,194,304 it needs" in err and not out.exists()
+
+
+def test_a_model_of_fewer_layers_than_the_scale_runs_all_of_them(tmp_path, capsys, monkeypatch):
+    """A one-layer model on the CPU's ci scale (2 layers) was refused with '--layers: must be <= 1 ..., got 2' although
+    no --layers was given; now it runs its one layer (an explicit --layers 2 is still refused)."""
+    from harness.spec import presets
+
+    one = presets.ModelPreset("one-layer", num_layers=1, num_heads_total=16, tp=1, qk_nope_head_dim=128, page_size=16)
+    monkeypatch.setitem(presets.PRESETS, one.name, one)
+    path = tmp_path / "s.toml"
+    path.write_text(_toml({"name": "tiny", "kv_lens": [1, 17, 5]}))
+    argv = ["run", "--device", "cpu", "--scenario-file", str(path), "--preset", one.name, "--repeats", "0"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "(16,384 slots, 1 layers)" in capsys.readouterr().out
+    assert main([*argv, "--layers", "2"]) == 2 and "--layers: must be <= 1" in capsys.readouterr().err

@@ -110,12 +110,14 @@ def case_from(args, device, console: Console | None = None):
     scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(DEFAULT_SCENARIO if args.scenario is None else args.scenario)
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
+    if args.layers is None and scale.layers_for(preset) > preset.num_layers:  # a model of fewer layers than the scale's: all of them
+        scale = get_scale(scale_name, args.slots, preset.num_layers)
     if scale.layers_for(preset) > preset.num_layers:
         raise HarnessError("--layers", f"must be <= {preset.num_layers} ({preset.name}'s layers), got {scale.layers_for(preset):,}")
     needed = least_pool(scenario, preset.page_size)
     need = needed[1]
     if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
-        scale = get_scale(scale_name, need, args.layers)
+        scale = get_scale(scale_name, need, scale.num_layers)
         if console is not None:
             console.print(f"[yellow]{scenario.name} needs {need:,} slots: the {scale_name} pool grows to {need:,} (--slots {need})[/]")
     case = Case(preset, scale, scenario)
