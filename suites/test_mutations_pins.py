@@ -17,9 +17,9 @@ REFRESH = "suites/test_golden_refresh_safety.py"
 # (id, file, exact original text, mutated text, tests that must fail)
 MUTATIONS = [
     # bounds and validation (items 9, 11, 13, 14 and the LOW items)
-    ("pool-grows-by-slots-not-pages", "harness/cli/common.py",
-     "need = max(slots_needed(scenario), pages_needed(scenario, preset.page_size) * preset.page_size)",
-     "need = slots_needed(scenario)", [f"{B}::test_cpu_pool_grows_in_whole_pages"]),
+    ("pool-grows-by-slots-not-pages", "harness/spec/schedule.py",
+     "max(slots_needed(scenario), pages_needed(scenario, page_size) * page_size)",
+     "slots_needed(scenario)", [f"{B}::test_cpu_pool_grows_in_whole_pages"]),
     ("layers-uncapped", "harness/cli/common.py", "    if scale.layers_for(preset) > preset.num_layers:", "    if False:",
      [f"{B}::test_layers_are_at_most_the_models"]),
     ("steps-uncapped", "harness/spec/scenario.py", 'data.get("steps", 1), 1, MAX_STEPS)', 'data.get("steps", 1), 1)',
