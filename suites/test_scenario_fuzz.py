@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.errors import HarnessError
 from harness.execute.prepared import PreparedCase
 from harness.inputs.cases import Case
+from harness.spec import presets
 from harness.spec.presets import PRESETS, get_preset, get_scale
 from harness.spec.scenario import parse_scenario
 
@@ -96,3 +98,13 @@ def test_a_model_of_fewer_layers_than_the_scale_runs_all_of_them(tmp_path, capsy
     assert main(argv) == 0, capsys.readouterr().err
     assert "(16,384 slots, 1 layers)" in capsys.readouterr().out
     assert main([*argv, "--layers", "2"]) == 2 and "--layers: must be <= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rank", [256, 128])
+def test_a_preset_of_another_kv_lora_rank_is_refused_where_it_is_declared(rank):
+    """Every strategy, the output contract and FlashInfer's MLA decode take 512 channels: a preset of another rank
+    is one error naming the preset and field when declared (before: every strategy's verdict an error at run time)."""
+    fields = dict(num_layers=2, num_heads_total=16, tp=1, qk_nope_head_dim=128, page_size=16)
+    with pytest.raises(HarnessError, match=rf"^preset narrow: kv_lora_rank: must be 512 .*got {rank}$"):
+        presets.ModelPreset("narrow", kv_lora_rank=rank, **fields)
+    assert presets.ModelPreset("wide", kv_lora_rank=512, **fields).row_width == 576  # twin

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-OUT_WIDTH = 512  # kv_lora_rank: the absorbed-MLA output per head
+from harness.spec.presets import KV_LORA_RANK as OUT_WIDTH  # the absorbed-MLA output per head (a preset's only kv_lora_rank)
 
 
 class ContractViolation(AssertionError):

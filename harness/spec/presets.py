@@ -32,6 +32,11 @@ class ModelPreset:
     yarn_factor: float = 1.0  # rope_scaling.factor of a YaRN config (1: no scaling)
     yarn_mscale_all_dim: float = 0.0  # rope_scaling.mscale_all_dim
 
+    def __post_init__(self):
+        if self.kv_lora_rank != KV_LORA_RANK:  # every strategy, the output contract and FlashInfer's MLA decode are built for it
+            raise HarnessError(f"preset {self.name}: kv_lora_rank", f"must be {KV_LORA_RANK} (the width SGLang's MLA decode path, "
+                                                                   f"FlashInfer's MLA kernels and every strategy here take), got {self.kv_lora_rank}")
+
     @property
     def heads_per_rank(self) -> int:
         return self.num_heads_total // self.tp
