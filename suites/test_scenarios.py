@@ -171,6 +171,7 @@ def test_a_builtin_name_is_never_a_path_or_empty(name):
     with pytest.raises(HarnessError, match="unknown scenario") as info:
         load_scenario(name)
     assert info.value.where == "--scenario"
+    assert ("--scenario-file" in str(info.value)) == bool(name)  # a path is pointed to --scenario-file
     assert load_scenario("b1-l500").name == "b1-l500"
 
 

@@ -177,5 +177,6 @@ def load_scenario(name: str) -> Scenario:
     """A built-in scenario by name (only the names builtin_names lists: never a path)."""
     path = SCENARIO_DIR / f"{name}.toml"
     if name not in builtin_names():
-        raise HarnessError("--scenario", f"unknown scenario {name!r}; built-in: {', '.join(builtin_names())}")
+        hint = "; a scenario file goes to --scenario-file" if any(c in name for c in "/\\.") else ""
+        raise HarnessError("--scenario", f"unknown scenario {name!r}; built-in: {', '.join(builtin_names())}{hint}")
     return load_scenario_file(path)
