@@ -65,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import envvars
+from harness.datafiles import read_text
 from harness.errors import HarnessError
 
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
@@ -208,11 +209,13 @@ def _config(path: Path) -> tuple[Path, dict]:
     import json5  # asv's own config reader (an asv dependency): the gate's other users need no asv
 
     try:
-        conf = json5.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        conf = json5.loads(read_text(path))  # bounded: --config /dev/zero is one line, not a full memory
+    except ValueError as exc:
         raise HarnessError(str(path), f"not a readable asv config ({exc})") from None
     if not isinstance(conf, dict) or not isinstance(conf.get("repo", "."), str):
         raise HarnessError(f"{path}: repo", "an asv config is an object whose repo is a path")
+    if not (path.parent / conf.get("repo", ".")).is_dir():
+        raise HarnessError(f"{path}: repo", f"{path.parent / conf.get('repo', '.')} is not a folder")
     return path.parent, conf
 
 

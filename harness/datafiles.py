@@ -13,8 +13,8 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_BYTES = 256 << 20  # larger is no file of the harness's (an endless stream such as /dev/zero would fill memory)
 
 
-def _read_text(path: Path) -> str:
-    """The file as UTF-8 text (a UTF-8 BOM is dropped); UTF-16 is named as such, not "not text"."""
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text (a UTF-8 BOM is dropped; at most MAX_BYTES); UTF-16 is named as such, not "not text"."""
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_BYTES + 1)
@@ -66,7 +66,7 @@ def read_json(path: str | Path):
     """A JSON file's document: a key given twice in one object, or a string that is no Unicode text, is refused."""
     path = Path(path)
     try:
-        doc = json.loads(_read_text(path), object_pairs_hook=_unique_keys)
+        doc = json.loads(read_text(path), object_pairs_hook=_unique_keys)
         bad = _not_text(doc)
     except _DuplicateKey as exc:
         raise HarnessError(f"{path}: {exc.args[0]}", "duplicate key: given twice in one object, of which a reader would see only the last") from None
@@ -84,7 +84,7 @@ def read_json(path: str | Path):
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
     try:
-        return tomllib.loads(_read_text(path))
+        return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(str(path), f"malformed TOML: {exc}") from None
     except RecursionError:

@@ -25,6 +25,7 @@ import pytest
 from filelock import FileLock
 
 from ci import asv_gate
+from harness import datafiles
 from harness.errors import HarnessError
 
 pytest.importorskip("asv")
@@ -571,13 +572,25 @@ def test_no_stored_results_for_a_commit_is_a_failure(tmp_path, monkeypatch):
         _stored(tmp_path, monkeypatch, "gt")
 
 
-@pytest.mark.parametrize("text, words", [("[1, 2]", "repo"), ('{"repo": 5}', "repo"), ("{not json", "not a readable asv config")])
+@pytest.mark.parametrize("text, words", [("[1, 2]", "repo"), ('{"repo": 5}', "repo"), ("{not json", "not a readable asv config"),
+                                         ('{"repo": "no-such-folder"}', "repo: ")])  # before: a bare errno line, no file or field
 def test_a_malformed_asv_config_is_one_line(tmp_path, capsys, text, words):
     conf = tmp_path / "c.json"
     conf.write_text(text)
     assert asv_gate.main(["base", "head", "--config", str(conf)]) == asv_gate.FAILURE
     (line,) = capsys.readouterr().out.strip().splitlines()
     assert line.startswith(f"asv-gate: FAILURE: {conf}") and words in line, line
+
+
+def test_an_endless_asv_config_is_one_line_not_a_full_memory(tmp_path, capsys, monkeypatch):
+    """--config is read as the harness's data files are, at most datafiles.MAX_BYTES (before: read whole, so
+    --config /dev/zero filled memory until the kernel killed the gate). Here the cap is lowered, not the file raised."""
+    monkeypatch.setattr(datafiles, "MAX_BYTES", 1024)
+    conf = tmp_path / "c.json"
+    conf.write_text('{"repo": "."}' + " " * 2048)
+    assert asv_gate.main(["base", "head", "--config", str(conf)]) == asv_gate.FAILURE
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"asv-gate: FAILURE: {conf}: more than"), line
 
 
 def test_an_earlier_runs_file_of_one_commit_is_not_this_runs(tmp_path, monkeypatch):
