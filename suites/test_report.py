@@ -162,6 +162,26 @@ def test_force_keeps_a_plot_named_file_no_earlier_report_made(tmp_path):
     assert "removed" not in text
 
 
+def test_a_file_made_while_the_report_renders_is_kept(tmp_path, monkeypatch, capsys):
+    """--out was new when checked; a report.md that appears there while the report renders (the user's, or a
+    second report's) is kept: exit 2 naming it (before: silently replaced, exit 0). Twin: --force replaces it."""
+    from harness.render import report
+
+    out, plots = tmp_path / "out", report._plots
+
+    def a_file_appears_then_plot(runs):
+        out.mkdir(exist_ok=True)
+        (out / "report.md").write_text("mine")
+        return plots(runs)
+
+    monkeypatch.setattr(report, "_plots", a_file_appears_then_plot)
+    assert main(["report", str(_write(tmp_path / "a.json")), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --out {out / 'report.md'}: a file appeared there") and (out / "report.md").read_text() == "mine"
+    assert main(["report", str(tmp_path / "a.json"), "--out", str(out), "--force"]) == 0
+    assert (out / "report.md").read_text().startswith("# mla-harness report")
+
+
 def test_same_run_twice_is_not_a_trend(tmp_path):  # negative control for trend detection
     path = _write(tmp_path / "a.json")
     _render([path, path], tmp_path / "out")
