@@ -26,6 +26,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from harness import datafiles
 from harness.errors import HarnessError
 from harness.fsio import check_writable, refuse_overwriting_inputs, write_text
 
@@ -137,9 +138,12 @@ def load_model(path: Path) -> dict:
     """A model `fit` wrote: durations {test: s}, work_s, tests, overhead_s {"0": s, ...}; each field checked."""
     where = f"--model {path}"
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(datafiles.MAX_BYTES + 1)  # bounded: --model /dev/zero is one line, not a full memory
     except OSError as exc:
         raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > datafiles.MAX_BYTES:
+        raise ValueError(f"{where}: more than {datafiles.MAX_BYTES >> 20} MiB: not a model `fit` writes")
     if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise ValueError(f"{where}: UTF-16 text; save it as UTF-8")
     try:

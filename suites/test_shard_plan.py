@@ -248,6 +248,17 @@ def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):
     _bad_input(capsys, [], "command")
 
 
+def test_an_endless_model_is_one_line_not_a_full_memory(tmp_path, capsys, monkeypatch):
+    """--model is read at most datafiles.MAX_BYTES, as the harness's data files are (before: read whole, so
+    --model /dev/zero filled memory until the kernel killed it). Here the cap is lowered, not the file raised."""
+    from harness import datafiles
+
+    monkeypatch.setattr(datafiles, "MAX_BYTES", 1024)
+    big = tmp_path / "big.json"
+    big.write_text('{"durations": {}}' + " " * 2048)
+    _bad_input(capsys, ["choose", "--model", str(big), "--gpus", "2"], "big.json", "more than")
+
+
 def test_help_exits_0_and_a_good_model_is_chosen_from(capsys, monkeypatch):
     for argv in (["--help"], ["choose", "--help"], ["fit", "--help"]):
         assert shard_plan.main(argv) == 0
