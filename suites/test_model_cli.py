@@ -75,6 +75,18 @@ def test_report_renders_table_and_articles_figures(results, tmp_path):
     assert "| gather_cast |" in text and "95.6" in text and "74.1" in text and "Rotation check" in text
 
 
+def test_report_sigterm_mid_write_is_an_interruption_that_leaves_no_temporary_file(results, tmp_path):
+    """A cancelled job's SIGTERM while tpot.md is being written unwinds as in `python -m harness`: 'interrupted',
+    exit 130, --out holds no temporary file (before: killed outright, -15, its .tpot.md.tmp-* left behind)."""
+    code = ("import os, signal, sys\nfrom harness.tpot.report import main\n"
+            "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\nsys.exit(main(sys.argv[1:]))\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", code, str(results), "--out", str(out)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 130 and proc.stderr.strip() == "interrupted", proc.stderr[-2000:]
+    assert os.listdir(out) == []
+
+
 def test_report_rejects_a_non_results_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("[1, 2]")

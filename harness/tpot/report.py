@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -252,7 +253,19 @@ def plot(bars, path: Path) -> bool:
     return True
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a cancelled job) unwinds like Ctrl-C, as in `python -m harness`: temporary files go, exit 130
+
+
 def main(argv=None) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
