@@ -336,6 +336,24 @@ def test_sigterm_is_an_interruption_that_leaves_no_temporary_file(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["case"]["scenario"] == "b1-l500"
 
 
+def test_host_memory_a_limit_refuses_is_one_line_not_a_traceback():
+    """Under an address-space limit (ulimit -v, as CI jobs set) below the free memory the plan sees, the pool's
+    host allocation fails: one 'out of host memory' line, exit 2 (before: a RuntimeError traceback, exit 1, which
+    reads as a failed check)."""
+    import resource
+
+    limit = 1536 << 20  # 1.5 GiB of address space: torch loads, a 1,000,000-slot pool (1.3 GB) does not fit
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    argv = ["run", "--device", "cpu", "--slots", "1000000", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "0"]
+    proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300, preexec_fn=cap)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: out of host memory: ") and "--slots" in proc.stderr, proc.stderr
+
+
 def test_help_lists_names_and_does_not_import_torch():
     """`--help` and `run --help` stay fast (no torch); `run --help` lists the names."""
     code = ("import sys, contextlib, io\nfrom harness.cli import main\nbuf = io.StringIO()\n"

@@ -19,6 +19,8 @@ from harness.cli import compare, export, golden, report, run, tpot
 from harness.cli.common import Formatter
 from harness.errors import CheckFailed, HarnessError
 
+# a host allocation the memory plan (free memory, /proc/meminfo) allowed failed: a limit on the process is lower
+HOST_LIMIT = "a memory limit (ulimit -v, a container's) is below the free memory the plan saw; lower --slots or --layers"
 COMMANDS = {"run": run, "golden": golden, "export-inputs": export, "tpot": tpot, "report": report, "compare": compare}
 
 
@@ -67,8 +69,14 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:
         print(f"error: {exc.filename or 'output'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except Exception as exc:
-        if type(exc).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
-            raise
-        print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
+    except MemoryError:
+        print(f"error: out of host memory: {HOST_LIMIT}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+            print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
+        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's host allocator (a c10::Error)
+            print(f"error: out of host memory: {str(exc).splitlines()[0]} ({HOST_LIMIT})", file=sys.stderr)
+            return 2
+        raise
