@@ -4,6 +4,7 @@ other dtypes, leftovers of a killed refresh and an empty case list."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -72,12 +73,19 @@ def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path, action):
     """A refresh killed (or failed) before its first rename leaves an empty .<case>.old-*: it goes with the other
     leftovers; a non-empty one that holds no golden, and other names, are not the harness's and stay."""
     root = _golden_copy(tmp_path, [CASE])
-    for name in (f".{CASE}.old-e1mpty00", f".{CASE}.old-full", f".{CASE}.older"):
+    users = [f".{CASE}.new-mine", f".{CASE}.old-full", f".{CASE}.old-nest", f".{CASE}.older"]  # names only: the user's
+    for name in (f".{CASE}.old-e1mpty00", f".{CASE}.new-k1lled00", *users):
         (root / name).mkdir()
     (root / f".{CASE}.old-full" / "NOTES.txt").write_text("mine\n")
+    (root / f".{CASE}.new-mine" / "NOTES.txt").write_text("mine\n")
+    (root / f".{CASE}.new-k1lled00" / golden.MANIFEST).write_text("{}")  # what a killed refresh leaves: removed (twin)
+    shutil.copytree(root / CASE, root / f".{CASE}.old-nest" / CASE)  # a golden copy beside the user's own file
+    (root / f".{CASE}.old-nest" / "NOTES.txt").write_text("mine\n")
     proc = harness("golden", action, "--case", CASE, golden_dir=root)
     assert proc.returncode == 0 and f"removed .{CASE}.old-e1mpty00, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
-    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == [f".{CASE}.old-full", f".{CASE}.older", "cases.toml", CASE]
+    assert f".{CASE}.new-k1lled00" in proc.stdout
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == sorted([*users, "cases.toml", CASE])
+    assert (root / f".{CASE}.new-mine" / "NOTES.txt").read_text() == "mine\n" and (root / f".{CASE}.old-nest" / CASE).is_dir()
 
 
 @pytest.mark.parametrize("action", ["verify", "refresh"])

@@ -10,7 +10,8 @@ depends on nothing that no hash covers. Inputs are never stored: the generator r
 A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
 refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
 next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, and one
-killed or failed before the first rename an empty `.<case>.old-*`, which the next refresh or verify removes.
+killed or failed before the first rename an empty `.<case>.old-*`, which the next refresh or verify removes. A folder
+of such a name that holds anything a refresh does not write is the user's, and is left alone.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -159,14 +160,24 @@ def refresh_lock(root: Path | None = None):
         raise HarnessError(str(root / LOCK), f"another refresh held the lock for {LOCK_TIMEOUT_S} s") from None
 
 
+def _refresh_made(folder: Path) -> bool:
+    """A folder holds only what a refresh writes into one (the golden's two files, their temporary files, obtained
+    files): a folder of a leftover's name holding anything else is the user's and is never deleted."""
+    made = lambda name: (name in (MANIFEST, OUTPUTS) or name.endswith(".obtained.safetensors")  # noqa: E731
+                         or name.startswith((f".{MANIFEST}.tmp-", f".{OUTPUTS}.tmp-")))
+    return folder.is_dir() and not folder.is_symlink() and all(
+        p.is_file() and not p.is_symlink() and made(p.name) for p in folder.iterdir())
+
+
 def _stranded(case_name: str, root: Path) -> list[Path]:
-    """Previous goldens a swap left behind: .<case>.old-*/<case>."""
-    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if p.is_dir())
+    """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its folder and holding only golden files."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}")
+                  if _refresh_made(p) and not p.parent.is_symlink() and [q.name for q in p.parent.iterdir()] == [case_name])
 
 
 def _half_written(case_name: str, root: Path) -> list[Path]:
-    """New goldens a killed refresh left half written: .<case>.new-*."""
-    return sorted(p for p in root.glob(f".{case_name}.new-*") if p.is_dir())
+    """New goldens a killed refresh left half written: .<case>.new-* holding only what a refresh writes."""
+    return sorted(p for p in root.glob(f".{case_name}.new-*") if _refresh_made(p))
 
 
 def _emptied(case_name: str, root: Path) -> list[Path]:
