@@ -126,13 +126,22 @@ def asv_config(repo: Path, subdir: str, work: Path) -> dict:
 MADE_BY = "// made by python -m ci.sglang_gate, which rewrites it on every run\n"  # asv reads JSON5: a comment
 
 
+def _starts_with_made_by(path: Path) -> bool:
+    """Whether the file begins with the gate's mark (only that many bytes are read: a device or an endless file is
+    not the gate's either)."""
+    if not path.is_file():
+        return False
+    with path.open("rb") as f:
+        return f.read(len(MADE_BY.encode())) == MADE_BY.encode()
+
+
 def write_config(repo: Path, subdir: str, work: Path) -> Path:
     """The gate's asv configuration in `work`; a file there that the gate did not write (an asv.conf.json of
     yours) is kept: bad input."""
     path = work / "asv.conf.json"
     try:
         work.mkdir(parents=True, exist_ok=True)
-        if path.exists() and not path.read_text().startswith(MADE_BY):
+        if path.exists() and not _starts_with_made_by(path):
             raise BadInput(f"--work: {path} exists and is not the gate's: it is kept (choose another --work folder)")
         path.write_text(MADE_BY + json.dumps(asv_config(repo, subdir, work), indent=2) + "\n")
     except OSError as exc:

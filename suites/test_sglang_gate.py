@@ -500,3 +500,20 @@ def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch,
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
     assert code == status
+
+
+def test_an_endless_asv_config_in_work_is_refused_without_reading_it(tmp_path):
+    """--work holding an asv.conf.json that is a device or endless (a link to /dev/zero): refused as not the gate's after
+    reading at most its mark (before: read whole, a memory kill), in a child under a 2 GiB address-space cap so that a
+    regression fails here instead of exhausting the machine; the user's link is kept."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "asv.conf.json").symlink_to("/dev/zero")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+            "from pathlib import Path; from ci import sglang_gate\n"
+            "try:\n    sglang_gate.write_config(Path(sys.argv[1]), 'python', Path(sys.argv[2]))\n"
+            "except sglang_gate.BadInput as exc:\n    print(exc); sys.exit(2)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(work)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(sglang_gate.__file__).resolve().parents[1])
+    assert proc.returncode == 2 and "is not the gate's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert os.readlink(work / "asv.conf.json") == "/dev/zero"
