@@ -1,4 +1,8 @@
-"""The one error type the CLI turns into a single line and exit code 2."""
+"""The one error type the CLI turns into a single line and exit code 2, the check failure (exit 1), and SIGTERM as an
+interruption (exit 130)."""
+
+import contextlib
+import signal
 
 
 class HarnessError(Exception):
@@ -12,3 +16,18 @@ class HarnessError(Exception):
 
 class CheckFailed(Exception):
     """A correctness check failed (CLI exit code 1)."""
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Inside, SIGTERM (a cancelled CI job) unwinds like Ctrl-C (KeyboardInterrupt): temporary files go, and the command
+    that catches it says 'interrupted' and exits 130."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -268,3 +268,15 @@ def test_help_exits_0_and_a_good_model_is_chosen_from(capsys, monkeypatch):
     assert shard_plan.main(["choose", "--model", str(REPO / "ci" / "shard_model.json"), "--gpus", "2", "suites/gpu", "-m", "gpu"]) == 0
     assert seen == [["suites/gpu", "-m", "gpu"]]  # the pytest arguments, in order
     assert capsys.readouterr().out.strip().isdigit()
+
+
+def test_sigterm_during_fit_is_an_interruption_and_writes_nothing(tmp_path):
+    """A cancelled job's SIGTERM while `fit` works: 'interrupted', exit 130, no --out (before: killed by the signal)."""
+    (tmp_path / "j.xml").write_text(JUNIT)
+    code = ("import os, signal, sys\nfrom ci import shard_plan\n"
+            "shard_plan.fit = lambda runs: os.kill(os.getpid(), signal.SIGTERM) or {}\n"
+            "sys.exit(shard_plan.main(sys.argv[1:]))\n")
+    out = tmp_path / "m.json"
+    proc = subprocess.run([sys.executable, "-c", code, "fit", "--out", str(out), f"0:20:{tmp_path / 'j.xml'}"],
+                          capture_output=True, text=True, timeout=120, cwd=Path(shard_plan.__file__).resolve().parents[1])
+    assert proc.returncode == 130 and proc.stderr.strip() == "interrupted" and not out.exists(), (proc.returncode, proc.stderr)

@@ -9,7 +9,6 @@ torch is imported only by the commands that compute (`--help` and argument error
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from rich.console import Console
@@ -17,7 +16,7 @@ from rich.console import Console
 from harness import envvars
 from harness.cli import compare, export, golden, report, run, tpot
 from harness.cli.common import Formatter
-from harness.errors import CheckFailed, HarnessError
+from harness.errors import CheckFailed, HarnessError, sigterm_as_interrupt
 
 # a host allocation the memory plan (free memory, /proc/meminfo) allowed failed: a limit on the process is lower
 HOST_LIMIT = "a memory limit (ulimit -v, a container's) is below the free memory the plan saw; lower --slots or --layers"
@@ -34,16 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM (a cancelled CI job) unwinds like Ctrl-C: temporary files go, exit 130
-
-
 def main(argv: list[str] | None = None) -> int:
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
+    with sigterm_as_interrupt():
         return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:

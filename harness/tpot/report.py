@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Annotated
 import msgspec
 
 from harness.datafiles import read_json
-from harness.errors import HarnessError
+from harness.errors import HarnessError, sigterm_as_interrupt
 from harness.fsio import check_writable, write_bytes, write_text
 from harness.inputs.cases import refuse_clobbering
 from harness.results.schema import read_results, validate
@@ -253,16 +252,9 @@ def plot(bars, path: Path) -> bool:
     return True
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM (a cancelled job) unwinds like Ctrl-C, as in `python -m harness`: temporary files go, exit 130
-
-
 def main(argv=None) -> int:
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
+    with sigterm_as_interrupt():
         return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv=None) -> int:
