@@ -214,8 +214,8 @@ def _config(path: Path) -> tuple[Path, dict]:
         raise HarnessError(str(path), f"not a readable asv config ({exc})") from None
     if not isinstance(conf, dict) or not isinstance(conf.get("repo", "."), str):
         raise HarnessError(f"{path}: repo", "an asv config is an object whose repo is a path")
-    if not (path.parent / conf.get("repo", ".")).is_dir():
-        raise HarnessError(f"{path}: repo", f"{path.parent / conf.get('repo', '.')} is not a folder")
+    if not (repo := path.parent / conf.get("repo", ".")).is_dir():
+        raise HarnessError(f"{path}: repo", f"{repo} is not a folder")
     return path.parent, conf
 
 
@@ -298,6 +298,11 @@ def decided_by(base: dict, head: dict) -> dict[str, str]:
     return {name: deciding_test(base[name][1:], head[name][1:]) for name in sorted(base.keys() & head.keys())}
 
 
+def _benchmark_of(item: str) -> str:
+    """The benchmark an Outcome line is about ('name (before -> after, ratio r)' -> name)."""
+    return item.split(" (")[0]
+
+
 def harness_rule(base: dict, head: dict, factor: float) -> dict:
     """{benchmark: `harness compare`'s Decision} on both commits' recorded samples, for every benchmark that gates
     (by the metric table; an unknown one gates, lower better, as in `gates`) with at least MIN_SAMPLES samples at
@@ -328,7 +333,7 @@ def judged(outcome: Outcome, rule: dict, inconclusive: str) -> Outcome:
         mde = f", MDE {d.mde:.1%}" if d.mde is not None else ""
         return f"{name} (harness rule: {d.status}, ratio {d.ratio:.3f}{interval}{mde}{f', {d.note}' if d.note else ''})"
 
-    flagged = {item.split(" (")[0]: item for item in outcome.regressions}
+    flagged = {_benchmark_of(item): item for item in outcome.regressions}
     regressions = [item for name, item in flagged.items() if name not in rule]
     regressions += [f"{flagged.get(name, name)}; {said(name, d)}" for name, d in rule.items() if d.status == REGRESSED]
     unsure = [f"{flagged[name]}; {said(name, d)}" if name in flagged else said(name, d)
@@ -354,7 +359,7 @@ def print_decided_by(tests: dict[str, str], outcome: Outcome) -> None:
         if names:
             print(f"asv-gate: decided by {test}: {len(names)} benchmark(s)")
     for item in outcome.regressions:
-        name = item.split(" (")[0]
+        name = _benchmark_of(item)
         print(f"asv-gate:   {name}: {tests.get(name, 'unknown (no stored results)')}")
 
 

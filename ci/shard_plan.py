@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness import datafiles
-from harness.errors import HarnessError, sigterm_as_interrupt
+from harness.errors import HarnessError, interruptible
 from harness.fsio import check_writable, refuse_overwriting_inputs, write_text
 
 MIN_SPEEDUP = 1.2
@@ -204,17 +204,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@interruptible
 def main(argv=None) -> int:
     """Bad input (arguments, model, runs, --out) is one line on stderr and exit 2; Ctrl-C or SIGTERM 'interrupted', 130."""
-    with sigterm_as_interrupt():
-        try:
-            return _main(argv)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-
-
-def _main(argv) -> int:
     try:
         args, pytest_args = _parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
     except SystemExit as exc:  # --help (0) or an argument error (2, its line already printed)

@@ -1,8 +1,10 @@
-"""The one error type the CLI turns into a single line and exit code 2, the check failure (exit 1), and SIGTERM as an
-interruption (exit 130)."""
+"""The one error type the CLI turns into a single line and exit code 2, the check failure (exit 1), and Ctrl-C or SIGTERM as
+an interruption (exit 130)."""
 
-import contextlib
+import functools
 import signal
+import sys
+from typing import Callable
 
 
 class HarnessError(Exception):
@@ -22,12 +24,19 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Inside, SIGTERM (a cancelled CI job) unwinds like Ctrl-C (KeyboardInterrupt): temporary files go, and the command
-    that catches it says 'interrupted' and exits 130."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def interruptible(main: Callable[..., int]) -> Callable[..., int]:
+    """A command's `main` whose Ctrl-C or SIGTERM (a cancelled CI job) unwinds its work (temporary files go), says
+    'interrupted' and returns 130."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return wrapped

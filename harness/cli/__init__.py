@@ -16,7 +16,7 @@ from rich.console import Console
 from harness import envvars
 from harness.cli import compare, export, golden, report, run, tpot
 from harness.cli.common import Formatter
-from harness.errors import CheckFailed, HarnessError, sigterm_as_interrupt
+from harness.errors import CheckFailed, HarnessError, interruptible
 
 # a host allocation the memory plan (free memory, /proc/meminfo) allowed failed: a limit on the process is lower
 HOST_LIMIT = "a memory limit (ulimit -v, a container's) is below the free memory the plan saw; lower --slots or --layers"
@@ -33,12 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
-    with sigterm_as_interrupt():
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
     console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
@@ -49,9 +45,6 @@ def _main(argv: list[str] | None) -> int:
 
             use_golden_dir(args.golden_dir)
         return COMMANDS[args.command].command(args, console)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

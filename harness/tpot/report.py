@@ -17,7 +17,7 @@ from typing import Annotated
 import msgspec
 
 from harness.datafiles import read_json
-from harness.errors import HarnessError, sigterm_as_interrupt
+from harness.errors import HarnessError, interruptible
 from harness.fsio import check_writable, write_bytes, write_text
 from harness.inputs.cases import refuse_clobbering
 from harness.results.schema import read_results, validate
@@ -252,12 +252,8 @@ def plot(bars, path: Path) -> bool:
     return True
 
 
+@interruptible
 def main(argv=None) -> int:
-    with sigterm_as_interrupt():
-        return _main(argv)
-
-
-def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
@@ -273,9 +269,6 @@ def _main(argv=None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         write_text(args.out / "tpot.md", text, "--out")
         plotted = plot(bars, args.out / "tpot.png")
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

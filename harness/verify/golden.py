@@ -160,13 +160,17 @@ def refresh_lock(root: Path | None = None):
         raise HarnessError(str(root / LOCK), f"another refresh held the lock for {LOCK_TIMEOUT_S} s") from None
 
 
+def _golden_file(p: Path) -> bool:
+    """A golden file of a case folder, or an obtained file beside them: what a swap may delete."""
+    return p.is_file() and (p.name in (MANIFEST, OUTPUTS) or p.name.endswith(".obtained.safetensors"))
+
+
 def _refresh_made(folder: Path) -> bool:
-    """A folder holds only what a refresh writes into one (the golden's two files, their temporary files, obtained
-    files): a folder of a leftover's name holding anything else is the user's and is never deleted."""
-    made = lambda name: (name in (MANIFEST, OUTPUTS) or name.endswith(".obtained.safetensors")  # noqa: E731
-                         or name.startswith((f".{MANIFEST}.tmp-", f".{OUTPUTS}.tmp-")))
+    """A folder holds only what a refresh writes into one (golden files and their temporary files): a folder of a
+    leftover's name holding anything else is the user's and is never deleted."""
+    temporary = lambda p: p.is_file() and p.name.startswith((f".{MANIFEST}.tmp-", f".{OUTPUTS}.tmp-"))  # noqa: E731
     return folder.is_dir() and not folder.is_symlink() and all(
-        p.is_file() and not p.is_symlink() and made(p.name) for p in folder.iterdir())
+        not p.is_symlink() and (_golden_file(p) or temporary(p)) for p in folder.iterdir())
 
 
 def _stranded(case_name: str, root: Path) -> list[Path]:
@@ -352,8 +356,7 @@ def _not_the_goldens(folder: Path) -> list[str]:
     """What in a case folder is neither a golden file nor an obtained file: a swap would delete it."""
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir()
-                  if not (p.is_file() and (p.name in (MANIFEST, OUTPUTS) or p.name.endswith(".obtained.safetensors"))))
+    return sorted(p.name for p in folder.iterdir() if not _golden_file(p))
 
 
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
