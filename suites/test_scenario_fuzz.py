@@ -16,6 +16,7 @@ from harness.inputs.cases import Case
 from harness.spec import presets
 from harness.spec.presets import PRESETS, get_preset, get_scale
 from harness.spec.scenario import parse_scenario
+from harness.spec.schedule import least_pool
 
 # two of four one-token requests leave after step 0: step 0 attends 4 rows, step 1 2 x 2 (equal row counts)
 EQUAL_ROWS = {"name": "equal-rows", "steps": 2, "kv_lens": [1, 1, 1, 1],
@@ -61,10 +62,10 @@ def test_random_valid_scenarios_pass_every_cpu_strategy(example, tmp_path, capsy
     preset = sorted(PRESETS)[example % len(PRESETS)]
     page = PRESETS[preset].page_size
     data = _random_scenario(rng, page)
-    pages = sum(-(-(n - 1 + data["steps"]) // page) for n in data["kv_lens"])
+    slots = least_pool(parse_scenario(data, "s.toml"), page)[1]
     path = tmp_path / "s.toml"
     path.write_text(_toml(data))
-    argv = ["run", "--device", "cpu", "--scenario-file", str(path), "--preset", preset, "--slots", str(pages * page),
+    argv = ["run", "--device", "cpu", "--scenario-file", str(path), "--preset", preset, "--slots", str(slots),
             "--layers", "1", "--repeats", "0"]
     assert main(argv) == 0, f"{data}\n{capsys.readouterr().out[-2000:]}"
     assert "0 fail, " in capsys.readouterr().out
@@ -88,8 +89,6 @@ def test_a_scenario_too_big_for_memory_is_named_by_its_file_and_field(tmp_path, 
 def test_a_model_of_fewer_layers_than_the_scale_runs_all_of_them(tmp_path, capsys, monkeypatch):
     """A one-layer model on the CPU's ci scale (2 layers) was refused with '--layers: must be <= 1 ..., got 2' although
     no --layers was given; now it runs its one layer (an explicit --layers 2 is still refused)."""
-    from harness.spec import presets
-
     one = presets.ModelPreset("one-layer", num_layers=1, num_heads_total=16, tp=1, qk_nope_head_dim=128, page_size=16)
     monkeypatch.setitem(presets.PRESETS, one.name, one)
     path = tmp_path / "s.toml"
