@@ -138,20 +138,9 @@ def load_model(path: Path) -> dict:
     """A model `fit` wrote: durations {test: s}, work_s, tests, overhead_s {"0": s, ...}; each field checked."""
     where = f"--model {path}"
     try:
-        with path.open("rb") as f:
-            raw = f.read(datafiles.MAX_BYTES + 1)  # bounded: --model /dev/zero is one line, not a full memory
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > datafiles.MAX_BYTES:
-        raise ValueError(f"{where}: more than {datafiles.MAX_BYTES >> 20} MiB: not a model `fit` writes")
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise ValueError(f"{where}: UTF-16 text; save it as UTF-8")
-    try:
-        model = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{where}: not UTF-8 text") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{where}: not valid JSON: {exc}") from None
+        model = datafiles.read_json(path)  # bounded: --model /dev/zero is one line, not a full memory
+    except HarnessError as exc:
+        raise ValueError(f"--model {exc}") from None
     if not isinstance(model, dict):
         raise ValueError(f"{where}: want a JSON object, got {type(model).__name__}")
     for field, kind in (("durations", dict), ("overhead_s", dict), ("work_s", float), ("tests", int)):

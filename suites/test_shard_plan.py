@@ -229,7 +229,7 @@ def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):
     _bad_input(capsys, ["choose", "--model", model, "--gpus", "abc"], "--gpus", "'abc'")
     _bad_input(capsys, ["choose", "--model", model, "--gpus", "-3"], "--gpus", "-3")
     _bad_input(capsys, ["choose", "--gpus", "2"], "--model")
-    _bad_input(capsys, ["choose", "--model", str(tmp_path / "none.json"), "--gpus", "2"], "none.json", "cannot read")
+    _bad_input(capsys, ["choose", "--model", str(tmp_path / "none.json"), "--gpus", "2"], "none.json", "no such file")
     _bad_input(capsys, ["choose", "--model", str(tmp_path), "--gpus", "2"], str(tmp_path), "cannot read")
     files = {"bad.json": b"{nope", "utf16.json": '{"durations": {}}'.encode("utf-16"), "empty.json": b'{"durations":{}}',
              "list.json": b"[]", "nan.json": json.dumps({"durations": {"a": -1}, "overhead_s": {"0": 1}, "work_s": 1, "tests": 1}).encode()}
