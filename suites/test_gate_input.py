@@ -358,6 +358,18 @@ def test_a_unit_the_metric_table_does_not_declare_is_bad_input(a, tmp_path, caps
     assert code == 1 and "stock/cast_us regressed" in out
 
 
+@pytest.mark.parametrize("metric, unit", [("cast_us", "ms"), ("verdict", "us")])
+def test_a_mislabelled_unit_in_the_base_names_the_base(a, tmp_path, capsys, metric, unit):
+    """A base whose row carried another unit than the metric table's, beside a sound head, was reported as the head's
+    fault ('head.json: stock/cast_us.unit: 'us' is not the base's 'ms''): the one error line names the file at fault."""
+    base = copy.deepcopy(a)
+    _rows(base, metric, "stock")[0]["unit"] = unit
+    code, out, err = _compare(tmp_path, base, _rerun(a), capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, f"base.json: stock/{metric}.unit", repr(unit), "metric table's")
+    assert "head.json" not in err
+
+
 # 6. verdicts
 
 

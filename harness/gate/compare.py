@@ -308,7 +308,7 @@ def _declared_units(rows: dict[tuple, Row], name: str) -> None:
     """Every valued row of a declared metric is in the metric table's unit (its resolution and format are in that unit)."""
     for key, row in sorted(rows.items()):
         metric = METRICS.get(key[5])
-        if metric is not None and metric.unit and row.value is not None and row.unit != metric.unit:
+        if metric is not None and row.value is not None and row.unit != metric.unit:  # a verdict has none
             raise HarnessError(f"{name}: {key[3]}/{key[5]}.unit", f"{row.unit!r} is not the metric table's {metric.unit!r} "
                                                                    "(harness/results/metrics.py): a mislabelled value is not judged")
 
@@ -362,8 +362,8 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
         if not rows:
             raise HarnessError(f"{name}: rows", "empty: no results to compare (did the run stop early?)")
     _same_case(base, head, names)
+    _declared_units(b, names[0])  # before the head is held to the base's units: a base's mislabel is the base's
     _same_units(b, h, names[1])
-    _declared_units(b, names[0])
     _declared_units(h, names[1])
     base_device, device = _known_device(base, names[0]), _known_device(head, names[1])
     device_differs = None if base_device == device else f"device {base_device} vs {device}"
