@@ -327,6 +327,20 @@ def test_a_control_with_too_few_samples_cannot_judge(a, tmp_path, capsys):
     assert code == 0 and "ENVIRONMENTS DIFFER" not in out
 
 
+def test_a_control_filed_under_another_strategy_is_still_the_control(a, tmp_path, capsys):
+    """The controls were paired by their whole row key: a head whose control row named another strategy ('ctrl') had
+    both files 'carry a control' yet none was compared, so a GPU at half the copy bandwidth had its timings judged (exit 0)."""
+    base, head = _on_gpu(a), _rerun(_on_gpu(a))
+    (control,) = _rows(head, "control_copy_gbps")
+    _set_samples(control, [v / 2 for v in control["samples"]])
+    control["strategy"] = "ctrl"
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and "ENVIRONMENTS DIFFER: control control_copy_gbps" in out and "CANNOT JUDGE" in out
+    _set_samples(control, _rows(base, "control_copy_gbps")[0]["samples"])  # twin: the same control under that name
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "ENVIRONMENTS DIFFER" not in out
+
+
 # 5. units
 
 

@@ -313,7 +313,7 @@ def _declared_units(rows: dict[tuple, Row], name: str) -> None:
                                                                    "(harness/results/metrics.py): a mislabelled value is not judged")
 
 
-def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dict, f: float) -> str | None:
+def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
     another GPU, a GPU named in one file only, a control in one file only, controls apart by the decision
     rule (the head's copy bandwidth lower or higher) or with too few samples to tell."""
@@ -322,17 +322,17 @@ def environment_difference(base: ResultsFile, head: ResultsFile, b: dict, h: dic
         return f"GPU {bgpu} vs {hgpu}"
     if bool(bgpu) != bool(hgpu):
         return f"GPU {bgpu or hgpu} named only in the {'base' if bgpu else 'head'}"
-    controls = has_control(base), has_control(head)
-    if controls[0] != controls[1]:
-        return f"control {CONTROL} only in the {'base' if controls[0] else 'head'}"
-    for key in sorted(b.keys() & h.keys()):
-        if key[5] == CONTROL and b[key].value is not None and h[key].value is not None:
-            d = decision.decide(_samples(b[key]), _samples(h[key]), "higher", f)
-            if d.status == decision.UNDERSAMPLED:
-                return f"control {CONTROL} cannot be checked: {d.note}"
-            if d.status in (REGRESSED, decision.IMPROVED):
-                return (f"control {CONTROL} {b[key].value:.4g} -> {h[key].value:.4g} GB/s "
-                        f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
+    bc, hc = control(base), control(head)
+    if (bc is None) != (hc is None):
+        return f"control {CONTROL} only in the {'base' if bc else 'head'}"
+    if bc is None:
+        return None
+    d = decision.decide(_samples(bc), _samples(hc), "higher", f)
+    if d.status == decision.UNDERSAMPLED:
+        return f"control {CONTROL} cannot be checked: {d.note}"
+    if d.status in (REGRESSED, decision.IMPROVED):
+        return (f"control {CONTROL} {bc.value:.4g} -> {hc.value:.4g} GB/s "
+                f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
     return None
 
 
@@ -348,8 +348,13 @@ def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:
     return [f"{f}: {b} -> {h}" for f, b, h in pairs if b is not None and h is not None and b != h]
 
 
+def control(results: ResultsFile) -> Row | None:
+    """The file's control row, found by its metric: under whatever strategy it is filed, the controls of two files pair up."""
+    return next((r for r in results.rows if r.metric == CONTROL and r.value is not None), None)
+
+
 def has_control(results: ResultsFile) -> bool:
-    return any(r.metric == CONTROL and r.value is not None for r in results.rows)
+    return control(results) is not None
 
 
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
@@ -379,7 +384,7 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
         status = WORSE if change.status == REGRESSED and not gating else change.status
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
                               change.note))
-    differs = device_differs or environment_difference(base, head, b, h, max_regression)
+    differs = device_differs or environment_difference(base, head, max_regression)
     return Comparison(changes, max_regression, differs, inconclusive, device_differs)
 
 
