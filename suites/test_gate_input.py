@@ -341,6 +341,21 @@ def test_a_control_filed_under_another_strategy_is_still_the_control(a, tmp_path
     assert code == 0 and "ENVIRONMENTS DIFFER" not in out
 
 
+@pytest.mark.parametrize("guard, field", [("SM clock 1980 -> 1410 MHz", "detail.guard"), ({"disturbed": ""}, "detail.guard.disturbed"),
+                                          ({"disturbed": ["SM clock"]}, "detail.guard.disturbed")])
+def test_a_malformed_clock_guard_is_bad_input(a, tmp_path, capsys, guard, field):
+    """A timing row's clock guard of another shape than the writer's (the reason as a bare string, an empty or a listed
+    reason) was read as 'not disturbed' and the row judged (exit 0): a guard that cannot be read is one error line."""
+    base, head = _on_gpu(a), _rerun(_on_gpu(a))
+    _rows(head, "cast_us", "stock")[0]["detail"] = {"guard": guard}
+    code, out, err = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, "head.json", field)
+    _rows(head, "cast_us", "stock")[0]["detail"] = {"guard": {"disturbed": "SM clock 1980 -> 1410 MHz"}}  # twin: as written
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and "DISTURBED: stock/cast_us (clock guard: SM clock 1980 -> 1410 MHz)" in out
+
+
 # 5. units
 
 

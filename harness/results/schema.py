@@ -54,13 +54,21 @@ class ErrorStats(msgspec.Struct, frozen=True):
     nonfinite: Count | None = None
 
 
+class Guard(msgspec.Struct):
+    """A timing row's clock guard (harness.measure.clocks.guarded): `disturbed` says why its numbers are not
+    trusted (compare does not judge the row), None when they are; the rest is the guard's readings."""
+
+    disturbed: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+
+
 class Detail(msgspec.Struct):
-    """The fields of a row's detail that readers use (a verdict's; other metrics add their own)."""
+    """The fields of a row's detail that readers use (a verdict's, a timing's guard; other metrics add their own)."""
 
     status: Verdict | None = None
     reason: str | None = None
     stats: ErrorStats | None = None
     unsupported: str | None = None
+    guard: Guard | None = None
 
 
 class Case(msgspec.Struct, forbid_unknown_fields=True):
