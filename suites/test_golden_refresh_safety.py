@@ -113,3 +113,30 @@ def test_refresh_force_refuses_a_linked_case_folder(tmp_path):
     (root / CASE).write_text("mine\n")
     _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a file")
     assert (root / CASE).read_text() == "mine\n"
+
+
+def test_a_golden_folder_that_takes_no_obtained_file_does_not_fail_the_run(tmp_path, monkeypatch):
+    """A read-only case folder (or a full disk): a strategy that misses its golden fails (exit 1) and verify
+    reports the change (exit 1), each saying the obtained file was not written; neither stops at exit 2 'cannot write'."""
+    import errno
+
+    from harness import fsio
+
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors["s0.l1.out_fp32"][0, 0, :4] += 0.25
+    golden.write(stored, CASE, root)  # re-signed and changed: the run misses it, verify's recomputation differs
+    real_open = fsio.os.open
+
+    def read_only(path, *args, **kwargs):
+        if ".obtained.safetensors.tmp-" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(fsio.os, "open", read_only)
+    run = harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "stock", "--scenario", "b1-l500", golden_dir=root)
+    assert run.returncode == 1 and "check failed: stock" in run.stderr, run.stdout + run.stderr
+    assert "obtained outputs not written" in run.stdout and "Permission denied" in run.stdout, run.stdout
+    verify = harness("golden", "verify", "--case", CASE, golden_dir=root)
+    assert verify.returncode == 1 and "1 case(s) differ" in verify.stderr, verify.stdout + verify.stderr
+    assert "obtained outputs not written" in verify.stdout and not list((root / CASE).glob("*.obtained.*"))

@@ -347,8 +347,8 @@ def write_obtained(case_name: str, name: str, tensors: dict[str, torch.Tensor], 
         return f"obtained outputs not written: {path} is not a regular file"
     try:
         write_bytes(path, safetensors.torch.save({k: v.contiguous() for k, v in sorted(tensors.items())}))
-    except OSError as exc:
-        return f"obtained outputs not written to {path} ({exc.strerror or exc})"
+    except HarnessError as exc:  # write_bytes' one line for an OSError: the folder is read-only, the disk full
+        return f"obtained outputs not written: {exc}"
     return f"obtained outputs: {path}"
 
 
