@@ -140,3 +140,21 @@ def test_a_golden_folder_that_takes_no_obtained_file_does_not_fail_the_run(tmp_p
     verify = harness("golden", "verify", "--case", CASE, golden_dir=root)
     assert verify.returncode == 1 and "1 case(s) differ" in verify.stderr, verify.stdout + verify.stderr
     assert "obtained outputs not written" in verify.stdout and not list((root / CASE).glob("*.obtained.*"))
+
+
+@pytest.mark.parametrize("name,reshape", [
+    ("s0.l0.lse", lambda t: t.T.contiguous()), ("s0.l1.out_fp32", lambda t: t[:, :4].contiguous()),
+    ("s0.l0.out_bf16", lambda t: t[..., :256].contiguous()), ("s0.l1.out_bf16", lambda t: t.repeat(2, 1, 1)),
+], ids=["lse-transposed", "out_fp32-half-the-heads", "out_bf16-half-the-width", "out_bf16-twice-the-rows"])
+def test_a_resigned_golden_of_other_shapes_is_refused_not_blamed_on_the_strategies(tmp_path, name, reshape):
+    """A stored tensor of the right dtype and rank but another shape: `run` refuses the golden (exit 2 naming the
+    tensor), it does not fail every strategy with 'no golden element compared'; verify reports it reshaped."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors[name] = reshape(stored.tensors[name])
+    golden.write(stored, CASE, root)  # re-signed
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
+                            golden_dir=root), f"golden/{CASE}", f"{name} is shaped")
+    assert not list((root / CASE).glob("*.obtained.*"))
+    verify = harness("golden", "verify", "--case", CASE, golden_dir=root)
+    assert verify.returncode == 1 and f"{name}: missing or reshaped" in verify.stdout, verify.stdout + verify.stderr

@@ -327,9 +327,9 @@ STALE = {
 
 @pytest.mark.parametrize("name", [n for n in golden_case_names() if ".ci." in n] + ["glm5-tp8.prod.b1-l500"])
 def test_committed_goldens_match_their_case_spec(name):
-    """The negative control of the check below: no committed golden is called stale."""
+    """The negative control of the check below: no committed golden is called stale, nor short of its case or reshaped."""
     gold, case = golden.load(name), load_case(name)
-    assert golden.spec_mismatch(gold, case) == "" and golden.case_mismatch(gold, case) == ""
+    assert golden.spec_mismatch(gold, case) == "" and golden.case_mismatch(gold, case) == "" and golden.coverage_gap(gold, case) == ""
 
 
 @pytest.mark.parametrize("field", STALE)

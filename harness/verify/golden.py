@@ -319,7 +319,8 @@ def case_mismatch(gold: GoldenData, case: Case) -> str:
 
 def coverage_gap(gold: GoldenData, case: Case) -> str:
     """'' when the golden checks every (step, layer) and request the case selects at the positions
-    the schedule gives them, else what is missing: a disarmed golden must not pass."""
+    the schedule gives them, in the shapes of the case's outputs, else what is missing: a disarmed
+    or reshaped golden must not pass, nor fail the strategies it checks."""
     schedule = case.schedule()
     want = [[b.step, layer] for b in schedule.steps for layer in case.checked_layers()]
     if [list(k) for k in gold.manifest["checked"]] != want:
@@ -327,9 +328,16 @@ def coverage_gap(gold: GoldenData, case: Case) -> str:
     ids = case.checked_request_ids()
     if gold.manifest["checked_request_ids"] != ids.tolist():
         return "checked_request_ids differ from the case's"
+    heads, width = case.preset.heads_per_rank, case.preset.kv_lora_rank
     for batch in schedule.steps:
         if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):
             return f"s{batch.step}.positions differ from the schedule's"
+        rows = len(gold.positions(batch.step))
+        for layer in case.checked_layers():
+            for suffix, shape in (("out_fp32", [rows, heads, width]), ("out_bf16", [rows, heads, width]), ("lse", [rows, heads])):
+                name = f"s{batch.step}.l{layer}.{suffix}"
+                if list(gold.tensors[name].shape) != shape:
+                    return f"{name} is shaped {list(gold.tensors[name].shape)}, the case's outputs {shape}"
     return ""
 
 
