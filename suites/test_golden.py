@@ -102,7 +102,16 @@ def test_manifest_fields_are_hashed_and_typed(golden_copy, checked):
 
 
 def test_rehashed_partial_golden_does_not_cover_the_case(golden_copy):
+    """A golden re-signed to check fewer (step, layer)s: with their tensors left in the file, load refuses them;
+    with them dropped too, run's coverage check does."""
     _edit_manifest(golden_copy, CASE, lambda m: m.update(checked=m["checked"][:1]), rehash=True)
+    with pytest.raises(HarnessError, match="not a tensor of this golden"):
+        golden.load(CASE, golden_copy)
+    stored = golden.load(CASE)
+    stored.manifest["checked"] = stored.manifest["checked"][:1]
+    step, layer = stored.manifest["checked"][0]
+    stored.tensors = {k: v for k, v in stored.tensors.items() if k == f"s{step}.positions" or k.startswith(f"s{step}.l{layer}.")}
+    golden.write(stored, CASE, golden_copy)
     gap = golden.coverage_gap(golden.load(CASE, golden_copy), load_case(CASE))
     assert gap.startswith("checked")
     assert golden.coverage_gap(golden.load(CASE), load_case(CASE)) == ""

@@ -158,3 +158,16 @@ def test_a_resigned_golden_of_other_shapes_is_refused_not_blamed_on_the_strategi
     assert not list((root / CASE).glob("*.obtained.*"))
     verify = harness("golden", "verify", "--case", CASE, golden_dir=root)
     assert verify.returncode == 1 and f"{name}: missing or reshaped" in verify.stdout, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("name", ["s0.l7.out_fp32", "s1.positions", "notes"])
+def test_a_resigned_golden_with_a_tensor_it_does_not_check_is_one_line(tmp_path, name):
+    """outputs.safetensors holds exactly the tensors of the manifest's checked list: one more (another layer's, another
+    step's, anything) is no golden a refresh writes, and verify must not call it ok: exit 2 naming the file and tensor."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors[name] = stored.tensors["s0.l0.out_fp32"].clone()
+    golden.write(stored, CASE, root)  # re-signed
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "not a tensor")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
+                            golden_dir=root), f"outputs.safetensors: {name}")

@@ -254,14 +254,19 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         raise HarnessError(str(outputs_path), f"unreadable safetensors ({exc})") from None
     if not manifest["checked"]:
         raise HarnessError(f"{manifest_path}: checked", "empty: the golden checks nothing")
+    named = set()
     for step, layer in manifest["checked"]:
         for name in (f"s{step}.positions", *(f"s{step}.l{layer}.{suffix}" for suffix in ("out_fp32", "out_bf16", "lse"))):
+            named.add(name)
             if name not in tensors:
                 raise HarnessError(f"{outputs_path}: {name}", "tensor missing")
             dtype, rank = TENSOR_TYPES[name.rsplit(".", 1)[1]]
             if tensors[name].dtype != dtype or tensors[name].dim() != rank:
                 raise HarnessError(f"{outputs_path}: {name}", f"{tensors[name].dtype} of rank {tensors[name].dim()}, "
                                    f"expected {dtype} of rank {rank}")
+    if extra := sorted(set(tensors) - named):
+        raise HarnessError(f"{outputs_path}: {extra[0]}", "not a tensor of this golden: no (step, layer) of the manifest's "
+                           "checked list stores it")
     return GoldenData(tensors, manifest)
 
 
