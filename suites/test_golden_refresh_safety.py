@@ -171,3 +171,16 @@ def test_a_resigned_golden_with_a_tensor_it_does_not_check_is_one_line(tmp_path,
     _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "not a tensor")
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
                             golden_dir=root), f"outputs.safetensors: {name}")
+
+
+@pytest.mark.parametrize("name,value", [("s0.l0.out_fp32", float("nan")), ("s0.l1.out_bf16", float("inf")), ("s0.l0.lse", -float("inf"))])
+def test_a_resigned_golden_holding_nan_or_infinity_is_one_line(tmp_path, name, value):
+    """A non-finite stored value is no float64 reference's: run must not fail every strategy against it, nor verify
+    report it as a mere change; both exit 2 naming the file and tensor."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors[name].view(-1)[0] = value
+    golden.write(stored, CASE, root)  # re-signed
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "NaN or infinity")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
+                            golden_dir=root), f"outputs.safetensors: {name}", "NaN or infinity")

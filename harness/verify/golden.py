@@ -264,6 +264,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             if tensors[name].dtype != dtype or tensors[name].dim() != rank:
                 raise HarnessError(f"{outputs_path}: {name}", f"{tensors[name].dtype} of rank {tensors[name].dim()}, "
                                    f"expected {dtype} of rank {rank}")
+            if dtype.is_floating_point and not torch.isfinite(tensors[name]).all():
+                raise HarnessError(f"{outputs_path}: {name}", "holds NaN or infinity: no float64 reference gives that")
     if extra := sorted(set(tensors) - named):
         raise HarnessError(f"{outputs_path}: {extra[0]}", "not a tensor of this golden: no (step, layer) of the manifest's "
                            "checked list stores it")
