@@ -366,7 +366,7 @@ def test_a_unit_change_is_bad_input(a, tmp_path, capsys, metric, unit, factor):
     row.update(unit=unit, value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
     code, out, err = _compare(tmp_path, a, head, capsys)
     assert code == 2 and out == ""
-    _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit), "is not the base's")
+    _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit), "is not the metric table's")
 
 
 def test_a_unit_the_metric_table_does_not_declare_is_bad_input(a, tmp_path, capsys):

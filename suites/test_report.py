@@ -333,3 +333,18 @@ def test_a_tpot_file_gets_a_column_per_metric_it_carries(tmp_path):
     assert stock["tpot_ms (ms)"] == "30.800 ±0.010" and gather["tpot_ms (ms)"] == "29.100 ±0.010"
     assert stock["attn_share (ratio)"] == "25.0%" and gather["attn_share (ratio)"] == "-"
     assert stock["step_weight_bytes (B)"] == "3.00 GiB" and "cast µs" not in stock
+
+
+def test_a_mislabelled_unit_is_not_reported(tmp_path, capsys):
+    """A cast_us row labelled `ms` (its value in milliseconds) was drawn in the report's µs column as if µs: a row in
+    another unit than the metric table's is one error line naming the field, exit 2, and nothing written."""
+    doc = json.loads(_write(tmp_path / "good.json").read_text())
+    row = next(r for r in doc["rows"] if r["metric"] == "cast_us" and r["strategy"] == "stock")
+    row.update(unit="ms", value=row["value"] / 1000)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["report", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: stock/cast_us.unit" in err and "'ms'" in err, err
+    assert not (tmp_path / "out").exists()
+    assert main(["report", str(tmp_path / "good.json"), "--out", str(tmp_path / "out")]) == 0  # the twin
