@@ -62,6 +62,28 @@ def test_a_package_inside_another_repository_gets_no_commit(monkeypatch, checkou
     assert environment(torch.device("cpu"))["sglang_commit"] == "abc123"
 
 
+def test_two_sglang_codes_of_one_version_and_folder_differ_in_the_record(monkeypatch, tmp_path):
+    """A patched SGLang without git (edited in site-packages, or a copy first on PYTHONPATH): same version, same folder,
+    no commit; the digest of its source tells the patched run from the stock one, and compare names the difference."""
+    from harness.gate.compare import machine_differences
+    from harness.results.schema import Environment, ResultsFile
+
+    monkeypatch.delenv("MLA_HARNESS_SGLANG_COMMIT", raising=False)
+    folder = tmp_path / "site" / "sglang"
+    _package(monkeypatch, "sglang", folder, "0.5.23")
+    (folder / "srt").mkdir()
+    (folder / "srt" / "backend.py").write_text("k_buffer = pool.to(q.dtype)\n")
+    stock = environment(torch.device("cpu"))
+    (folder / "srt" / "backend.py").write_text("k_buffer = pool.to(q.dtype).roll(1, 0)\n")  # one index off
+    patched = environment(torch.device("cpu"))
+    assert (stock["sglang"], stock["sglang_path"], stock["sglang_commit"]) == (patched["sglang"], patched["sglang_path"], None)
+    assert stock["sglang_digest"] and stock["sglang_digest"] != patched["sglang_digest"]
+    files = [ResultsFile(schema="mla-harness-results/4", case=None, rows=[], environment=Environment(**env)) for env in (stock, patched)]
+    assert [d.split(":")[0] for d in machine_differences(*files)] == ["sglang_digest"]
+    (folder / "srt" / "backend.py").write_text("k_buffer = pool.to(q.dtype)\n")  # twin: the same code again, the same digest
+    assert environment(torch.device("cpu"))["sglang_digest"] == stock["sglang_digest"]
+
+
 def test_no_sglang_imported_records_none_and_flashinfer_as_imported(monkeypatch, tmp_path):
     monkeypatch.delitem(sys.modules, "sglang", raising=False)
     monkeypatch.delenv("MLA_HARNESS_SGLANG_COMMIT", raising=False)

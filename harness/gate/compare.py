@@ -326,7 +326,7 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     return None
 
 
-MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "flashinfer_path", "sglang", "sglang_commit",
+MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "flashinfer_path", "sglang", "sglang_commit", "sglang_digest",
                   "power_limit", "clock_sm_max", "sm_count")
 
 

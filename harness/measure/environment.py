@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -79,10 +80,21 @@ def _flashinfer() -> dict:
     return {"flashinfer": version, "flashinfer_path": str(folder) if folder else None}
 
 
+def source_digest(folder: Path) -> str:
+    """sha256 of a package's Python source: every *.py file under `folder`, its relative path and bytes, in path order.
+    Two runs of the same version from the same folder whose code differs (a patch edited in place, no git) differ here."""
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def _sglang(version: str | None = None, folder: Path | None = None) -> dict:
-    """The SGLang this run imported (or the one at `folder`): version, folder, and commit (the HEAD of the SGLang
-    checkout the folder is `python/sglang` of, "-dirty" with local changes there; else MLA_HARNESS_SGLANG_COMMIT, which
-    ci.sglang_gate sets for a commit it installed without .git, also when that commit did not import; else None)."""
+    """The SGLang this run imported (or the one at `folder`): version, folder, the digest of its source (source_digest),
+    and commit (the HEAD of the SGLang checkout the folder is `python/sglang` of, "-dirty" with local changes there;
+    else MLA_HARNESS_SGLANG_COMMIT, which ci.sglang_gate sets for a commit it installed without .git, also when that
+    commit did not import; else None)."""
     if folder is None:
         version, folder = _imported("sglang")
     if folder is None:
@@ -90,7 +102,8 @@ def _sglang(version: str | None = None, folder: Path | None = None) -> dict:
     commit, top = None, _git(folder, "rev-parse", "--show-toplevel")
     if top and Path(top).resolve() / "python" / "sglang" == folder and (head := _git(folder, "rev-parse", "HEAD")):
         commit = head + ("-dirty" if _git(folder, "status", "--porcelain", "--", ".") else "")
-    return {"sglang": version, "sglang_path": str(folder), "sglang_commit": commit or envvars.read("MLA_HARNESS_SGLANG_COMMIT")}
+    return {"sglang": version, "sglang_path": str(folder), "sglang_digest": source_digest(folder),
+            "sglang_commit": commit or envvars.read("MLA_HARNESS_SGLANG_COMMIT")}
 
 
 def _gpu_fingerprint(device: torch.device) -> dict:

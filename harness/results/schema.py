@@ -165,6 +165,7 @@ class Environment(msgspec.Struct):
     sglang: str | None = None  # when the run imported SGLang (its strategies): its __version__, folder, commit
     sglang_path: str | None = None
     sglang_commit: str | None = None  # MLA_HARNESS_SGLANG_COMMIT (ci.sglang_gate), else its SGLang checkout's HEAD
+    sglang_digest: str | None = None  # sha256 of the imported SGLang package's *.py files: which code ran, git or not
     gpu: str | None = None  # the GPU fingerprint (CUDA only): properties, then nvidia-smi's readings
     capability: str | None = None
     sm_count: Count | None = None
