@@ -180,6 +180,34 @@ def test_pool_wrapping_refuses_a_wrong_layout():
         wrappers.wrap_pool(pool, case.preset)
 
 
+def _rows_without_head_dim(self):
+    """A patched MLATokenToKVPool._create_buffers: [rows, 576] per layer (the head axis dropped), not [rows, 1, 576]."""
+    self.kv_buffer = [torch.zeros((self.size + self.page_size, self.kv_cache_dim), dtype=self.store_dtype, device=self.device)
+                      for _ in range(self.layer_num)]
+
+
+def _same_layout_refactored(self):
+    """Twin: a harmless rewrite of it (empty then zeroed, one shape variable): the same buffers."""
+    shape = (self.size + self.page_size, 1, self.kv_cache_dim)
+    self.kv_buffer = [torch.empty(shape, dtype=self.store_dtype, device=self.device).zero_() for _ in range(self.layer_num)]
+
+
+@pytest.mark.parametrize("create, passes", [(_same_layout_refactored, True), (_rows_without_head_dim, False)])
+def test_a_patched_pool_layout_is_refused_not_replaced(monkeypatch, create, passes):
+    """The harness hands SGLang's pool its own buffers (zero copy); a patch that changes the layout SGLang's
+    _create_buffers makes must stop the run, never pass on the harness's layout."""
+    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
+
+    sgl.require()
+    monkeypatch.setattr(MLATokenToKVPool, "_create_buffers", create)
+    cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), backend="torch", strategies=(STRATEGY,),
+                    repeats=0, obtained=False)
+    verdict = {r.strategy: r.verdict for r in run(cfg, Console(quiet=True)).results}[STRATEGY]
+    assert verdict.passed is passes, verdict.reason
+    if not passes:
+        assert verdict.status.value == "error" and "expects torch.uint8 (16448, 576)" in verdict.reason, verdict.reason
+
+
 @pytest.mark.parametrize("case_name", CASES)
 def test_sglang_flashinfer_is_bitwise_stock(case_name):
     sgl.require()

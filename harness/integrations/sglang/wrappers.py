@@ -36,11 +36,23 @@ def wrap_pool(pool: KVPool, preset: ModelPreset):
 
 
 def _zero_copy(base: type, pool: KVPool) -> type:
-    """`base` with its buffer allocation replaced by the harness's buffers (shape and dtype checked)."""
+    """`base` with its buffer allocation replaced by the harness's buffers: SGLang's own `_create_buffers` (a patched one
+    too) runs first on the meta device, allocating nothing, and the harness's buffers must have the layout it makes."""
 
     def create_buffers(self):
-        want = (self.size + self.page_size, 1, self.kv_cache_dim)
-        _check("KV", pool.buffers, want, self.store_dtype)
+        device, self.device = self.device, "meta"
+        try:
+            base._create_buffers(self)
+        finally:
+            self.device = device
+        theirs = self.kv_buffer
+        if len(theirs) != len(pool.buffers):
+            raise HarnessError("sglang pool", f"SGLang's pool (its _create_buffers) makes {len(theirs)} KV layer buffers, the harness's has "
+                                              f"{len(pool.buffers)}")
+        for layer, (buf, want) in enumerate(zip(pool.buffers, theirs)):
+            if (buf.shape, buf.stride(), buf.dtype) != (want.shape, want.stride(), want.dtype):
+                raise HarnessError("sglang pool", f"layer {layer} KV buffer is {buf.dtype} {tuple(buf.shape)} strides {buf.stride()}, "
+                                                  f"SGLang's pool expects {want.dtype} {tuple(want.shape)} strides {want.stride()} (its _create_buffers)")
         self.kv_buffer = list(pool.buffers)
 
     def create_index_key_cache(self):
