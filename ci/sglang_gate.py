@@ -163,6 +163,11 @@ def known_machine() -> bool:
 
 def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """asv continuous BASE HEAD through ci/asv_gate.py, on the SGLang checkout."""
+    try:
+        import asv  # noqa: F401  (the runner's asv: machine file, environments, benchmarks)
+    except ImportError:
+        raise BadInput(f"{sys.executable} cannot import asv, which the gate runs (pip install 'asv>=0.6,<0.7', in the harness's "
+                       "test extra); --json OUT COMMIT needs no asv") from None
     base, head = (resolve(repo, what, ref) for what, ref in (("BASE", args.commits[0]), ("HEAD", args.commits[1])))
     subdirs = {project_subdir(repo, c, ref) for c, ref in ((base, args.commits[0]), (head, args.commits[1]))}
     if len(subdirs) != 1:

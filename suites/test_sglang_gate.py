@@ -72,7 +72,7 @@ def no_asv(monkeypatch, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given",
-                                  "work-is-a-file", "work-holds-your-config", "env-repo-empty", "env-repo-missing"])
+                                  "work-is-a-file", "work-holds-your-config", "env-repo-empty", "env-repo-missing", "no-asv"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv, case):
     repo = fake_sglang(tmp_path)
     monkeypatch.delenv("MLA_SGLANG_REPO", raising=False)
@@ -88,7 +88,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
         "work-is-a-file": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain" / "f"), "a", "b"], "--work"),
         "work-holds-your-config": (["--sglang-repo", str(repo), "--work", str(tmp_path / "plain"), "a", "b"],
                                    "asv.conf.json exists and is not the gate's"),
+        "no-asv": (["--sglang-repo", str(repo), "--work", str(tmp_path / "w"), "a", "b"], "cannot import asv"),
     }[case]
+    if case == "no-asv":  # the gate's Python has SGLang's packages but not the test extra's asv
+        monkeypatch.setitem(sys.modules, "asv", None)
     if case.startswith("env-repo"):  # the checkout named by the variable instead of --sglang-repo
         monkeypatch.setenv("MLA_SGLANG_REPO", "" if case == "env-repo-empty" else str(tmp_path / "nope"))
     (tmp_path / "plain").mkdir()
@@ -106,6 +109,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
     assert code == 2 and len(lines) == 1 and names in lines[0] and lines[0].startswith("sglang-gate: "), lines
     assert no_asv == {"machine": [], "gate": []}, "asv ran on bad input"
     assert (tmp_path / "plain" / "asv.conf.json").read_text() == '{"my": "config"}'
+    assert not (tmp_path / "w").exists(), "the gate wrote its configuration before refusing"
 
 
 @pytest.mark.parametrize("factor", ["3", "1.0", "nan"])
