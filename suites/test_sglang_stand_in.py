@@ -3,13 +3,18 @@ SGLang-backed strategies give without SGLang; each check beside a planted twin."
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from harness.integrations.sglang import runtime, stand_in
 from harness.strategies import REGISTRY
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -78,14 +83,14 @@ def test_without_sglang_the_strategies_say_so(monkeypatch):
 
     real_find_spec = runtime.importlib.util.find_spec
     monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real_find_spec(name, *a))
-    runtime.import_reason.cache_clear()
+    runtime.import_failure.cache_clear()
     try:
         cpu = torch.device("cpu")
         reason = REGISTRY["sglang_flashinfer"].unsupported_reason(cpu, make_backend("torch", cpu))
         assert reason == f"sglang_flashinfer: sglang is not installed ({runtime.INSTALL_HINT})"
         assert REGISTRY["sglang_fa3"].unsupported_reason(cpu, make_backend("torch", cpu)) == "sglang_fa3 runs on cuda only"
     finally:
-        runtime.import_reason.cache_clear()
+        runtime.import_failure.cache_clear()
 
 
 def test_sglang_backed_strategies_run_only_when_named():
@@ -108,11 +113,11 @@ def test_a_failed_import_names_its_own_error_every_time(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     real_find_spec = runtime.importlib.util.find_spec
     monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda name, *a: True if name == "sglang" else real_find_spec(name, *a))
-    runtime.import_reason.cache_clear()
+    runtime.import_failure.cache_clear()
     try:
         reasons = [runtime.import_reason(m) for m in ("brokenpkg.sub.leaf", "brokenpkg.sub.other", "brokenpkg")]
     finally:
-        runtime.import_reason.cache_clear()
+        runtime.import_failure.cache_clear()
         for name in [n for n in sys.modules if n == "brokenpkg" or n.startswith("brokenpkg.")]:
             del sys.modules[name]
     assert all("No module named 'missing_dep_of_brokenpkg'" in r for r in reasons), reasons
@@ -136,3 +141,35 @@ class _Context:
 ])
 def test_single_rank_overrides_only_the_fields_sglang_has(fields, unset, want):
     assert set(runtime.single_rank_fields(_Context(fields, unset))) == want
+
+
+BACKEND_SOURCES = {  # the MLA backend module of a user's SGLang: (its source, SGLang's own fault?)
+    "syntax error": ("def forward_decode(:\n", True),
+    "a name SGLang no longer has": ("from sglang.srt.gone import planner\n", True),
+    "raises at import": ("raise RuntimeError('patched badly')\n", True),
+    "a dependency missing": ("import sgl_kernel_dependency_nobody_has\n", False),  # the twin: an environment lack
+}
+
+
+@pytest.mark.parametrize("case", BACKEND_SOURCES)
+def test_a_broken_sglang_is_an_error_not_unsupported(tmp_path, case):
+    """A user's SGLang whose patched flashinfer_mla_backend.py does not import (a syntax error) gave sglang_flashinfer
+    an unsupported verdict, and `run --strategy stock --strategy sglang_flashinfer` exited 0: a broken SGLang commit
+    passed. SGLang's own failure is now no unsupported reason: `load` raises it, an error verdict, exit 1; a missing
+    dependency stays unsupported (exit 0: that run checks stock)."""
+    source, own = BACKEND_SOURCES[case]
+    module = tmp_path / "sglang" / "srt" / "layers" / "attention" / "flashinfer_mla_backend.py"
+    module.parent.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    module.write_text(source)
+    probe = ("from harness.errors import HarnessError\nfrom harness.integrations.sglang import runtime\n"
+             "print('reason:', runtime.import_reason(runtime.MLA_BACKEND))\n"
+             "try:\n    runtime.load(runtime.MLA_BACKEND)\nexcept HarnessError as e:\n    print('load:', e)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    reason, load = out.stdout.splitlines()
+    assert ("reason: None" == reason) == own, out.stdout + out.stderr
+    assert "is not importable" in load and ("raised by SGLang's own code" in load) == own
+    run = subprocess.run([sys.executable, "-m", "harness", "run", "--strategy", "stock", "--strategy", "sglang_flashinfer"],
+                         capture_output=True, text=True, env={**env, "TRITON_INTERPRET": "1"}, cwd=tmp_path, timeout=600)
+    assert run.returncode == (1 if own else 0), run.stdout[-2000:] + run.stderr[-2000:]

@@ -7,6 +7,8 @@ import functools
 import importlib
 import importlib.util
 import sys
+import traceback
+from pathlib import Path
 
 import torch
 
@@ -20,18 +22,40 @@ INSTALL_HINT = "pip install sglang==0.5.23, or on a runner without it the bundle
 
 
 @functools.cache
-def import_reason(module: str) -> str | None:
-    """None when `module` of SGLang imports, else why not. On CUDA a missing sgl_kernel is replaced by
-    the import-time stand-in first (SGLang imports it there; the MLA decode path never calls it)."""
+def import_failure(module: str) -> tuple[str, bool] | None:
+    """None when `module` of SGLang imports, else (why not, whether SGLang's own code is at fault). On CUDA a missing
+    sgl_kernel is replaced by the import-time stand-in first (SGLang imports it there; the MLA decode path never calls it)."""
     if importlib.util.find_spec("sglang") is None:
-        return f"sglang is not installed ({INSTALL_HINT})"
+        return f"sglang is not installed ({INSTALL_HINT})", False
     if torch.cuda.is_available():
         stand_in.install()
     try:
         import_module(module)
     except Exception as error:  # a missing or broken install is a reason, not a crash
-        return f"{module} is not importable: {type(error).__name__}: {error}"
+        return f"{module} is not importable: {type(error).__name__}: {error}", _own_fault(error)
     return None
+
+
+def import_reason(module: str) -> str | None:
+    """Why `module` cannot run here (an unsupported verdict): no SGLang, or a package it needs missing or of another
+    version. A failure of SGLang's own code (a user's patch with a syntax error, a name it no longer defines) is no
+    such reason: `load` raises it where the strategy runs, an error verdict, so a broken SGLang never passes quietly."""
+    failure = import_failure(module)
+    return failure[0] if failure and not failure[1] else None
+
+
+def _own_fault(error: Exception) -> bool:
+    """Whether a failed import was raised by SGLang's own code rather than by a dependency it names (ImportError of
+    sgl_kernel, torchvision, a triton without a name...) or by the code of one."""
+    if isinstance(error, ImportError) and (error.name or "sglang").partition(".")[0] != "sglang":
+        return False
+    if isinstance(error, SyntaxError):
+        where = error.filename or ""
+    else:  # the innermost frame of real code (the import system's frozen frames skipped)
+        frames = [f.filename for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<")]
+        where = frames[-1] if frames else ""
+    roots = getattr(importlib.util.find_spec("sglang"), "submodule_search_locations", None) or []
+    return bool(where) and any(Path(where).resolve().is_relative_to(Path(root).resolve()) for root in roots)
 
 
 def _forget_orphans(top: str) -> None:
@@ -57,8 +81,8 @@ def import_module(module: str):
 
 def load(module: str):
     """The imported SGLang module; HarnessError naming the reason when it cannot be imported."""
-    if reason := import_reason(module):
-        raise HarnessError("sglang", reason)
+    if failure := import_failure(module):
+        raise HarnessError("sglang", failure[0] + (" (raised by SGLang's own code)" if failure[1] else ""))
     return sys.modules[module]
 
 
