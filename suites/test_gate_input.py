@@ -587,3 +587,15 @@ def test_the_environment_is_the_declared_record(monkeypatch):
     monkeypatch.setattr(fingerprint, "_gpu_fingerprint", lambda device: {"gpu": "NVIDIA H200", "fan_speed": "30 %"})
     with pytest.raises(TypeError, match="fan_speed"):  # twin: a key the record does not declare
         fingerprint.environment(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("field, text", [("strategy", "gather_cast\nstock"), ("scenario", ""), ("metric", "cast_us\t")])
+def test_a_row_key_with_a_control_character_is_bad_input(a, tmp_path, capsys, field, text):
+    """A strategy named 'gather_cast\\nstock' was accepted: its REGRESSION line came out as two lines, the second
+    reading like another strategy's. Every key field is non-empty printable text, else one error line naming it."""
+    head = copy.deepcopy(a)
+    _rows(head, "cast_us", "gather_cast")[0][field] = text
+    code, out, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, "head.json", field)
+    assert _compare(tmp_path, a, _rerun(a), capsys)[0] == 0  # the twin: another run, its keys plain names

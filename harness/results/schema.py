@@ -92,6 +92,9 @@ def _number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+KEY_FIELDS = ("preset", "scale", "scenario", "strategy", "backend", "metric")  # a row's key, in order
+
+
 @dataclass
 class Row:
     """One (case, strategy, metric) result. Unit and direction come from the metric table
@@ -115,6 +118,11 @@ class Row:
     gating: bool | None = None  # written: whether the metric gates on the file's device type
 
     def __post_init__(self):
+        for name in KEY_FIELDS:
+            text = getattr(self, name)
+            if isinstance(text, str) and not (text and text.isprintable()):
+                raise ValueError(f"{name}: {text!r} is empty or holds a control character (a newline...): a row's key "
+                                 "is printed on one line")
         declared = METRICS.get(self.metric)
         if declared is None:
             return  # an undeclared metric: refused when written, reported (never judged) when read
@@ -143,7 +151,7 @@ class Row:
 
     @property
     def key(self) -> tuple:
-        return (self.preset, self.scale, self.scenario, self.strategy, self.backend, self.metric)
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
 
 
 class Environment(msgspec.Struct):
