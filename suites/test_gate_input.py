@@ -341,6 +341,22 @@ def test_a_control_filed_under_another_strategy_is_still_the_control(a, tmp_path
     assert code == 0 and "ENVIRONMENTS DIFFER" not in out
 
 
+
+def test_two_control_rows_are_bad_input(a, tmp_path, capsys):
+    """A head carrying two control rows (one at the base's bandwidth, one at half) was compared by its first only, so
+    which of them a run 'measured' decided whether its timings were judged. A file has one control, else one error line."""
+    base, head = _on_gpu(a), _rerun(_on_gpu(a))
+    (control,) = _rows(head, "control_copy_gbps")
+    second = copy.deepcopy(control)
+    second["strategy"] = "ctrl"
+    _set_samples(second, [v / 2 for v in control["samples"]])
+    head["rows"].append(second)
+    code, out, err = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, "head.json", "rows[", "a second control_copy_gbps row")
+    head["rows"].pop()  # the twin: one control
+    assert _compare(tmp_path, base, head, capsys)[0] == 0
+
 @pytest.mark.parametrize("guard, field", [("SM clock 1980 -> 1410 MHz", "detail.guard"), ({"disturbed": ""}, "detail.guard.disturbed"),
                                           ({"disturbed": ["SM clock"]}, "detail.guard.disturbed")])
 def test_a_malformed_clock_guard_is_bad_input(a, tmp_path, capsys, guard, field):

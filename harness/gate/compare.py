@@ -177,12 +177,17 @@ def is_number(value) -> bool:
 
 
 def index_rows(results: ResultsFile, where: str) -> dict[tuple, Row]:
-    """Map each row key to its row; a duplicate key, or a valued row of a declared metric in another unit than the
-    metric table's (its resolution and format are in that unit), is bad input."""
-    index = {}
+    """Map each row key to its row; a duplicate key, a second control row, or a valued row of a declared metric in
+    another unit than the metric table's (its resolution and format are in that unit), is bad input."""
+    index, control_at = {}, None
     for i, row in enumerate(results.rows):
         if row.key in index:
             raise HarnessError(f"{where}: rows[{i}]", f"duplicate row {'/'.join(row.key)}")
+        if row.metric == CONTROL and row.value is not None:
+            if control_at is not None:
+                raise HarnessError(f"{where}: rows[{i}]", f"a second {CONTROL} row (the first is rows[{control_at}]): "
+                                                          "a run measures one control, which of two would be compared?")
+            control_at = i
         metric = METRICS.get(row.metric)
         if metric is not None and row.value is not None and row.unit != metric.unit:  # a verdict has none
             raise HarnessError(f"{where}: {row.strategy}/{row.metric}.unit", f"{row.unit!r} is not the metric table's "
