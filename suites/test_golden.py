@@ -198,3 +198,19 @@ def test_bad_cases_toml_entry_names_the_file_and_field(tmp_path, monkeypatch):
     table.write_text('[[case]]\npreset = 3\nscale = "ci"\nscenario = "b1-l500"\n')
     with pytest.raises(HarnessError, match=r"cases.toml: case\[0\].preset"):
         cases.golden_case_names()
+
+
+@pytest.mark.parametrize("name", [golden.MANIFEST, golden.OUTPUTS])
+@pytest.mark.parametrize("target", ["folder", "dangling", "/dev/zero"])
+def test_a_golden_file_that_is_no_regular_file_is_named_so(golden_copy, name, target):
+    """A golden file replaced by a folder, a dangling link or a link to a device was reported 'missing' (for the
+    manifest: 'run golden refresh'), sending the user to look for a file that is there."""
+    path = golden_copy / CASE / name
+    path.unlink()
+    if target == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(golden_copy / "nothing-here" if target == "dangling" else target)
+    with pytest.raises(HarnessError, match="not a regular file") as info:
+        golden.load(CASE, golden_copy)
+    assert str(path) in str(info.value)

@@ -227,7 +227,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
-        why = "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`"
+        why = ("not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(manifest_path)
+               else "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`")
         raise HarnessError(str(manifest_path), f"golden manifest {why}")
     manifest = read_json(manifest_path)
     if not isinstance(manifest, dict):
@@ -241,7 +242,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
     if manifest["case"] != case_name:
         raise HarnessError(f"{manifest_path}: case", f"holds {manifest['case']!r}, not {case_name!r}: case folders swapped?")
     if not outputs_path.is_file():
-        raise HarnessError(str(outputs_path), "golden outputs missing")
+        why = "not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(outputs_path) else "missing"
+        raise HarnessError(str(outputs_path), f"golden outputs {why}")
     digest = _sha256_file(outputs_path)
     if digest != manifest["outputs_sha256"]:
         raise HarnessError(
