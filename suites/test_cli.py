@@ -541,3 +541,22 @@ def test_progress_lines_come_while_one_long_unit_runs(monkeypatch):
     lines = console.file.getvalue().splitlines()
     assert 3 <= len([line for line in lines if line.startswith("slow phase: 0/1 after")]) <= 12
     assert lines[-1].startswith("slow phase: 1/1 in")
+
+
+def test_repro_keeps_a_path_through_a_link_and_dot_dot(tmp_path, monkeypatch):
+    """`lnk/../s.toml` is s.toml beside the link's target; the repro names that file (before: abspath folded the ".."
+    lexically, so the repro read cwd/s.toml, another scenario, and measured another case)."""
+    import shlex
+
+    from harness.results.document import repro_command
+
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "lnk").symlink_to(tmp_path / "deep" / "inner")
+    monkeypatch.chdir(tmp_path / "here")
+    for args in (["--scenario-file", "lnk/../s.toml"], ["--scenario-file=lnk/../s.toml"]):
+        named = shlex.split(repro_command(["run", *args]))[-1].rpartition("=")[2]
+        assert os.path.realpath(named) == os.path.realpath(tmp_path / "deep" / "s.toml"), named
+    monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", "lnk/../gold")
+    named = shlex.split(repro_command(["run"]))[0].split("=", 1)[1]
+    assert os.path.realpath(named) == os.path.realpath(tmp_path / "deep" / "gold"), named

@@ -49,9 +49,11 @@ def repro_command(argv: list[str] | None = None) -> str:
 
 
 def _absolute(path: str, option: str) -> str:
+    """`path` from the current folder, its ".." kept: `link/../x` is x beside the link's target, which abspath's
+    lexical folding would name another file."""
     if path == "none" or (option in COMMAND_OPTIONS and os.sep not in path):  # `--allreduce-table none` is no path
         return path
-    return os.path.abspath(path)
+    return str(Path.cwd() / path)
 
 
 def workload_digest(case, extra: dict | None = None) -> str:
