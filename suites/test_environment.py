@@ -104,12 +104,12 @@ def test_a_gate_commit_that_did_not_import_is_still_named(monkeypatch):
 HARNESS = __import__("pathlib").Path(__file__).resolve().parents[1] / "harness"
 
 
-def _commit_of(pythonpath) -> str | None:
+def _commit_of(pythonpath, **variables) -> str | None:
     """environment()'s git_commit when `harness` is imported from `pythonpath` (a fresh process, variable unset)."""
     import json
     import os
 
-    env = {k: v for k, v in os.environ.items() if k != "MLA_HARNESS_GIT_COMMIT"} | {"PYTHONPATH": str(pythonpath)}
+    env = {k: v for k, v in os.environ.items() if k != "MLA_HARNESS_GIT_COMMIT"} | {"PYTHONPATH": str(pythonpath), **variables}
     code = "import json, torch; from harness.measure.environment import environment; print(json.dumps(environment(torch.device('cpu'))['git_commit']))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd="/")
     assert proc.returncode == 0, proc.stderr
@@ -145,3 +145,25 @@ def test_environment_names_the_cpu_model_triton_and_harness_version():
     env = environment(torch.device("cpu"))
     assert env["cpu"] == (models[0] if models else env["cpu"])
     assert env["triton"] == version("triton") and env["harness"] == version("mla-harness")
+
+
+def test_git_commit_is_the_checkouts_own_under_a_git_dir_of_another_repository(tmp_path):
+    """Run from a git hook or under `git --git-dir` of another repository (an SGLang checkout's hook that runs the
+    gate), GIT_DIR / GIT_INDEX_FILE point git elsewhere; the commit recorded is still the harness checkout's (before:
+    the other repository's HEAD, never -dirty)."""
+    import shutil
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    for repo in (own, other):
+        repo.mkdir()
+        _git(repo, "init", "-q")
+    shutil.copytree(HARNESS, own / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    _git(own, "add", ".")
+    _git(own, "commit", "-qm", "x")
+    _git(other, "commit", "-q", "--allow-empty", "-m", "y")
+    head = _git(own, "rev-parse", "HEAD")
+    with open(own / "harness" / "errors.py", "a") as f:
+        f.write("# a local change\n")
+    assert _commit_of(own, GIT_DIR=str(other / ".git")) == head + "-dirty"
+    assert _commit_of(own, GIT_DIR=str(other / ".git"), GIT_WORK_TREE=str(own)) == head + "-dirty"
+    assert _commit_of(own, GIT_INDEX_FILE=str(tmp_path / "no-index")) == head + "-dirty"

@@ -18,10 +18,20 @@ from harness import envvars
 from harness.measure.clocks import smi_id
 from harness.results.schema import Environment
 
+# point git at another repository, index or work tree than the folder's own (set in git hooks, `git --git-dir`, a
+# worktree's scripts): the variables `git rev-parse --local-env-vars` lists, which git itself clears for a submodule
+REPOSITORY_ENV = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                  "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+                  "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+                  "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR")
+
 
 def _git(folder: Path, *args: str) -> str | None:
+    """git's answer about the repository `folder` lies in (None on failure), whatever repository the caller's
+    environment points git at."""
+    env = {k: v for k, v in os.environ.items() if k not in REPOSITORY_ENV}
     try:
-        out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
