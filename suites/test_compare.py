@@ -522,3 +522,28 @@ def test_a_missing_timing_fails_even_when_the_environments_differ(write, capsys)
     assert main_compare(base, head, "5%") == 1
     out = capsys.readouterr().out
     assert "ENVIRONMENTS DIFFER" in out and "REGRESSION: 1 gating row(s) failed: gather_cast/cast_us missing" in out
+
+
+def test_triton_interpret_on_one_side_is_another_environment():
+    """TRITON_INTERPRET=1 runs the Triton kernels interpreted (fused_fp8 not its CUDA kernel): a head timed so cannot
+    be judged against a base timed without it, and a strategy it makes unsupported is explained (before: the variable
+    was in the repro only, so the interpreted kernel's 100x slower timings read as a regression of the commit, and
+    fused_fp8 unsupported on a CPU without it read as 'unsupported in the same environment')."""
+    slow = _rows(cast_us=1040.0)
+    comparison = compare_results(_doc(_rows()), _doc(slow, {**ENV, "triton_interpret": "1"}), 0.05)
+    assert comparison.environment_differs == "TRITON_INTERPRET unset vs 1 (Triton kernels interpreted on one side)"
+    assert comparison.exit_code == 2 and comparison.regressions and not comparison.decisive  # said, not blamed on the commit
+    cpu = {**ENV, "gpu": None, "capability": None, "device": "cpu"}
+    unsupported = [*_rows()[:1], Row(**CASE, strategy="gather_cast", metric="verdict", value="unsupported"), *_rows()[2:]]
+    comparison = compare_results(_doc(_rows(), {**cpu, "triton_interpret": "1"}), _doc(unsupported, cpu), 0.05)
+    assert _status(comparison, "gather_cast", "verdict") == "unsupported" and comparison.exit_code == 0
+    assert compare_results(_doc(_rows(), {**ENV, "triton_interpret": "1"}), _doc(_rows(seed=4), {**ENV, "triton_interpret": "1"}),
+                           0.05).environment_differs is None  # twin: set on both sides
+
+    import os
+
+    import torch
+
+    from harness.measure.environment import environment
+
+    assert environment(torch.device("cpu"))["triton_interpret"] == os.environ.get("TRITON_INTERPRET")

@@ -52,7 +52,7 @@ FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the r
 DISTURBED = "disturbed"
 BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
-ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer")  # may make a strategy unsupported
+ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer", "triton_interpret")  # may make a strategy unsupported
 INCONCLUSIVE_POLICIES = ("pass", "fail")
 DEVICE_TYPES = ("cpu", "cuda")
 STATUS_STYLE = {
@@ -310,13 +310,17 @@ def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> 
 
 def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
-    another GPU, a GPU named in one file only, a control in one file only, controls apart by the decision
-    rule (the head's copy bandwidth lower or higher) or with too few samples to tell."""
+    another GPU, a GPU named in one file only, TRITON_INTERPRET on one side only (other kernels ran), a control in
+    one file only, controls apart by the decision rule (the head's copy bandwidth lower or higher) or with too few
+    samples to tell."""
     bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
     if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
         return f"GPU {bgpu} vs {hgpu}"
     if bool(bgpu) != bool(hgpu):
         return f"GPU {bgpu or hgpu} named only in the {'base' if bgpu else 'head'}"
+    binterp, hinterp = (r.environment.triton_interpret if r.environment else None for r in (base, head))
+    if binterp != hinterp:
+        return f"TRITON_INTERPRET {binterp or 'unset'} vs {hinterp or 'unset'} (Triton kernels interpreted on one side)"
     bc, hc = control(base), control(head)
     if (bc is None) != (hc is None):
         return f"control {CONTROL} only in the {'base' if bc else 'head'}"

@@ -172,6 +172,7 @@ def environment(device: torch.device) -> dict:
         "harness": _installed("mla-harness"),
         "device": str(device),
         "git_commit": _git_commit(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET"),  # another kernel (fused_fp8's CUDA one is not run under it)
         **_flashinfer(),
         **_sglang(),
     }

@@ -186,6 +186,7 @@ class Environment(msgspec.Struct):
     power_limit: str | None = None
     temperature: str | None = None
     copy_gbps: NonNegative | None = None  # the control copy's bandwidth, set by the command that measured it
+    triton_interpret: str | None = None  # TRITON_INTERPRET when set: "1" runs the Triton kernels in the interpreter
 
 
 class ResultsFile(msgspec.Struct):
