@@ -275,3 +275,17 @@ def test_tpot_timing_is_a_progress_phase(tmp_path):
     proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock", "--strategy", "gather_cast")
     assert proc.returncode == 0, proc.stderr
     assert "timing 2 strategies, 1 samples each: 2/2 in" in proc.stdout, proc.stdout
+
+
+def test_tpot_check_rotation_times_the_first_strategy_that_runs_here(tmp_path, capsys):
+    """stock_vectorized (CUDA only) named first: the rotation check times stock, the first that runs (before: it timed
+    the unsupported one, a Triton traceback, exit 1); with none that runs it is one line, exit 2, nothing written."""
+    from harness.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--strategy", "stock",
+                 "--check-rotation", "--json", str(out)]) == 0
+    (rotation,) = [r for r in json.loads(out.read_text())["rows"] if r["metric"] == "rotation_check"]
+    assert rotation["strategy"] == "stock" and rotation["detail"]["strategy"] == "stock"
+    line = _main_error(capsys, "--layers", "1", "--strategy", "stock_vectorized", "--check-rotation", "--json", str(tmp_path / "n.json"))
+    assert line.startswith("error: --check-rotation") and "stock_vectorized" in line and not (tmp_path / "n.json").exists()

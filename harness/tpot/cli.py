@@ -25,7 +25,7 @@ def add_tpot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-sets", type=int, default=4, help="distinct weight sets rotated over the layers (default 4)")
     p.add_argument("--allreduce-table", help="TOML of measured all-reduce latency per message size, or 'none' (default on CUDA: "
                    "harness/tpot/allreduce_h200_tp2.toml, the TP2 NCCL table measured on 2x H200; CPU: none)")
-    p.add_argument("--check-rotation", action="store_true", help="also time the first strategy with every layer's weights distinct")
+    p.add_argument("--check-rotation", action="store_true", help="also time the first strategy that runs here with every layer's weights distinct")
     p.add_argument("--repeats", type=int, default=None, help="timing samples (default 30 on CUDA, 3 on CPU)")
     p.add_argument("--profile", action="store_true", help="CUDA: also profile one eager step (kernel time by name) into the JSON")
     p.add_argument("--no-breakdown", action="store_true",
@@ -96,10 +96,14 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
+    reasons = {name: REGISTRY[name].unsupported_reason(device, ctx.backend) for name in names}
+    timed = [name for name in names if not reasons[name]]
+    if args.check_rotation and not timed:
+        raise HarnessError("--check-rotation", f"no strategy named runs here, so none can be timed twice: {'; '.join(reasons.values())}")
     results = []
     with progress_bar(console, f"timing {len(names)} strategies, {repeats} samples each", len(names)) as advance:
         for name in names:
-            reason = REGISTRY[name].unsupported_reason(device, ctx.backend)
+            reason = reasons[name]
             if reason:
                 from harness.tpot.tpot import TpotResult
 
@@ -107,7 +111,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
             else:
                 results.append(time_strategy(name, ctx, repeats, profile=args.profile, breakdown=not args.no_breakdown))
             advance()
-    rotation = rotation_check(ctx, names[0], repeats) if args.check_rotation else None
+    rotation = rotation_check(ctx, timed[0], repeats) if args.check_rotation else None
     from harness.measure.control import control_row
 
     # the control copy, as `run` records it: compare tells a throttled GPU or loaded runner from a slower commit
