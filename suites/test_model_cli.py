@@ -289,3 +289,20 @@ def test_tpot_check_rotation_times_the_first_strategy_that_runs_here(tmp_path, c
     assert rotation["strategy"] == "stock" and rotation["detail"]["strategy"] == "stock"
     line = _main_error(capsys, "--layers", "1", "--strategy", "stock_vectorized", "--check-rotation", "--json", str(tmp_path / "n.json"))
     assert line.startswith("error: --check-rotation") and "stock_vectorized" in line and not (tmp_path / "n.json").exists()
+
+
+def test_tpot_json_to_stdout_is_json_alone(tmp_path):
+    """`--json /dev/stdout` (or a link to it) into a pipe: stdout holds the results JSON alone, the table and progress go
+    to stderr (before: both on stdout, which no JSON reader could parse); export-inputs' bundle likewise."""
+    proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock", "--json", "/dev/stdout")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["metric"] for r in json.loads(proc.stdout)["rows"]} >= {"tpot_ms"}
+    assert "timing 1 strategies" in proc.stderr and "results written to /dev/stdout" in proc.stderr
+    link = tmp_path / "bundle.safetensors"
+    link.symlink_to("/dev/stdout")
+    proc = subprocess.run([sys.executable, "-m", "harness", "export-inputs", "--device", "cpu", "--out", str(link)], capture_output=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0 and f"wrote {link}".encode() in proc.stderr, proc.stderr
+    from safetensors.torch import load
+
+    assert "kv_indices" in load(proc.stdout)

@@ -9,6 +9,7 @@ torch is imported only by the commands that compute (`--help` and argument error
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rich.console import Console
@@ -21,6 +22,27 @@ from harness.errors import CheckFailed, HarnessError, interruptible
 # a host allocation the memory plan (free memory, /proc/meminfo) allowed failed: a limit on the process is lower
 HOST_LIMIT = "a memory limit (ulimit -v, a container's) is below the free memory the plan saw; lower --slots or --layers"
 COMMANDS = {"run": run, "golden": golden, "export-inputs": export, "tpot": tpot, "report": report, "compare": compare}
+
+
+OUTPUT_OPTIONS = ("json", "out")  # the argparse dests of the file outputs a command can stream (--json /dev/stdout)
+
+
+def writes_stdout(args) -> bool:
+    """An output option names this process's standard output (`--json /dev/stdout`, a link to it): what it writes
+    is for a machine, so the console (tables, progress, 'results written') must not go there too."""
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no real stdout (closed, or a test's capture)
+        return False
+    for dest in OUTPUT_OPTIONS:
+        path = getattr(args, dest, None)
+        try:
+            st = os.stat(path) if path is not None else None
+        except OSError:  # not there yet: a file
+            continue
+        if st is not None and (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            return True
+    return False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the results' repro command
-    console = Console(stderr=False, width=200 if not sys.stdout.isatty() else None)
+    to_stderr = writes_stdout(args)
+    console = Console(stderr=to_stderr, width=200 if not (sys.stderr if to_stderr else sys.stdout).isatty() else None)
     try:
         envvars.check_all(kinds=("path", "text", "flag", "int"))  # a bad variable fails before any work ("names" import their lists)
         if getattr(args, "golden_dir", None) is not None:
