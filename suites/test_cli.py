@@ -164,6 +164,21 @@ def test_export_inputs_records_a_layer_named_twice_once(tmp_path):
         assert json.loads(f.metadata()["layers"]) == [1, 0]
 
 
+def test_export_inputs_refuses_a_bundle_larger_than_host_memory_before_making_it(tmp_path, monkeypatch):
+    """The bundle and its safetensors copies are planned against free host memory (before: a 2000 x 4096 scenario's
+    two layers, 27 GiB of peak, were made until the kernel killed the process minutes later: exit 137, no message);
+    the plan is one line naming --layer, nothing written. Twin: the same export with the memory it needs."""
+    from harness.inputs import export
+
+    out = tmp_path / "bundle.safetensors"
+    need = 3 * (4096 * 576 + 8 * 576 * 2) * 2  # b1-l4096's rows and queries, 2 layers, the bundle and its two copies
+    monkeypatch.setattr(export, "free_bytes", lambda device: need // 2, raising=False)
+    _one_error_line(harness("export-inputs", "--device", "cpu", "--layer", "0", "--layer", "1", "--out", out), "--layer", "4,096 rows x 2 layer(s)")
+    assert not out.exists()
+    monkeypatch.setattr(export, "free_bytes", lambda device: need * 2, raising=False)
+    assert harness("export-inputs", "--device", "cpu", "--layer", "0", "--layer", "1", "--out", out).returncode == 0
+
+
 def test_overridden_scale_is_checked_against_a_live_reference(tmp_path):
     proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--layers", "1", "--slots", "20032")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -11,6 +11,7 @@ import torch
 from harness.errors import HarnessError
 from harness.fsio import write_bytes
 from harness.inputs.cases import Case
+from harness.inputs.memory import GIB, HEADROOM, free_bytes
 from harness.inputs.reference import step_queries
 from harness.spec import synth
 
@@ -27,6 +28,7 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
     if out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {out.name!r}")
     batch = schedule.steps[step]
+    check_bundle_memory(case, batch, len(layers))
     tensors = {
         "kv_indptr": torch.from_numpy(batch.kv_indptr.copy()),
         "kv_indices": torch.from_numpy(batch.kv_indices.copy()),
@@ -48,3 +50,19 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
         "layout": "rows_u8[i] is pool row kv_indices[i] as e4m3 bits; request b reads rows kv_indptr[b]:kv_indptr[b+1]",
     }
     return write_bytes(out, safetensors.torch.save(tensors, metadata=meta), "--out")
+
+
+SERIALIZED_COPIES = 2  # safetensors.torch.save holds each tensor's bytes and then the whole file's, beside the tensors
+
+
+def check_bundle_memory(case: Case, batch, num_layers: int) -> None:
+    """Before anything is made: the bundle (the step's indices, and per layer its rows and queries) and its serialized
+    copies must fit host memory, else one line (not a process the kernel kills minutes later, no message, nothing written)."""
+    preset = case.preset
+    per_layer = len(batch.kv_indices) * preset.row_width + len(batch.request_ids) * preset.heads_per_rank * preset.row_width * 2
+    bundle = batch.kv_indptr.nbytes + batch.kv_indices.nbytes + batch.request_ids.nbytes + num_layers * per_layer
+    need, free = bundle * (1 + SERIALIZED_COPIES), free_bytes(torch.device("cpu"))
+    if need > free * HEADROOM:
+        raise HarnessError("--layer", f"step {batch.step}'s bundle ({len(batch.kv_indices):,} rows x {num_layers} layer(s)) is "
+                                      f"{bundle / GIB:.2f} GiB, {need / GIB:.2f} GiB of host memory with its safetensors copies, "
+                                      f"but {free / GIB:.2f} GiB is free ({HEADROOM:.0%} of it usable): export fewer layers or a smaller scenario")
