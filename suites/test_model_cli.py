@@ -306,3 +306,14 @@ def test_tpot_json_to_stdout_is_json_alone(tmp_path):
     from safetensors.torch import load
 
     assert "kv_indices" in load(proc.stdout)
+
+
+def test_tpot_that_times_nothing_requested_fails(tmp_path):
+    """Every strategy named unsupported here (stock_vectorized on CPU): exit 1 naming why, as `run`'s 'nothing requested
+    was checked' (before: exit 0 with a results file of null rows). Twin: with stock beside it, exit 0."""
+    out = tmp_path / "r.json"
+    proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--json", str(out))
+    assert proc.returncode == 1 and proc.stderr.strip() == "FAIL: nothing requested was timed: stock_vectorized runs on cuda only", proc.stderr
+    assert [r["value"] for r in json.loads(out.read_text())["rows"] if r["metric"] == "tpot_ms"] == [None]  # written, as run writes it
+    proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--strategy", "stock")
+    assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.backends import BACKENDS
-from harness.errors import HarnessError
+from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable
 from harness.progress import progress_bar
 
@@ -133,7 +133,16 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         write_results(args.json, rows + [control], env, repro_command(args.argv),
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
-    return 0
+    return timed_or_fail(rows)
+
+
+def timed_or_fail(rows) -> int:
+    """0 when a requested strategy was timed; else (each unsupported here) a check failure, exit 1, as `run`'s
+    'nothing requested was checked': a results file of null rows is not a measurement."""
+    if any(r.metric == "tpot_ms" and r.value is not None for r in rows):
+        return 0
+    why = "; ".join(r.detail["unsupported"] for r in rows if r.metric == "tpot_ms")  # each names its strategy
+    raise CheckFailed(f"nothing requested was timed: {why}")
 
 
 def _require_sglang(python: str) -> dict:
@@ -169,7 +178,7 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
     rows = []
     for name in names:
         if name not in SUPPORTED:
-            rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
+            rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"{name}: the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
             continue
         with progress_bar(console, f"{name}: sglang.benchmark.one_batch", 1) as advance:
             out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
@@ -186,7 +195,7 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
         write_results(args.json, rows, env, repro_command(args.argv),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
-    return 0
+    return timed_or_fail(rows)
 
 
 def torch_device():
