@@ -317,3 +317,14 @@ def test_tpot_that_times_nothing_requested_fails(tmp_path):
     assert [r["value"] for r in json.loads(out.read_text())["rows"] if r["metric"] == "tpot_ms"] == [None]  # written, as run writes it
     proc = harness("tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--strategy", "stock")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_tpot_says_when_the_cpu_pool_grows_to_fit_the_scenario(tmp_path):
+    """A scenario larger than the CI pool: tpot times a grown pool and says so, as run and export-inputs do (before:
+    silent, the header naming the ci case as if at its 16,384 slots)."""
+    scenario = tmp_path / "long.toml"
+    scenario.write_text('name = "long"\nseed = 1\nsteps = 1\nbatch_size = 1\nkv_len = 20000\n')
+    proc = harness("tpot", "--device", "cpu", "--shrink", "--layers", "1", "--repeats", "1", "--no-breakdown", "--strategy", "gather_cast",
+                   "--scenario-file", str(scenario))
+    assert proc.returncode == 0, proc.stderr
+    assert "long needs 20,032 slots: the ci pool grows to 20,032 (--slots 20032)" in proc.stdout, proc.stdout

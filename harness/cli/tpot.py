@@ -21,7 +21,7 @@ def command(args, console: Console) -> int:
     from harness.tpot.config import MODELS_FILE
 
     device = device_from(args.device)
-    case = case_from(args, device)
+    case = case_from(args, device, console)  # a CPU pool grown to fit the scenario is said, as run and export-inputs say it
     table = [("the all-reduce table", Path(args.allreduce_table))] if args.allreduce_table not in (None, "none") else []
     own = [("the model table", MODELS_FILE), ("the default all-reduce table", DEFAULT_TABLE)]
     workdir, python = [], []
