@@ -196,9 +196,9 @@ def _same_layout_refactored(self):
 def test_a_patched_pool_layout_is_refused_not_replaced(monkeypatch, create, passes):
     """The harness hands SGLang's pool its own buffers (zero copy); a patch that changes the layout SGLang's
     _create_buffers makes must stop the run, never pass on the harness's layout."""
+    sgl.require()
     from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
 
-    sgl.require()
     monkeypatch.setattr(MLATokenToKVPool, "_create_buffers", create)
     cfg = RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), backend="torch", strategies=(STRATEGY,),
                     repeats=0, obtained=False)
