@@ -183,7 +183,7 @@ def index_rows(results: ResultsFile, where: str) -> dict[tuple, Row]:
     for i, row in enumerate(results.rows):
         if row.key in index:
             raise HarnessError(f"{where}: rows[{i}]", f"duplicate row {'/'.join(row.key)}")
-        if row.metric == CONTROL and row.value is not None:
+        if _is_control(row):
             if control_at is not None:
                 raise HarnessError(f"{where}: rows[{i}]", f"a second {CONTROL} row (the first is rows[{control_at}]): "
                                                           "a run measures one control, which of two would be compared?")
@@ -347,9 +347,14 @@ def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:
     return [f"{f}: {b} -> {h}" for f, b, h in pairs if b is not None and h is not None and b != h]
 
 
+def _is_control(row: Row) -> bool:
+    """A measured control row: found by its metric, under whatever strategy it is filed (index_rows allows one)."""
+    return row.metric == CONTROL and row.value is not None
+
+
 def control(results: ResultsFile) -> Row | None:
-    """The file's control row, found by its metric: under whatever strategy it is filed, the controls of two files pair up."""
-    return next((r for r in results.rows if r.metric == CONTROL and r.value is not None), None)
+    """The file's control row: the controls of two files pair up whatever strategies they are filed under."""
+    return next(filter(_is_control, results.rows), None)
 
 
 def has_control(results: ResultsFile) -> bool:
