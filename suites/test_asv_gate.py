@@ -27,6 +27,7 @@ from filelock import FileLock
 from ci import asv_gate
 from harness import datafiles
 from harness.errors import HarnessError
+from suites.hang_guard import HANG_GUARD_S
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -424,7 +425,7 @@ def test_the_users_factor_reaches_asv(given, passed):
 
 def test_script_runs_standalone():
     proc = subprocess.run([sys.executable, "-m", "ci.asv_gate", "--help"],
-                          capture_output=True, text=True, timeout=30, cwd=REPO)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
     assert proc.returncode == 0 and "--factor" in proc.stdout
 
 
@@ -631,7 +632,7 @@ def test_the_gates_other_users_need_no_asv():
     """ci.sglang_gate --json (no asv) imports ci.asv_gate for its factor rule: that import needs no json5 or asv."""
     code = ("import sys; sys.modules['json5'] = None; sys.modules['asv'] = None\n"
             "from ci import asv_gate, sglang_gate\nprint(asv_gate.factor_arg('5%'))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and proc.stdout.strip() == "1.05", proc.stderr
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
 from suites.plugins.binding_proof import (
     NvmlProbe,
     Record,
@@ -168,7 +169,7 @@ def _run(tmp_path: Path, plant: str, *args: str) -> tuple[subprocess.CompletedPr
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "suites.plugins.gpu_binding",
          "--binding-proof", str(proof), *args, str(tmp_path / "test_inner.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     return proc, proof
 

@@ -19,6 +19,7 @@ from harness.errors import HarnessError
 from harness.spec import synth
 from harness.spec.scenario import MAX_BATCH, MAX_KV_LEN, MAX_SCHEDULE_ROWS, MAX_SEED, MAX_STEPS, builtin_names, load_scenario, parse_scenario
 from harness.spec.schedule import compile_schedule
+from suites.hang_guard import HANG_GUARD_S
 
 # a one-slot pool: where a bound is missing (a planted twin), the run stops at the schedule's own
 # "needs N slots" error instead of attempting the impossible size
@@ -113,7 +114,7 @@ def test_an_endless_input_is_one_line_not_a_memory_kill(command):
 
     argv = ["compare", "/dev/zero", "/dev/zero"] if command == "compare" else ["report", "/dev/zero"]
     proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=root,
-                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120, preexec_fn=cap)
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=HANG_GUARD_S, preexec_fn=cap)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
     assert proc.stderr.startswith("error: /dev/zero: more than 256 MiB"), proc.stderr
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["ci/build_offline_bundle.sh", "ci/build_sglang_bundle.sh"]
 FAKE_PYTHON = f"""#!/usr/bin/env bash
@@ -29,7 +31,7 @@ def build(tmp_path: Path, script: str, out: Path, **env: str) -> subprocess.Comp
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    return subprocess.run(["bash", str(ROOT / script), str(out)], capture_output=True, text=True, timeout=120,
+    return subprocess.run(["bash", str(ROOT / script), str(out)], capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), **env})
 
 

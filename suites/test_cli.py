@@ -18,6 +18,7 @@ from harness.inputs import cases
 from harness.inputs.cases import GOLDEN_DIR
 from harness.inputs.reference import StepInputs, mla_decode_f64
 from harness.verify import golden
+from suites.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +28,7 @@ def harness(*args, env=None, golden_dir=None, cwd=ROOT):
     `golden_dir` standing in for MLA_HARNESS_GOLDEN_DIR)."""
     if env is not None:
         full_env = {**os.environ, **env}
-        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=300)
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=HANG_GUARD_S)
     out, err = io.StringIO(), io.StringIO()
     saved = cases._golden_dir_flag
     if golden_dir is not None:
@@ -343,7 +344,7 @@ def test_sigterm_is_an_interruption_that_leaves_no_temporary_file(tmp_path):
             "api.run = slow\nrc = main(sys.argv[1:])\nprint(rc, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n")
     argv = ["run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", "r.json"]
     for kill, expected in (("1", "130 True"), ("", "0 True")):
-        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "KILL": kill})
         assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout[-500:] + proc.stderr[-2000:]
         if kill:
@@ -364,7 +365,7 @@ def test_host_memory_a_limit_refuses_is_one_line_not_a_traceback():
 
     argv = ["run", "--device", "cpu", "--slots", "1000000", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "0"]
     proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300, preexec_fn=cap)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S, preexec_fn=cap)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
     assert proc.stderr.startswith("error: out of host memory: ") and "--slots" in proc.stderr, proc.stderr
 
@@ -377,7 +378,7 @@ def test_help_lists_names_and_does_not_import_torch():
             "        try: main(argv)\n        except SystemExit: pass\n"
             "        print('torch' in sys.modules, file=sys.stderr)\n"
             "print(buf.getvalue())")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and proc.stderr.split() == ["False", "False"], proc.stderr
     text = " ".join(proc.stdout.split())
     assert "multistep-reuse" in text and "native_fp8" in text and "stale-after-reuse" in text

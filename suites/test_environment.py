@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.measure.environment import environment
+from suites.hang_guard import HANG_GUARD_S
 
 
 def _git(repo, *args):
@@ -111,7 +112,7 @@ def _commit_of(pythonpath, **variables) -> str | None:
 
     env = {k: v for k, v in os.environ.items() if k != "MLA_HARNESS_GIT_COMMIT"} | {"PYTHONPATH": str(pythonpath), **variables}
     code = "import json, torch; from harness.measure.environment import environment; print(json.dumps(environment(torch.device('cpu'))['git_commit']))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd="/")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S, cwd="/")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 

@@ -14,6 +14,7 @@ import pytest
 
 from harness import envvars
 from harness.spec.scenario import MAX_REPEATS
+from suites.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\bMLA_(?:HARNESS|ASV|SGLANG)_[A-Z0-9_]*[A-Z0-9]\b")
@@ -119,7 +120,7 @@ def test_good_values_parse(monkeypatch, capsys):
 
 def test_module_entry_point():
     proc = subprocess.run([sys.executable, "-m", "harness.envvars"], cwd=ROOT, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "MLA_ASV_REPEATS": "abc"}, timeout=120)
+                          env={"PATH": "/usr/bin:/bin", "MLA_ASV_REPEATS": "abc"}, timeout=HANG_GUARD_S)
     assert proc.returncode == 2 and proc.stderr.strip() == "error: MLA_ASV_REPEATS: must be an integer 1..10000, got 'abc'"
 
 

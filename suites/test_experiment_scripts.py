@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.parent.name for p in (ROOT / "ci" / "experiments").glob("*/run.sh")
                  if "run_script(__file__)" in (p.parent / "__main__.py").read_text())
@@ -19,5 +21,5 @@ def test_the_shell_experiments_are_found():
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_help_prints_the_scripts_header(name):
     header = (ROOT / "ci" / "experiments" / name / "run.sh").read_text().splitlines()[1][2:]
-    proc = subprocess.run([sys.executable, "-m", f"ci.experiments.{name}", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", f"ci.experiments.{name}", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == header, proc.stdout + proc.stderr

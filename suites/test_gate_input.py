@@ -21,6 +21,7 @@ from harness.cli import main
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
 from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results
+from suites.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,7 +165,7 @@ def test_tpot_json_carries_its_case(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "tpot", "--device", "cpu", "--shrink", "--slots", "2048",
                            "--layers", "2", "--scenario", "b1-l500", "--repeats", "1", "--strategy", "gather_cast",
                            "--no-breakdown", "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     case = read_results(out).case
     assert (case.command, case.scenario, case.slots, case.layers, case.backend) == ("tpot", "b1-l500", 2048, 2, "torch")
@@ -493,7 +494,7 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     proc = subprocess.run([sys.executable, "-m", "harness", "compare", str(bp), str(hp)], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, preexec_fn=cap)
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S, preexec_fn=cap)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "MemoryError" not in proc.stderr and f"{len(a['rows'])} rows" in proc.stdout
 

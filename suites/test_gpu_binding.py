@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
 from suites.plugins.gpu_binding import (
     assert_no_shared_gpu,
     detect_devices,
@@ -148,7 +149,7 @@ def _run_xdist(tmp_path: Path, workers: int, env_extra: dict) -> tuple[subproces
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "suites.plugins.gpu_binding",
          "-n", str(workers), "--dist", "each", str(tmp_path / "test_inner.py")],  # each: every worker runs it
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     return proc, {p.name: p.read_text() for p in out_dir.iterdir() if not p.suffix}
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 grimp = pytest.importorskip("grimp", reason="import-linter is in the test extra (pip install -e '.[test]')")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess:
     starts at its own folder, not the working directory, so it would find an installed harness)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200"}
     return subprocess.run([str(LINT), "--config", str(CONFIG), "--no-cache"], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 GRAPH = ("import grimp, json; g = grimp.build_graph('harness', cache_dir=None); "
@@ -38,7 +40,7 @@ GRAPH = ("import grimp, json; g = grimp.build_graph('harness', cache_dir=None); 
 def import_graph(tree: Path) -> dict[str, list[str]]:
     """module -> the modules it imports (anywhere in it), for the `harness` package in `tree` (its own process)."""
     proc = subprocess.run([sys.executable, "-c", GRAPH], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -14,7 +16,7 @@ def _ruff(*args, cwd=ROOT):
     exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     if not Path(exe).exists():
         pytest.fail("ruff is not installed: pip install -e '.[test]'")
-    return subprocess.run([exe, "check", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([exe, "check", *args], cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_tree_is_ruff_clean():

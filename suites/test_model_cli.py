@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ("--device", "cpu", "--shrink", "--slots", "2048", "--scenario", "b1-l500", "--repeats", "1")
 
 
 def harness(*args, module="harness"):
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,7 @@ def test_report_sigterm_mid_write_is_an_interruption_that_leaves_no_temporary_fi
             "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\nsys.exit(main(sys.argv[1:]))\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", code, str(results), "--out", str(out)], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted", proc.stderr[-2000:]
     assert os.listdir(out) == []
 
@@ -173,7 +175,7 @@ def test_gpu_scripts_parse_on_cpu():
     import shutil
 
     help_proc = subprocess.run([sys.executable, "-m", "ci.experiments.tp2_allreduce", "--help"], capture_output=True, text=True, cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     assert help_proc.returncode == 0 and "--layers" in help_proc.stdout, help_proc.stderr
     checker = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(checker).exists():
@@ -301,7 +303,7 @@ def test_tpot_json_to_stdout_is_json_alone(tmp_path):
     link = tmp_path / "bundle.safetensors"
     link.symlink_to("/dev/stdout")
     proc = subprocess.run([sys.executable, "-m", "harness", "export-inputs", "--device", "cpu", "--out", str(link)], capture_output=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and f"wrote {link}".encode() in proc.stderr, proc.stderr
     from safetensors.torch import load
 

@@ -18,6 +18,7 @@ from harness.errors import HarnessError
 from harness.fsio import refuse_overwriting_inputs
 from harness.inputs.cases import GOLDEN_DIR, golden_case_names, load_case
 from harness.verify import golden
+from suites.hang_guard import HANG_GUARD_S
 from suites.test_cli import ROOT, _one_error_line, harness
 from suites.test_report import _write
 
@@ -125,7 +126,7 @@ def test_tpot_report_keeps_an_earlier_report(tmp_path):
     out.mkdir()
     (out / "tpot.md").write_text("mine")
     proc = subprocess.run([sys.executable, "-m", "harness.tpot.report", str(tmp_path / "t.json"), "--out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     _one_error_line(proc, "--out", "tpot.md", "exists")
     assert (out / "tpot.md").read_text() == "mine" and os.listdir(out) == ["tpot.md"]
 
@@ -381,7 +382,7 @@ def test_run_help_does_not_import_torch_and_lists_every_strategy():
             "with contextlib.redirect_stdout(io.StringIO()) as buf:\n"
             "    try: main(['run', '--help'])\n    except SystemExit: pass\n"
             "print('torch' in sys.modules, ' '.join(buf.getvalue().split()))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and proc.stdout.startswith("False "), proc.stdout[:200] + proc.stderr
     from harness.cli.common import strategy_names
     from harness.strategies import ORDER

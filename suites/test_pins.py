@@ -18,6 +18,7 @@ from harness.execute.prepared import PreparedCase
 from harness.inputs.cases import load_case
 from harness.strategies import REGISTRY
 from harness.verify import check, golden
+from suites.hang_guard import HANG_GUARD_S
 from suites.helpers import INTERPRETED, run_under_interpreter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +139,7 @@ def _pytest_in_copy(tmp_path: Path, tests: str, strict: str | None) -> subproces
     if strict is not None:
         env["MLA_HARNESS_STRICT_SKIPS"] = strict
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "suites/test_planted.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_strict_skip_guard_fails_a_session_with_an_unexplained_skip(tmp_path):

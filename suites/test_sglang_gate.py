@@ -16,6 +16,7 @@ import json5
 import pytest
 
 from ci import asv_sglang_env, sglang_gate
+from suites.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -517,7 +518,7 @@ def test_an_endless_asv_config_in_work_is_refused_without_reading_it(tmp_path):
             "from pathlib import Path; from ci import sglang_gate\n"
             "try:\n    sglang_gate.write_config(Path(sys.argv[1]), 'python', Path(sys.argv[2]))\n"
             "except sglang_gate.BadInput as exc:\n    print(exc); sys.exit(2)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(work)], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(work)], capture_output=True, text=True, timeout=HANG_GUARD_S,
                           cwd=Path(sglang_gate.__file__).resolve().parents[1])
     assert proc.returncode == 2 and "is not the gate's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert os.readlink(work / "asv.conf.json") == "/dev/zero"

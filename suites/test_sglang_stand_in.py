@@ -13,6 +13,7 @@ import torch
 
 from harness.integrations.sglang import runtime, stand_in
 from harness.strategies import REGISTRY
+from suites.hang_guard import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,7 @@ def test_a_broken_sglang_is_an_error_not_unsupported(tmp_path, case):
              "print('reason:', runtime.import_reason(runtime.MLA_BACKEND))\n"
              "try:\n    runtime.load(runtime.MLA_BACKEND)\nexcept HarnessError as e:\n    print('load:', e)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_GUARD_S)
     reason, load = out.stdout.splitlines()
     assert ("reason: None" == reason) == own, out.stdout + out.stderr
     assert "is not importable" in load and ("raised by SGLang's own code" in load) == own

