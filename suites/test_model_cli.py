@@ -138,6 +138,14 @@ def test_tpot_bad_input_is_one_error_line(capsys, args, fragment):
     assert fragment in _main_error(capsys, *args)
 
 
+@pytest.mark.parametrize("args, where", [(("--scale", "prod"), "--scale prod"), (("--layers", "5"), "--layers")])
+def test_tpot_more_layers_than_the_shrunk_model_names_the_option_given(capsys, args, where):
+    """--shrink's 3-layer model under --scale prod (the preset's 78 layers): the line names --scale prod and --shrink
+    (before: '--layers', which the user never passed); twin: --layers 5, which the user did pass, is named."""
+    line = _main_error(capsys, *args)
+    assert line.startswith(f"error: {where}: ") and "has 3 layers" in line and "--layers" not in line.removeprefix(f"error: {where}"), line
+
+
 @pytest.mark.parametrize("args, flag", [(("--sglang-output-len", "8"), "--sglang-output-len"), (("--sglang-full-tp",), "--sglang-full-tp")])
 def test_tpot_an_option_of_the_sglang_engine_is_refused_by_the_harness_engine(capsys, args, flag):
     line = _main_error(capsys, *args)

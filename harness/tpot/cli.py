@@ -90,9 +90,10 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         allreduce = LatencyAllReduce(table, device)
     elif table_arg is None and device.type == "cuda" and args.engine == "harness":
         allreduce = LatencyAllReduce(load_table(DEFAULT_TABLE), device, default=True)
-    shape = load_shape(case.preset.name, shrink=args.shrink)
+    shape = load_shape(case.preset.name, shrink=args.shrink).for_pool(case.num_layers, _layers_option(args),
+                                                                      "the --shrink model" if args.shrink else "the model")
     if args.engine == "sglang":  # SGLang runs the case's layers, as the harness's step does
-        return _sglang(args, console, case, shape.for_pool(case.num_layers), names, software)
+        return _sglang(args, console, case, shape, names, software)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
@@ -134,6 +135,14 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}")
     return timed_or_fail(rows)
+
+
+def _layers_option(args) -> str:
+    """The option the user gave that set the pool's layer count: --layers, else --scale NAME, else --shrink (the
+    default scale's layers against its smaller model)."""
+    if args.layers is not None:
+        return "--layers"
+    return f"--scale {args.scale}" if args.scale else "--shrink"
 
 
 def timed_or_fail(rows) -> int:

@@ -76,10 +76,11 @@ class ModelShape:
         """The first `num_layers` layers (dense layers first, as in the model)."""
         return replace(self, num_layers=num_layers, first_k_dense=min(self.first_k_dense, num_layers))
 
-    def for_pool(self, num_layers: int) -> "ModelShape":
-        """The model a pool of `num_layers` layers runs (the case's layers, --layers): its first layers."""
+    def for_pool(self, num_layers: int, where: str = "--layers", model: str = "the model") -> "ModelShape":
+        """The model a pool of `num_layers` layers runs (the case's layers): its first layers. `where` names the
+        option that set the pool's layers and `model` this shape, for the error when the model has fewer."""
         if num_layers > self.num_layers:
-            raise HarnessError("--layers", f"the model has {self.num_layers} layers; the pool can't have more ({num_layers})")
+            raise HarnessError(where, f"{model} has {self.num_layers} layers; the pool can't have more ({num_layers})")
         return self.with_layers(num_layers) if num_layers < self.num_layers else self
 
 
