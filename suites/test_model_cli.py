@@ -205,6 +205,35 @@ def test_tpot_json_says_where_the_time_goes_and_the_memory_plan(results):
     assert detail["memory_plan"].startswith("gather_cast:")
 
 
+def _breakdown_text(rows) -> str:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from harness.tpot.cli import _breakdown_tables
+
+    console = Console(record=True, width=300, file=io.StringIO())
+    for table in _breakdown_tables([SimpleNamespace(**r) for r in rows]):
+        console.print(table)
+    return " ".join(console.export_text().split())  # a title wrapped to its table's width, on one line
+
+
+def test_cpu_breakdown_says_its_parts_do_not_add_up_to_tpot(results, tmp_path):
+    """On CPU each part is the host wall time of its own run of the whole forward loop: the console and the report
+    printed each as a share of TPOT (summing past 100%) beside an 'unattributed' rest, as if the parts split it; they
+    say how the parts were timed and print neither. Twin: CUDA's parts (graphs of their kernels alone) keep both."""
+    rows = json.loads(results.read_text())["rows"]
+    cpu = _breakdown_text(rows)
+    assert "do not add up to TPOT" in cpu and "%" not in cpu and "unattributed" not in cpu, cpu
+    assert harness(str(results), "--out", str(tmp_path / "r"), module="harness.tpot.report").returncode == 0
+    md = (tmp_path / "r" / "tpot.md").read_text().split("Where the time goes (gather_cast")[1].split("\n\n", 2)
+    assert "do not add up to TPOT" in md[0] and "%" not in md[1] and "unattributed" not in md[1], md
+    bd = next(r["detail"]["breakdown"] for r in rows if r["metric"] == "tpot_ms")
+    cuda = _breakdown_text([{"strategy": "s", "metric": "tpot_ms", "detail": {"breakdown": {**bd, "parts_add_up": True}}}])
+    assert "unattributed" in cuda and "%" in cuda, cuda
+
+
 def test_default_allreduce_table_is_the_committed_h200_tp2_measurement():
     from harness.tpot.allreduce import DEFAULT_TABLE, load_table
 

@@ -214,21 +214,26 @@ def torch_device():
 
 
 def _breakdown_tables(rows) -> list[Table]:
-    """Where the time goes, per strategy: each component's ms beside its floor."""
+    """Where the time goes, per strategy: each component's ms beside its floor; its share of TPOT and the unattributed
+    rest only where the parts add up to TPOT (CUDA graphs), else the table says how they were timed."""
     out = []
     for r in rows:
         bd = (r.detail or {}).get("breakdown") if r.metric == "tpot_ms" else None
         if not bd:
             continue
-        t = Table(title=f"where the time goes: {r.strategy} (tpot {bd['tpot_ms']:.3f} ms)")
-        for col in ("component", "ms", "share", "floor GB", "floor ms", "ms / floor"):
+        add_up = bd["parts_add_up"]
+        t = Table(title=f"where the time goes: {r.strategy} (tpot {bd['tpot_ms']:.3f} ms)"
+                        + ("" if add_up else f"\n{bd['how']}"))
+        for col in ("component", "ms", *(("share",) if add_up else ()), "floor GB", "floor ms", "ms / floor"):
             t.add_column(col, justify="right")
         fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
         for name, p in bd["parts"].items():
-            t.add_row(name, fmt(p["ms"], ".3f"), fmt(p["ms"] / bd["tpot_ms"], ".1%"), fmt(p["floor_bytes"] / 1e9, ".3f"),
-                      fmt(p["floor_ms"], ".3f"), fmt(p["over_floor"], ".1f"))
-        t.add_row("sum / unattributed", fmt(bd["sum_ms"], ".3f"), fmt(bd["sum_ms"] / bd["tpot_ms"], ".1%"), "", "",
-                  f"{bd['unattributed_ms']:+.3f} ms")
+            share = (fmt(p["ms"] / bd["tpot_ms"], ".1%"),) if add_up else ()
+            t.add_row(name, fmt(p["ms"], ".3f"), *share, fmt(p["floor_bytes"] / 1e9, ".3f"), fmt(p["floor_ms"], ".3f"),
+                      fmt(p["over_floor"], ".1f"))
+        if add_up:
+            t.add_row("sum / unattributed", fmt(bd["sum_ms"], ".3f"), fmt(bd["sum_ms"] / bd["tpot_ms"], ".1%"), "", "",
+                      f"{bd['unattributed_ms']:+.3f} ms")
         out.append(t)
     return out
 

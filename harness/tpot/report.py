@@ -81,6 +81,7 @@ class _Breakdown(msgspec.Struct):
     tpot_ms: Positive
     unattributed_ms: float
     how: str
+    parts_add_up: bool = True  # False: CPU host times of separate runs (absent from files before it was recorded: CUDA's)
 
 
 class TpotDetail(msgspec.Struct):
@@ -192,10 +193,13 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
             if bd:
                 lines += [f"Where the time goes ({name}, TPOT {bd['tpot_ms']:.2f} ms; {bd['how']}):", "",
                           "| component | ms | share of TPOT | floor GB | floor ms | ms / floor |", "|---|---|---|---|---|---|"]
+                add_up = bd.get("parts_add_up", True)
                 for part, v in bd["parts"].items():
-                    lines.append(f"| {part} | {v['ms']:.2f} | {v['ms'] / bd['tpot_ms']:.0%} | {v['floor_bytes'] / 1e9:.2f} | "
-                                 f"{_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
-                lines += [f"| sum (unattributed {bd['unattributed_ms']:+.2f} ms) | {bd['sum_ms']:.2f} | {bd['sum_ms'] / bd['tpot_ms']:.0%} | | | |", ""]
+                    lines.append(f"| {part} | {v['ms']:.2f} | {_fmt(v['ms'] / bd['tpot_ms'] if add_up else None, '.0%')} | "
+                                 f"{v['floor_bytes'] / 1e9:.2f} | {_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
+                if add_up:
+                    lines.append(f"| sum (unattributed {bd['unattributed_ms']:+.2f} ms) | {bd['sum_ms']:.2f} | {bd['sum_ms'] / bd['tpot_ms']:.0%} | | | |")
+                lines.append("")
         plans = [((m.get("tpot_ms") or {}).get("detail") or {}).get("memory_plan") for m in strategies.values()]
         if any(plans):
             lines += ["Memory plan (beside the rank's full weights):", ""] + [f"- {p}" for p in plans if p] + [""]
