@@ -23,7 +23,7 @@ def harness(*args, module="harness"):
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("tpot") / "t.json"
     proc = harness("tpot", *SMALL, "--strategy", "gather_cast", "--check-rotation",
-                   "--layers", "2", "--json", str(out))
+                   "--layers", "2", "--weight-sets", "1", "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -40,7 +40,8 @@ def test_tpot_writes_tpot_ms_and_attn_share(results):
         assert rows[(name, "step_weight_bytes")]["value"] > 0
     detail = rows[("gather_cast", "tpot_ms")]["detail"]
     assert detail["allreduce"].startswith("none") and detail["kernels"]["routed_experts"] == "torch_per_pair_bf16"
-    assert rows[("gather_cast", "rotation_check")]["detail"]["distinct_ms"] > 0
+    rotation = rows[("gather_cast", "rotation_check")]["detail"]
+    assert rotation["distinct_ms"] > 0 and rotation["sets_read"] == {"rotated": 3, "distinct": 4}
     assert doc["repro"].startswith("python -m harness tpot")
 
 
@@ -322,12 +323,23 @@ def test_tpot_check_rotation_times_the_first_strategy_that_runs_here(tmp_path, c
     from harness.cli import main
 
     out = tmp_path / "r.json"
-    assert main(["tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--strategy", "stock",
-                 "--check-rotation", "--json", str(out)]) == 0
+    assert main(["tpot", *SMALL, "--layers", "2", "--weight-sets", "1", "--no-breakdown", "--strategy", "stock_vectorized",
+                 "--strategy", "stock", "--check-rotation", "--json", str(out)]) == 0
     (rotation,) = [r for r in json.loads(out.read_text())["rows"] if r["metric"] == "rotation_check"]
     assert rotation["strategy"] == "stock" and rotation["detail"]["strategy"] == "stock"
-    line = _main_error(capsys, "--layers", "1", "--strategy", "stock_vectorized", "--check-rotation", "--json", str(tmp_path / "n.json"))
+    line = _main_error(capsys, "--layers", "2", "--weight-sets", "1", "--strategy", "stock_vectorized", "--check-rotation",
+                       "--json", str(tmp_path / "n.json"))
     assert line.startswith("error: --check-rotation") and "stock_vectorized" in line and not (tmp_path / "n.json").exists()
+
+
+def test_tpot_check_rotation_that_would_time_one_workload_twice_is_refused(tmp_path, capsys):
+    """--check-rotation where the weight sets already give every layer its own (the default 4 over the ci scale's 2
+    layers): rotated and distinct would be one workload, a check that cannot fail; one line naming --check-rotation and
+    --weight-sets, exit 2, nothing timed or written (before: both timed, their ratio recorded as the check).
+    Twin: --weight-sets 1 over 2 layers runs (the test above)."""
+    out = tmp_path / "r.json"
+    line = _main_error(capsys, "--layers", "2", "--no-breakdown", "--strategy", "stock", "--check-rotation", "--json", str(out))
+    assert line.startswith("error: --check-rotation") and "--weight-sets 4 over 2 layer(s)" in line and not out.exists(), line
 
 
 def test_tpot_json_to_stdout_is_json_alone(tmp_path):

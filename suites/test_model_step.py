@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from harness.errors import HarnessError
+from harness.errors import CheckFailed, HarnessError
 from harness.execute.decode import DecodeSession
 from harness.inputs.cases import Case
 from harness.spec.faults import Fault
@@ -152,6 +152,23 @@ def test_a_shape_of_another_preset_is_refused():
     case = Case(get_preset("deepseek-v3-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
     with pytest.raises(HarnessError, match=r"^--preset: the model shape is glm5-tp8's, the case is deepseek-v3-tp8's"):
         build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cpu"), "torch", 2, AllReduce())
+
+
+def test_rotation_check_fails_when_rotated_and_distinct_are_one_workload(monkeypatch):
+    """The check times the rotated step against one whose every layer reads its own weights. Negative control: a
+    planted fault that makes the distinct weights with the rotated count (the cap that made both one workload) fails
+    it, CheckFailed, before anything is timed. Twin: unplanted, the distinct step reads 2 x layers sets, the rotated fewer."""
+    from harness.tpot import tpot
+
+    case = Case(get_preset("glm5-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
+    ctx = build_context(case, load_shape("glm5-tp8", shrink=True), torch.device("cpu"), "torch", 1, AllReduce())
+    out = tpot.rotation_check(ctx, "stock", 1)
+    assert out["sets_read"] == {"rotated": 3, "distinct": 4} and out["distinct_ms"] > 0
+    make = tpot.make_weights
+    monkeypatch.setattr(tpot, "make_weights", lambda shape, sets, seed, device: make(shape, min(sets, ctx.weight_sets), seed, device))
+    monkeypatch.setattr(tpot, "time_strategy", lambda *a, **k: pytest.fail("timed a check that cannot fail"))
+    with pytest.raises(CheckFailed, match="reads 3 weight sets and the distinct one 3 .*one workload timed twice"):
+        tpot.rotation_check(ctx, "stock", 1)
 
 
 def _layer0_attention(ctx, name, faults=frozenset()):

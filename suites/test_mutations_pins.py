@@ -13,6 +13,7 @@ from suites.mutation import assert_caught
 B, P, E, S = "suites/test_bounds.py", "suites/test_pins.py", "suites/test_envvars.py", "suites/test_shard_plan.py"
 OUTPUTS = "suites/test_outputs_and_goldens.py"
 REFRESH = "suites/test_golden_refresh_safety.py"
+STEP, ROTATION = "suites/test_model_step.py", "test_rotation_check_fails_when_rotated_and_distinct_are_one_workload"
 
 # (id, file, exact original text, mutated text, tests that must fail)
 MUTATIONS = [
@@ -84,6 +85,13 @@ MUTATIONS = [
      "pass  # before the timing run", [f"{OUTPUTS}::test_tpot_json_folder_is_refused_before_the_timing_run"]),
     ("tpot-sglang-preflight-skipped", "harness/tpot/cli.py", "        software = _require_sglang(args.sglang_python)", "        software = {}",
      [f"{OUTPUTS}::test_tpot_engine_sglang_without_sglang_leaves_nothing"]),
+    # the rotation check compares two workloads: a run where they are one is refused or fails
+    ("rotation-distinct-made-as-rotated", "harness/tpot/tpot.py", "weights=make_weights(ctx.shape, layers, seed + 1, ctx.device)",
+     "weights=make_weights(ctx.shape, ctx.weight_sets, seed + 1, ctx.device)", [f"{STEP}::{ROTATION}"]),
+    ("rotation-one-workload-passes", "harness/tpot/tpot.py", 'if not sets_read["rotated"] < sets_read["distinct"] == 2 * layers:',
+     "if False:", [f"{STEP}::{ROTATION}"]),
+    ("rotation-one-workload-not-refused", "harness/tpot/cli.py", "        refuse_one_workload_rotation(shape.num_layers, args.weight_sets)",
+     "        pass", ["suites/test_model_cli.py::test_tpot_check_rotation_that_would_time_one_workload_twice_is_refused"]),
     # behaviours no test pinned
     ("coverage-skips-step-0", "harness/verify/golden.py", "if not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",
      "if batch.step and not np.array_equal(gold.positions(batch.step), checked_positions(batch, ids)):",

@@ -65,7 +65,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.strategies import BENCHMARKED, REGISTRY, select
     from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
     from harness.tpot.config import load_shape
-    from harness.tpot.tpot import build_context, rotation_check, time_strategy, to_rows
+    from harness.tpot.tpot import build_context, refuse_one_workload_rotation, rotation_check, time_strategy, to_rows
 
     refuse_other_engines_options(args)
     names = select(args.strategy, BENCHMARKED)
@@ -94,6 +94,8 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                                                                       "the --shrink model" if args.shrink else "the model")
     if args.engine == "sglang":  # SGLang runs the case's layers, as the harness's step does
         return _sglang(args, console, case, shape, names, software)
+    if args.check_rotation:
+        refuse_one_workload_rotation(shape.num_layers, args.weight_sets)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.backends import make_backend
-from harness.errors import HarnessError
+from harness.errors import CheckFailed, HarnessError
 from harness.execute.decode import DecodeSession, make_step_data
 from harness.inputs.cases import Case
 from harness.inputs.memory import GIB, free_bytes
@@ -308,16 +308,31 @@ def r_batch(ctx: TpotContext) -> int:
     return ctx.schedule.steps[-1].batch_size
 
 
+def refuse_one_workload_rotation(layers: int, weight_sets: int) -> None:
+    """Before any work: --check-rotation where the rotated sets already give every layer its own would time one
+    workload twice, a check that cannot fail."""
+    if weight_sets >= layers:
+        fix = f"--weight-sets below {layers}, or more --layers" if layers > 1 else "more --layers"
+        raise HarnessError("--check-rotation", f"--weight-sets {weight_sets} over {layers} layer(s) already gives every layer "
+                                               f"its own weights: rotated and distinct would be one workload (pass {fix})")
+
+
 def rotation_check(ctx: TpotContext, strategy: str, repeats: int, seed: int = 0) -> dict:
-    """TPOT with the rotated weight sets and with every layer's weights distinct, on the same pool."""
+    """TPOT with the rotated weight sets and with every layer's weights distinct, on the same pool. Fails (CheckFailed)
+    unless the distinct step reads a set per layer and kind and the rotated one fewer: else both time one workload."""
     from dataclasses import replace
 
+    layers = ctx.shape.num_layers
+    distinct_ctx = replace(ctx, weights=make_weights(ctx.shape, layers, seed + 1, ctx.device), weight_sets=layers)
+    sets_read = {"rotated": ctx.weights.sets_read(ctx.shape), "distinct": distinct_ctx.weights.sets_read(ctx.shape)}
+    if not sets_read["rotated"] < sets_read["distinct"] == 2 * layers:
+        raise CheckFailed(f"rotation check: over {layers} layers the rotated step reads {sets_read['rotated']} weight sets and "
+                          f"the distinct one {sets_read['distinct']} (want fewer than {2 * layers}, and {2 * layers}): one workload timed twice")
     rotated = time_strategy(strategy, ctx, repeats)
-    distinct_ctx = replace(ctx, weights=make_weights(ctx.shape, ctx.shape.num_layers, seed + 1, ctx.device), weight_sets=ctx.shape.num_layers)
     distinct = time_strategy(strategy, distinct_ctx, repeats)
     del distinct_ctx
     return {
-        "strategy": strategy, "layers": ctx.shape.num_layers, "weight_sets": ctx.weight_sets,
+        "strategy": strategy, "layers": layers, "weight_sets": ctx.weight_sets, "sets_read": sets_read,
         "rotated_ms": rotated.tpot, "distinct_ms": distinct.tpot, "ratio": rotated.tpot / distinct.tpot,
         "rotated_samples": rotated.tpot_ms, "distinct_samples": distinct.tpot_ms,
     }

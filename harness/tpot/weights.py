@@ -122,6 +122,15 @@ class RankWeights:
         ffn = self.moe[(layer - shape.first_k_dense) % len(self.moe)] if shape.is_moe(layer) else self.dense[layer % len(self.dense)]
         return self.attn[layer % len(self.attn)], ffn, shape.is_moe(layer)
 
+    def sets_read(self, shape: ModelShape) -> int:
+        """Distinct weight sets the step reads over its layers, attention and FFN told apart by where their first FP8
+        matrix lives (a set re-read is the same memory): 2 x layers when no layer re-reads another's."""
+        where = set()
+        for layer in range(shape.num_layers):
+            a, f, is_moe = self.for_layer(shape, layer)
+            where |= {a.qkv_a.q.data_ptr(), (f.experts.w13 if is_moe else f.gate_up.q).data_ptr()}
+        return len(where)
+
     def fp8_linears(self):
         for a in self.attn:
             yield from (a.qkv_a, a.q_b, a.o_proj)
