@@ -2,7 +2,6 @@
 command line, latency parsing (the engine itself: suites/sglang/test_sglang_driver.py)."""
 
 import json
-import os
 import stat
 import statistics
 import sys
@@ -127,7 +126,7 @@ def test_cli_engine_sglang_rejects_strategies_it_cannot_install(tmp_path, capsys
     rows = {r["strategy"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["gather_cast"]["value"] == pytest.approx(30.0) and rows["shadow"]["value"] is None
     assert rows["gather_cast"]["samples"] == pytest.approx([30.0] * 31)
-    assert "unsupported" in rows["shadow"]["detail"] and os.path.exists(tmp_path / "w" / "model" / "config.json")
+    assert "unsupported" in rows["shadow"]["detail"] and len(list((tmp_path / "w").glob("model-*/config.json"))) == 1
 
 
 def test_cli_engine_sglang_records_the_software_of_its_python(tmp_path):
@@ -179,6 +178,32 @@ def test_cli_engine_sglang_keeps_a_workdir_it_did_not_make(tmp_path, capsys):
     assert (work / "one_batch-gather_cast.jsonl").read_text() == "mine"
     for _ in range(2):  # twin: a new folder, then the same one again
         assert main([*argv, "--sglang-workdir", str(tmp_path / "w")]) == 0
+
+
+def test_cli_engine_sglang_never_replaces_a_config_json(tmp_path, capsys):
+    """A workdir an earlier run made (its mark) where the user then put a model's config.json: a second run keeps it
+    (before: replaced in place by the run's); the run's config goes to a folder named by its content, used again as it
+    is by the next run; one of other content at that path is kept and the run refused, one line naming it, exit 2."""
+    from harness.cli import main
+
+    python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
+    work, out = tmp_path / "w", tmp_path / "r.json"
+    argv = ["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(work),
+            "--strategy", "gather_cast"]
+    assert main(argv) == 0
+    mine = work / "model" / "config.json"
+    mine.parent.mkdir(exist_ok=True)
+    mine.write_text('{"my": "model"}')
+    assert main([*argv, "--json", str(out)]) == 0 and mine.read_text() == '{"my": "model"}'
+    (config,) = work.glob("model-*/config.json")
+    command = json.loads(out.read_text())["rows"][0]["detail"]["command"]
+    assert command[command.index("--model-path") + 1] == str(config.parent)
+    config.write_text('{"mine": 1}')
+    capsys.readouterr()
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --sglang-workdir") and str(config) in line, line
+    assert config.read_text() == '{"mine": 1}' and mine.read_text() == '{"my": "model"}'
 
 
 def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatch, capsys):
@@ -241,7 +266,8 @@ def test_cli_engine_sglang_runs_the_layers_its_results_name(tmp_path, capsys):
             "--strategy", "gather_cast"]
     assert main([*argv, "--layers", "3", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["case"]["layers"] == 3
-    cfg = json.loads((work / "model" / "config.json").read_text())
+    (config,) = work.glob("model-*/config.json")
+    cfg = json.loads(config.read_text())
     assert cfg["num_hidden_layers"] == 3 and cfg["first_k_dense_replace"] == 3
     assert "gather_cast: sglang.benchmark.one_batch: 1/1 in" in capsys.readouterr().out  # each SGLang run is a progress phase
     assert main([*argv, "--shrink", "--layers", "5"]) == 2

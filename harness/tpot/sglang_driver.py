@@ -15,6 +15,7 @@ slots and refuses (one HarnessError) a run whose pool SGLang reports otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import statistics
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.fsio import check_new_dir
+from harness.fsio import check_new_dir, check_writable, write_text
 from harness.inputs.pool import PoolGeometry, geometry_for
 from harness.tpot.config import ModelShape
 from harness.tpot.sglang_launch import POOL_MARK
@@ -77,17 +78,28 @@ WORKDIR_MARK = ".mla-harness-sglang-workdir"  # in a --sglang-workdir the driver
 
 
 def check_workdir(workdir: Path) -> None:
-    """Before any work: --sglang-workdir is new, empty or one the driver made (its mark), so the model's
-    config.json and the result files it replaces are never a user's (`run` marks it)."""
+    """Before any work: --sglang-workdir is new, empty or one the driver made (its mark), so the result files it
+    replaces are never a user's (`run` marks it; its model config goes to a fresh path: write_model_folder)."""
     check_new_dir(workdir, "--sglang-workdir")
     if workdir.is_dir() and any(workdir.iterdir()) and not (workdir / WORKDIR_MARK).is_file():
         raise HarnessError("--sglang-workdir", f"{workdir} holds files the harness did not write; they are kept "
                            "(choose a new or empty folder)")
 
 
-def write_model_folder(shape: ModelShape, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(model_config(shape), indent=1) + "\n")
+def write_model_folder(shape: ModelShape, parent: Path) -> Path:
+    """The folder SGLang loads the model from: `parent`/model-<its config.json's sha256>, so no config.json on disk is
+    ever replaced: one of this content is used as it is; one of other content (not this run's) is kept and the run
+    refused, one line naming it."""
+    text = json.dumps(model_config(shape), indent=1) + "\n"
+    folder = parent / f"model-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    path = folder / "config.json"
+    if path.is_file():
+        if path.read_text() != text:
+            raise HarnessError("--sglang-workdir", f"{path} exists and is not this run's model config; it is kept "
+                                                   "(choose a new or empty --sglang-workdir)")
+        return folder
+    check_writable(path, "--sglang-workdir")
+    write_text(path, text, "--sglang-workdir")
     return folder
 
 
@@ -187,7 +199,7 @@ def run(shape: ModelShape, strategy: str, batch_size: int, input_len: int, outpu
     check_slots(slots, geometry.page_size, batch_size, input_len, output_len)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / WORKDIR_MARK).touch()
-    folder = write_model_folder(shape, workdir / "model")
+    folder = write_model_folder(shape, workdir)
     result_file = workdir / f"one_batch-{strategy}.jsonl"
     result_file.unlink(missing_ok=True)
     cmd = launch_command(python, strategy, one_batch_args(folder, shape, batch_size, input_len, output_len, result_file, slots, one_rank),
