@@ -1,8 +1,12 @@
-"""Reference-grade attention in plain torch (CPU and CUDA): BF16 or FP8 KV, fp32 math.
+"""Reference-grade attention in plain torch (CPU and CUDA): BF16 or FP8 KV, float64 math.
 
-Each request's rows are gathered in plan order, upcast to fp32 (times the
-per-tensor scale for FP8 KV), and attended with fp32 matmuls; the output is
-rounded to bf16 once. Identical KV values in identical order give identical bits.
+Each request's rows are gathered in plan order, upcast to float64 (times the
+per-tensor scale for FP8 KV), and attended with float64 matmuls; the output is
+rounded to bf16 once, the LSE to fp32. Identical KV values give identical bits
+however BLAS splits the sums: in fp32, MKL's thread split (fewer threads on a
+loaded machine) changed a few bf16 outputs between two runs of one request, so
+a bitwise-tier strategy failed against stock at random (stock's first call in
+a process on a loaded 2-core CI machine).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Optional
 import torch
 
 from harness.backends.base import AttnProblem
+
+MATH = torch.float64  # the dtype of every sum (module docstring: why not fp32)
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,12 @@ class TorchBackend:
         outs, lses = [], []
         for b, (start, stop) in enumerate(plan.spans):
             idx = plan.indices[start:stop]
-            c = ckv2.index_select(0, idx).to(torch.float32)
-            k = kpe2.index_select(0, idx).to(torch.float32)
+            c = ckv2.index_select(0, idx).to(MATH)
+            k = kpe2.index_select(0, idx).to(MATH)
             if problem.kv_dtype == torch.float8_e4m3fn:
                 c, k = c * scale, k * scale
-            logits = (q_nope[b].float() @ c.T + q_pe[b].float() @ k.T) * problem.sm_scale
+            logits = (q_nope[b].to(MATH) @ c.T + q_pe[b].to(MATH) @ k.T) * problem.sm_scale
             lse = torch.logsumexp(logits, dim=-1)
             outs.append((torch.exp(logits - lse[:, None]) @ c).to(torch.bfloat16))
-            lses.append(lse)
+            lses.append(lse.float())
         return torch.stack(outs), torch.stack(lses)
