@@ -1,9 +1,10 @@
 """Shared test plumbing: run strategies on a golden case exactly as `harness run` does (no timing);
-run a test file again in a Triton-interpreter child process."""
+run a test file again in a Triton-interpreter child process; read a results file's repro command."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from harness import CHECKOUT
 from harness.api import RunConfig, run
 from harness.inputs.cases import load_case
 
@@ -75,3 +77,12 @@ def shrunk_step_case():
     prep = PreparedCase(dataclasses.replace(case, scenario=scenario), torch.device("cpu")).build()
     assert int(prep.schedule.steps[0].write_slots[3]) in prep.schedule.steps[2].write_slots  # lane 3's old slot reused
     return prep
+
+
+def repro_words(repro: str) -> tuple[list[str], list[str]]:
+    """A recorded repro's variables (VAR=value, PYTHONPATH last, the checkout first in it) and the harness's
+    arguments, after this interpreter's `-P -m harness`."""
+    words = shlex.split(repro)
+    i = words.index(sys.executable)
+    assert words[i - 1].startswith(f"PYTHONPATH={CHECKOUT}") and words[i + 1:i + 4] == ["-P", "-m", "harness"], repro
+    return words[:i], words[i + 4:]

@@ -19,6 +19,7 @@ from harness.inputs.cases import GOLDEN_DIR
 from harness.inputs.reference import StepInputs, mla_decode_f64
 from harness.verify import golden
 from suites.hang_guard import HANG_GUARD_S
+from suites.helpers import repro_words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +57,7 @@ def test_run_default_passes_and_writes_results(tmp_path):
     proc = harness("run", "--device", "cpu", "--repeats", "2", "--json", str(out), "--dump-outputs", str(tmp_path / "dump"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "mla-harness-results/4" and doc["repro"].startswith("python -m harness run")
+    assert doc["schema"] == "mla-harness-results/4" and repro_words(doc["repro"])[1][0] == "run"
     assert doc["environment"]["torch"] and "git_commit" in doc["environment"]
     verdicts = {r["strategy"]: r["value"] for r in doc["rows"] if r["metric"] == "verdict"}
     assert verdicts == {"stock": "pass", "stock_vectorized": "unsupported", "gather_cast": "pass", "shadow": "pass", "native_fp8": "pass",
@@ -476,8 +477,6 @@ def test_a_writable_stream_passes_the_early_check(tmp_path):
 def test_repro_reruns_the_same_case_from_any_folder(tmp_path, monkeypatch):
     """The recorded repro names its paths absolutely and the variables that change a run (MLA_HARNESS_GOLDEN_DIR):
     run word for word from another folder it makes a results file of the same case."""
-    import shlex
-
     from harness.gate.compare import load_results
 
     work = tmp_path / "dir with 'space"
@@ -489,13 +488,12 @@ def test_repro_reruns_the_same_case_from_any_folder(tmp_path, monkeypatch):
     args = ("run", "--scenario-file", "s.toml", "--strategy", "stock", "--repeats", "0", "--slots", "4096", "--layers", "1")
     proc = harness(*args, "--json=first.json", golden_dir=work / "gold")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    repro = json.loads((work / "first.json").read_text())["repro"]
-    words = shlex.split(repro)
-    assert words[0] == f"MLA_HARNESS_GOLDEN_DIR={work / 'gold'}" and words[1:4] == ["python", "-m", "harness"]
+    env, words = repro_words(json.loads((work / "first.json").read_text())["repro"])
+    assert env[0] == f"MLA_HARNESS_GOLDEN_DIR={work / 'gold'}"
     (work / "first.json").rename(tmp_path / "first.json")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLA_HARNESS_GOLDEN_DIR")
-    again = harness(*words[4:], golden_dir=words[0].split("=", 1)[1])
+    again = harness(*words, golden_dir=env[0].split("=", 1)[1])
     assert again.returncode == 0, again.stdout + again.stderr
     first, second = load_results(tmp_path / "first.json"), load_results(work / "first.json")
     assert first.case == second.case and {r.key for r in first.rows} == {r.key for r in second.rows}
@@ -505,16 +503,33 @@ def test_repro_names_the_sglang_python_absolutely_and_never_replaces_its_results
     """A --sglang-python given as a path is recorded absolutely (a bare command stays one, for PATH to find), and
     --force is left out: rerun word for word, the repro refuses to replace the results file it came from (before:
     ./py stayed relative, so the repro failed from another folder, and --force replaced the original results)."""
-    import shlex
-
     from harness.results.document import repro_command
 
     monkeypatch.chdir(tmp_path)
-    words = shlex.split(repro_command(["tpot", "--engine", "sglang", "--sglang-python", "./py", "--json", "o.json", "--force"]))
-    assert words == ["python", "-m", "harness", "tpot", "--engine", "sglang", "--sglang-python", str(tmp_path / "py"),
-                     "--json", str(tmp_path / "o.json")]
-    assert shlex.split(repro_command(["tpot", "--sglang-python=bin/py"]))[-1] == f"--sglang-python={tmp_path / 'bin/py'}"
-    assert shlex.split(repro_command(["tpot", "--sglang-python", "python3"]))[-2:] == ["--sglang-python", "python3"]
+    words = repro_words(repro_command(["tpot", "--engine", "sglang", "--sglang-python", "./py", "--json", "o.json", "--force"]))[1]
+    assert words == ["tpot", "--engine", "sglang", "--sglang-python", str(tmp_path / "py"), "--json", str(tmp_path / "o.json")]
+    assert repro_words(repro_command(["tpot", "--sglang-python=bin/py"]))[1][-1] == f"--sglang-python={tmp_path / 'bin/py'}"
+    assert repro_words(repro_command(["tpot", "--sglang-python", "python3"]))[1][-2:] == ["--sglang-python", "python3"]
+
+
+def test_repro_runs_this_interpreter_on_this_checkout_from_any_folder(tmp_path, monkeypatch):
+    """The repro names the interpreter that ran (absolutely) and this checkout's harness: run by a shell from a folder
+    holding another harness/, with another `python` first on PATH and no PYTHONPATH, it runs this one (before: a bare
+    `python -m harness`, which ran the PATH's interpreter on the current folder's harness)."""
+    from harness.results.document import repro_command
+
+    decoy = tmp_path / "elsewhere"
+    (decoy / "harness").mkdir(parents=True)
+    (decoy / "harness" / "__main__.py").write_text("raise SystemExit('the decoy harness ran')\n")
+    (decoy / "python").write_text("#!/bin/sh\necho the decoy python ran; exit 3\n")
+    (decoy / "python").chmod(0o755)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("PYTHONPATH", "suites")  # the run's own PYTHONPATH: kept after the checkout, absolutely
+    repro = repro_command(["run", "--help"])
+    assert repro_words(repro)[0][-1] == f"PYTHONPATH={ROOT}{os.pathsep}{ROOT / 'suites'}"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PATH": f"{decoy}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["sh", "-c", repro], cwd=decoy, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m harness run"), proc.stdout + proc.stderr
 
 
 def test_an_abbreviated_option_is_refused(tmp_path):
@@ -532,7 +547,7 @@ def test_tpot_records_its_own_command_line(tmp_path, monkeypatch):
     proc = harness("tpot", "--device", "cpu", "--shrink", "--slots", "2048", "--layers", "1", "--scenario", "b1-l500",
                    "--strategy", "stock", "--repeats", "1", "--no-breakdown", "--json", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(out.read_text())["repro"].startswith("python -m harness tpot --device cpu --shrink --slots 2048")
+    assert repro_words(json.loads(out.read_text())["repro"])[1][:6] == ["tpot", "--device", "cpu", "--shrink", "--slots", "2048"]
 
 
 def test_timing_is_a_progress_phase_of_its_own(tmp_path):

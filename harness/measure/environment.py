@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import torch
 
-from harness import envvars
+from harness import CHECKOUT, envvars
 from harness.measure.clocks import smi_id
 from harness.results.schema import Environment
 
@@ -35,9 +35,6 @@ def _git(folder: Path, *args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-CHECKOUT = Path(__file__).resolve().parents[2]  # the folder whose harness/ this package is
 
 
 def _git_commit() -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import CHECKOUT
 from harness.fsio import write_text
 from harness.results.metrics import METRICS, validate_rows
 from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
@@ -30,8 +31,10 @@ PATH_ENV = ("MLA_HARNESS_GOLDEN_DIR",)
 
 
 def repro_command(argv: list[str] | None = None) -> str:
-    """The command line that reruns this one from any folder: path options made absolute, --force left out, and
-    the environment variables of REPRO_ENV that are set put before it (VAR=value python -m harness ...)."""
+    """The command line that reruns this one from any folder: this interpreter (sys.executable) on this checkout's
+    harness (PYTHONPATH, before the run's own; -P: no harness/ of the current folder comes first), path options
+    made absolute, --force left out, and the set variables of REPRO_ENV put before it
+    (VAR=value PYTHONPATH=/checkout /venv/bin/python -P -m harness ...)."""
     args, option = [], None  # option: the path option whose value comes next
     for word in sys.argv[1:] if argv is None else argv:
         name, eq, value = word.partition("=")
@@ -45,7 +48,9 @@ def repro_command(argv: list[str] | None = None) -> str:
             option = word
         args.append(word)
     env = [f"{k}={shlex.quote(_absolute(os.environ[k], k) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
-    return " ".join([*env, shlex.join(["python", "-m", "harness", *args])])
+    paths = [str(CHECKOUT), *(_absolute(p, "PYTHONPATH") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env.append(f"PYTHONPATH={shlex.quote(os.pathsep.join(dict.fromkeys(paths)))}")
+    return " ".join([*env, shlex.join([sys.executable, "-P", "-m", "harness", *args])])
 
 
 def _absolute(path: str, option: str) -> str:
