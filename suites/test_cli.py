@@ -118,8 +118,8 @@ def test_missing_and_corrupt_golden_exit_2_and_leave_disk_alone(tmp_path):
     (case_dir / "outputs.safetensors").write_bytes(b"garbage")
     before = {p: p.read_bytes() for p in case_dir.iterdir()}
     env = {"golden_dir": root}
-    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "outputs_sha256")
-    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", **env), "outputs_sha256")
+    _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "outputs.safetensors: not a safetensors file")
+    _one_error_line(harness("golden", "verify", "--case", "glm5-tp8.ci.b1-l4096", **env), "outputs.safetensors: not a safetensors file")
     assert {p: p.read_bytes() for p in case_dir.iterdir()} == before
     shutil.rmtree(case_dir)
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", **env), "manifest.json", "missing")
@@ -194,7 +194,7 @@ def test_refresh_never_replaces_a_corrupt_golden_without_force(tmp_path):
     target = root / "glm5-tp8.ci.edge-kv1" / "outputs.safetensors"
     target.write_bytes(b"corrupt")
     env = {"golden_dir": root}
-    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", **env), "outputs_sha256", "--force")
+    _one_error_line(harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", **env), "outputs.safetensors: not a safetensors file", "--force")
     assert target.read_bytes() == b"corrupt"
     proc = harness("golden", "refresh", "--case", "glm5-tp8.ci.edge-kv1", "--force", **env)
     assert proc.returncode == 0 and "overwritten" in proc.stdout

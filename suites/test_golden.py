@@ -1,6 +1,7 @@
 """Golden files: verify passes as committed; tampering, corruption and drift are caught; refresh never silently overwrites."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -41,6 +42,37 @@ def test_tampered_outputs_are_detected(golden_copy):
     path.write_bytes(bytes(data))
     with pytest.raises(HarnessError, match="outputs_sha256.*modified or corrupted"):
         golden.load(CASE, golden_copy)
+
+
+def _header(tensors: dict, pad: bytes = b"") -> bytes:
+    """A safetensors file's first bytes: the header's length, then the JSON header (`pad` follows it)."""
+    text = json.dumps(tensors).encode()
+    return len(text).to_bytes(8, "little") + text + pad
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda path: os.truncate(path, 3 << 30), "3221225472 bytes, but its header declares"),  # sparse: no disk used
+    (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(8))
+                                   + b"\0" * 8), "85 bytes, but its header declares 77 (8 + a 61-byte header + 8 of tensors)"),
+    (lambda path: path.write_bytes(b"\xff" * 4096), "its 4096 bytes do not hold the header its first 8 announce"),
+    (lambda path: path.write_bytes((9).to_bytes(8, "little") + b"{not json"), "its header is not JSON"),
+    (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})),
+     "does not match the safetensors header schema"),
+    (lambda path: path.write_bytes(_header({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, bytes(8))),
+     "x: dtype 'F64' is none a golden stores"),
+    (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [1 << 40], "data_offsets": [0, 4]}}, bytes(4))),
+     "x: data_offsets [0, 4] are not the F32 [1099511627776]'s bytes from offset 0"),
+], ids=["sparse-3GiB", "padded", "header-past-the-end", "header-not-json", "negative-shape", "foreign-dtype", "huge-shape"])
+def test_a_huge_or_malformed_outputs_file_is_refused_before_hashing(golden_copy, monkeypatch, make, message):
+    """The outputs file's header is read first: a sparse 3 GiB file, one padded past its tensors, and one whose header
+    does not parse or declare a golden's tensors are refused with one line naming the file, never hashed (before:
+    hashed first, ~23 s for a 20 GiB file, then refused as 'modified or corrupted')."""
+    path = golden_copy / CASE / golden.OUTPUTS
+    make(path)
+    monkeypatch.setattr(golden, "_sha256_file", lambda p: pytest.fail(f"{p} was hashed"))
+    with pytest.raises(HarnessError) as caught:
+        golden.load(CASE, golden_copy)
+    assert str(caught.value).startswith(f"{path}") and message in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_tampered_values_with_fixed_hash_are_caught_by_recompute(golden_copy):

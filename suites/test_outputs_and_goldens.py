@@ -284,7 +284,7 @@ def test_golden_verify_reports_every_bad_case(tmp_path):
     stored.tensors["s0.l0.out_fp32"] += 0.5  # re-signed: only a recompute sees it
     golden.write(stored, names[1], root)
     proc = harness("golden", "verify", golden_dir=root)
-    _one_error_line(proc, names[0], "outputs_sha256", "also 1 more unreadable and 1 differ")
+    _one_error_line(proc, names[0], "outputs.safetensors: not a safetensors file", "also 1 more unreadable and 1 differ")
     lines = {line.split(":")[0]: line for line in proc.stdout.splitlines() if line.startswith("glm5")}
     assert "UNREADABLE" in lines[names[0]] and "MISMATCH" in lines[names[1]] and " ok " in lines[names[2]], proc.stdout
     assert "UNREADABLE" in lines[names[3]], proc.stdout  # the case after the bad ones was checked too

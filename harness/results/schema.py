@@ -227,6 +227,14 @@ class GoldenManifest(msgspec.Struct):
     manifest_sha256: Sha256
 
 
+class SafetensorsTensor(msgspec.Struct, forbid_unknown_fields=True):
+    """One tensor of a safetensors file's JSON header (a golden's outputs file): read before the file is hashed."""
+
+    dtype: str
+    shape: list[Count]
+    data_offsets: tuple[Count, Count]
+
+
 T = TypeVar("T")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -38,7 +39,7 @@ from harness.errors import HarnessError
 from harness.fsio import share_folder, write_bytes, write_text
 from harness.inputs.cases import Case, checked_positions, golden_dir
 from harness.inputs.reference import mla_decode_f64, step_inputs
-from harness.results.schema import GoldenManifest, validate
+from harness.results.schema import GoldenManifest, SafetensorsTensor, validate
 from harness.spec.scenario import SCENARIO_DIR
 
 MANIFEST = "manifest.json"
@@ -51,6 +52,8 @@ RECOMPUTE_RTOL = 2.5e-7
 RECOMPUTE_ATOL = 1e-9
 # dtype and rank of each stored tensor, by its name's last part
 TENSOR_TYPES = {"positions": (torch.int64, 1), "out_bf16": (torch.bfloat16, 3), "out_fp32": (torch.float32, 3), "lse": (torch.float32, 2)}
+ITEM_BYTES = {"I64": 8, "BF16": 2, "F32": 4}  # the safetensors names of TENSOR_TYPES' dtypes: bytes per element
+HEADER_LIMIT = 100_000_000  # safetensors' own bound on a header's bytes
 
 
 @dataclass
@@ -138,6 +141,35 @@ def _sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _check_header(path: Path) -> None:
+    """Refuse, before it is hashed, an outputs file whose safetensors header does not parse or does not account for
+    every byte of the file (tensors of a golden's dtypes, each its shape's bytes, back to back to the end): a huge or
+    malformed file is refused at once."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little") if size >= 8 else None
+        if length is None or length > min(size - 8, HEADER_LIMIT):
+            raise HarnessError(str(path), f"not a safetensors file: its {size} bytes do not hold the header its first 8 announce")
+        try:
+            header = json.loads(f.read(length))
+        except (ValueError, RecursionError) as exc:  # a UnicodeDecodeError too; RecursionError: nested too deep
+            raise HarnessError(str(path), f"not a safetensors file: its header is not JSON ({exc})") from None
+    if isinstance(header, dict):
+        header.pop("__metadata__", None)
+    tensors = validate(header, dict[str, SafetensorsTensor], path, "safetensors header")
+    end = 0
+    for name, t in sorted(tensors.items(), key=lambda item: item[1].data_offsets):
+        if t.dtype not in ITEM_BYTES:
+            raise HarnessError(f"{path}: {name}", f"dtype {t.dtype!r} is none a golden stores ({', '.join(ITEM_BYTES)})")
+        if t.data_offsets != (end, end + math.prod(t.shape) * ITEM_BYTES[t.dtype]):
+            raise HarnessError(f"{path}: {name}", f"data_offsets {list(t.data_offsets)} are not the {t.dtype} {t.shape}'s "
+                               f"bytes from offset {end}")
+        end = t.data_offsets[1]
+    if size != 8 + length + end:
+        raise HarnessError(str(path), f"{size} bytes, but its header declares {8 + length + end} (8 + a {length}-byte header + "
+                           f"{end} of tensors): truncated, padded or not a golden's")
 
 
 def manifest_digest(manifest: dict) -> str:
@@ -244,6 +276,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
     if not outputs_path.is_file():
         why = "not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(outputs_path) else "missing"
         raise HarnessError(str(outputs_path), f"golden outputs {why}")
+    _check_header(outputs_path)  # a huge or malformed file is refused before hashing reads all of it
     digest = _sha256_file(outputs_path)
     if digest != manifest["outputs_sha256"]:
         raise HarnessError(
