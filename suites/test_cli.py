@@ -57,7 +57,7 @@ def test_run_default_passes_and_writes_results(tmp_path):
     proc = harness("run", "--device", "cpu", "--repeats", "2", "--json", str(out), "--dump-outputs", str(tmp_path / "dump"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "mla-harness-results/4" and repro_words(doc["repro"])[1][0] == "run"
+    assert doc["schema"] == "mla-harness-results/5" and repro_words(doc["repro"])[1][0] == "run"
     assert doc["environment"]["torch"] and "git_commit" in doc["environment"]
     verdicts = {r["strategy"]: r["value"] for r in doc["rows"] if r["metric"] == "verdict"}
     assert verdicts == {"stock": "pass", "stock_vectorized": "unsupported", "gather_cast": "pass", "shadow": "pass", "native_fp8": "pass",
@@ -283,7 +283,7 @@ def test_json_is_written_through_a_symlink(tmp_path):
     link.symlink_to(target)
     proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast", "--json", link, "--force")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert link.is_symlink() and json.loads(target.read_text())["schema"] == "mla-harness-results/4"
+    assert link.is_symlink() and json.loads(target.read_text())["schema"] == "mla-harness-results/5"
     assert "gather_cast: decode: 1/1" in proc.stdout  # one progress line per phase off a terminal
 
 

@@ -79,7 +79,7 @@ def test_two_sglang_codes_of_one_version_and_folder_differ_in_the_record(monkeyp
     patched = environment(torch.device("cpu"))
     assert (stock["sglang"], stock["sglang_path"], stock["sglang_commit"]) == (patched["sglang"], patched["sglang_path"], None)
     assert stock["sglang_digest"] and stock["sglang_digest"] != patched["sglang_digest"]
-    files = [ResultsFile(schema="mla-harness-results/4", case=None, rows=[], environment=Environment(**env)) for env in (stock, patched)]
+    files = [ResultsFile(schema="mla-harness-results/5", case=None, rows=[], environment=Environment(**env)) for env in (stock, patched)]
     assert [d.split(":")[0] for d in machine_differences(*files)] == ["sglang_digest"]
     (folder / "srt" / "backend.py").write_text("k_buffer = pool.to(q.dtype)\n")  # twin: the same code again, the same digest
     assert environment(torch.device("cpu"))["sglang_digest"] == stock["sglang_digest"]

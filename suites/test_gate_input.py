@@ -69,9 +69,9 @@ def _set_samples(row: dict, samples: list[float]) -> None:
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
-    assert a["schema"] == "mla-harness-results/4"
+    assert a["schema"] == "mla-harness-results/5"
     assert a["case"] == {"command": "run", "preset": "glm5-tp8", "scenario": "b1-l500", "scale": "ci", "slots": 16384, "layers": 2,
-                         "backend": "torch", "kernel": "auto", "workload": a["case"]["workload"]}
+                         "backend": "torch", "kernel": "auto", "workload": a["case"]["workload"], "workload_v4": None}
     assert len(a["case"]["workload"]) == 64  # its sha256 (suites/test_results_case.py)
     code, out, _ = _compare(tmp_path, a, _rerun(a), capsys)
     assert code == 0 and f"{len(a['rows'])} rows" in out and "unchanged" in out
@@ -192,7 +192,7 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     v1 = _as_v1(a, "python -m harness run --scenario b1-l500 --slots 16384 --layers=2 --json a.json")
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(v1))
-    a = {**a, "schema": SCHEMA_V3, "case": {k: v for k, v in a["case"].items() if k != "workload"}}  # no workload before v4
+    a = {**a, "schema": SCHEMA_V3, "case": {k: v for k, v in a["case"].items() if k not in ("workload", "workload_v4")}}  # no workload before v4
     assert load_results(path).case == read_results(_write(tmp_path / "v3.json", a)).case
     code, out, _ = _compare(tmp_path, v1, a, capsys)
     assert code == 0 and f"{len(a['rows'])} unchanged" in out

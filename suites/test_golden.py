@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -73,6 +74,18 @@ def test_a_huge_or_malformed_outputs_file_is_refused_before_hashing(golden_copy,
     with pytest.raises(HarnessError) as caught:
         golden.load(CASE, golden_copy)
     assert str(caught.value).startswith(f"{path}") and message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_scenario_description_is_no_part_of_a_goldens_case(golden_copy):
+    """A golden matches its case whatever the scenario's description says (prose): a manifest that records one and a
+    case whose description was reworded, built in or from the user's file, still match; a changed seed does not (before:
+    the description was compared, so a reworded one made the golden another case)."""
+    case, stored = load_case(CASE), golden.load(CASE, golden_copy)
+    for source in (case.scenario.source, str(golden_copy / "mine.toml")):
+        reworded = replace(case, scenario=replace(case.scenario, description="reworded", source=source))
+        assert golden.case_mismatch(stored, reworded) == "" and golden.spec_mismatch(stored, reworded) == ""
+        reseeded = replace(reworded, scenario=replace(reworded.scenario, seed=reworded.scenario.seed + 1))
+        assert golden.case_mismatch(stored, reseeded).startswith("seed is")
 
 
 def test_tampered_values_with_fixed_hash_are_caught_by_recompute(golden_copy):

@@ -78,7 +78,7 @@ MUTATIONS = [
      [f"{INPUT}::test_another_case_is_bad_input_naming_the_field", f"{INPUT}::test_tpot_json_carries_its_case"]),
     ("v2-always-run", "harness/results/schema.py", 'command = "tpot" if any(', 'command = "run" if any(',
      [f"{INPUT}::test_a_v2_file_is_upgraded_with_the_command_that_measured_it"]),
-    ("workload-not-in-the-case", "harness/results/schema.py", '"kernel", "workload")', '"kernel")',
+    ("workload-not-in-the-case", "harness/results/schema.py", '"kernel", "workload", "workload_v4")', '"kernel", "workload_v4")',
      [f"{CASE}::test_a_scenario_file_named_like_a_builtin_is_another_case", f"{CASE}::test_a_shrunk_tpot_model_is_another_case"]),
     ("verdict-status-unchecked", "harness/results/schema.py",
      'if self.metric == "verdict" and detail.status is not None and detail.status != self.value:', "if False:",

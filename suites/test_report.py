@@ -282,7 +282,7 @@ def _write_case(path, created: str, commit: str, **case):
     from harness.results.schema import Case
 
     record = dict(command="run", preset="glm5-tp8", scenario="b1-l4096", scale="prod", slots=16384, layers=2,
-                  backend="flashinfer-fa3", kernel="auto", workload="a" * 64) | case
+                  backend="flashinfer-fa3", kernel="auto", workload="a" * 64, workload_v4=None) | case
     env = {"gpu": "NVIDIA H200", "git_commit": commit, "device": "cuda:0", "copy_gbps": 4000.0}
     doc = {**document(_rows("b1-l4096", 1.0), env, "python -m harness run", Case(**record)), "created": created}
     path.write_text(json.dumps(doc))
@@ -296,11 +296,14 @@ def test_report_keeps_apart_cases_compare_refuses_to_mix(tmp_path):
              _write_case(tmp_path / "b.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0", slots=4096),
              _write_case(tmp_path / "c.json", "2026-01-03T00:00:00+00:00", "ccccccc0", command="tpot"),
              _write_case(tmp_path / "d.json", "2026-01-04T00:00:00+00:00", "ddddddd0", workload="b" * 64),
-             _write_case(tmp_path / "e.json", "2026-01-05T00:00:00+00:00", "eeeeeee0")]
+             _write_case(tmp_path / "e.json", "2026-01-05T00:00:00+00:00", "eeeeeee0"),
+             *(_write_case(tmp_path / f"v4-{x}.json", "2026-01-06T00:00:00+00:00", f"{x * 7}0", workload=None, workload_v4=x * 64)
+               for x in "cf")]  # version-4 files of two workloads (read back: workload null, its digest in workload_v4)
     _render(files, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     results, trends = md.split("## Results", 1)[1].split("## Trends")
-    assert results.count("\n### ") == 4 and "16,384 slots x 2 layers" in results and "4,096 slots x 2 layers" in results
+    assert "workload cccccccc (v4)" in results and "workload ffffffff (v4)" in results
+    assert results.count("\n### ") == 6 and "16,384 slots x 2 layers" in results and "4,096 slots x 2 layers" in results
     assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | eeeeeee |" in trends
 
 

@@ -1,7 +1,8 @@
 """A results file's case is the workload, not only its names: `case.workload` fingerprints the preset's and
 the scenario's definitions (and tpot's model and flags), so a scenario file named like a built-in, or a
-shrunk model, is another case for `compare` (exit 2 naming case.workload); files older than version 4 are
-upgraded with workload null. Also: a `schema` field that is not a string is one error line."""
+shrunk model, is another case for `compare` (exit 2 naming case.workload), and a scenario's description (prose) is
+no part of it; files older than version 4 are upgraded with workload null, version-4 files (whose digest took in
+the description) with it in workload_v4. Also: a `schema` field that is not a string is one error line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.results.schema import SCHEMA, SCHEMA_V3, read_results
+from harness.results.schema import SCHEMA, SCHEMA_V3, SCHEMA_V4, read_results
 
 SMALL = ("--device", "cpu", "--slots", "2048", "--repeats", "1")
 
@@ -44,6 +45,42 @@ def test_a_scenario_file_named_like_a_builtin_is_another_case(tmp_path, capsys):
     assert main(["compare", str(builtin), str(again)]) == 0  # twin: the same workload twice
 
 
+def test_a_scenario_description_is_prose_not_another_case(tmp_path, capsys):
+    """A scenario file whose description alone changed is the same case (before: the digest took in the description,
+    and compare refused the pair, exit 2 naming case.workload); its seed changed, it is another."""
+    scenario = tmp_path / "mine.toml"
+    runs = []
+    for i, (description, seed) in enumerate([("first words", 5), ("other words", 5), ("other words", 6)]):
+        scenario.write_text(f'name = "mine"\ndescription = "{description}"\nseed = {seed}\nsteps = 1\nkv_lens = [40, 7]\n')
+        runs.append(_run(tmp_path, f"r{i}.json", "--scenario-file", str(scenario)))
+    cases = [json.loads(p.read_text())["case"] for p in runs]
+    assert cases[0] == cases[1] != cases[2]
+    assert main(["compare", str(runs[0]), str(runs[1])]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(runs[1]), str(runs[2])]) == 2
+    assert _error_line(capsys).startswith(f"error: {runs[2]}: case.workload")
+
+
+def test_a_version_4_file_compares_by_its_own_digest(tmp_path, capsys):
+    """A version-4 file's digest (the description in it) moves to case.workload_v4: two version-4 files compare when
+    their digests are equal and are two cases when not; beside a newer file one is refused, saying to re-run it."""
+    run = _run(tmp_path, "r.json", "--scenario", "b1-l500")
+    doc = json.loads(run.read_text())
+    olds = []
+    for day, digest in ((1, "a" * 64), (2, "a" * 64), (3, "c" * 64)):  # another day: another run, not a copy
+        case = {k: v for k, v in doc["case"].items() if k != "workload_v4"} | {"workload": digest}
+        olds.append(tmp_path / f"v4-{day}.json")
+        olds[-1].write_text(json.dumps({**doc, "schema": SCHEMA_V4, "case": case, "created": f"2026-01-0{day}T00:00:00+00:00"}))
+    assert (read_results(olds[0]).case.workload, read_results(olds[0]).case.workload_v4) == (None, "a" * 64)
+    assert main(["compare", str(olds[0]), str(olds[1])]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(olds[0]), str(olds[2])]) == 2
+    assert _error_line(capsys).startswith(f"error: {olds[2]}: case.workload_v4")
+    assert main(["compare", str(olds[0]), str(run)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {run}: case.workload") and "older than schema version 5: re-run it" in line
+
+
 def test_a_shrunk_tpot_model_is_another_case(tmp_path, capsys):
     args = ["tpot", *SMALL, "--scenario", "b1-l500", "--strategy", "gather_cast", "--layers", "2", "--no-breakdown"]
     full, shrunk = tmp_path / "full.json", tmp_path / "shrunk.json"
@@ -61,7 +98,8 @@ def test_a_version_3_file_is_upgraded_without_a_workload(tmp_path, capsys):
         doc = json.loads(path.read_text())
         assert doc["schema"] == SCHEMA and len(doc["case"]["workload"]) == 64
         olds.append(path.with_name(f"v3-{path.name}"))
-        olds[-1].write_text(json.dumps({**doc, "schema": SCHEMA_V3, "case": {k: v for k, v in doc["case"].items() if k != "workload"}}))
+        olds[-1].write_text(json.dumps({**doc, "schema": SCHEMA_V3,
+                                        "case": {k: v for k, v in doc["case"].items() if k not in ("workload", "workload_v4")}}))
     assert read_results(olds[0]).case.workload is None
     assert main(["compare", str(olds[0]), str(olds[1])]) == 0  # two old files: compared by their names, as before
     capsys.readouterr()

@@ -1,7 +1,7 @@
 """Compare two results files (base vs head) of the same case and gate on regressions.
 
 Only like with like: both files must carry the same case record (schema.Case: command, preset,
-scenario, scale, slots, layers, backend, kernel, workload) and the same device type; a different case is
+scenario, scale, slots, layers, backend, kernel, workload, workload_v4) and the same device type; a different case is
 bad input (exit 2, naming the field), a different device "cannot judge" (exit 2), either way round.
 A file whose environment.device is absent or neither cpu nor cuda is bad input when it holds a
 timed metric that gates somewhere (its timings cannot be gated without the device).
@@ -304,8 +304,10 @@ def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> 
     for name in CASE_FIELDS:
         b, h = getattr(base.case, name), getattr(head.case, name)
         if b != h:
-            raise HarnessError(f"{names[1]}: case.{name}", f"{h!r} is not the base's {b!r} ({names[0]}): "
-                                                           "only results of the same case compare")
+            why = "only results of the same case compare"
+            if name == "workload" and None in (b, h):
+                why += " (null in a file older than schema version 5: re-run it to compare it with a newer one)"
+            raise HarnessError(f"{names[1]}: case.{name}", f"{h!r} is not the base's {b!r} ({names[0]}): {why}")
 
 
 def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> str | None:

@@ -15,7 +15,7 @@ from harness.fsio import refuse_overwriting_inputs
 from harness.inputs.pool import PoolGeometry, geometry_for
 from harness.spec import synth
 from harness.spec.presets import ModelPreset, Scale, get_preset, get_scale
-from harness.spec.scenario import Scenario, load_scenario
+from harness.spec.scenario import Scenario, definition, load_scenario
 from harness.spec.schedule import Schedule, compile_schedule
 
 CHECKOUT_GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden"
@@ -87,10 +87,10 @@ class Case:
 
     def spec(self) -> dict:
         """What the case's inputs are made from beyond its names: the preset's fields (with sm_scale),
-        the input generator's version, the seed and the scenario's definition (golden manifests and
-        results files record it)."""
+        the input generator's version, the seed and the scenario's definition, its prose left out (golden
+        manifests and results files record it)."""
         return {"preset": self.preset.__dict__ | {"sm_scale": self.preset.sm_scale}, "generator": synth.GENERATOR_VERSION,
-                "seed": self.scenario.seed, "scenario": self.scenario.to_dict()}
+                "seed": self.scenario.seed, "scenario": definition(self.scenario.to_dict())}
 
     def checked_layers(self) -> list[int]:
         """All layers when few; else the first, the last and two seeded picks in between."""

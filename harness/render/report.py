@@ -53,7 +53,7 @@ class Run:
     env: dict
     repro: str
     rows: dict[tuple, dict]
-    variant: str = ""  # the rest of the file's case (command, pool, kernel, workload) and the device type
+    variant: str = ""  # the rest of the file's case (command, pool, kernel, workload or workload_v4) and the device type
 
 
     @property
@@ -81,7 +81,8 @@ def _load_run(path: Path) -> Run:
     rows = {key: asdict(row) for key, row in index_rows(results, where).items()}
     c = results.case
     pool = f"{'?' if c.slots is None else f'{c.slots:,}'} slots x {'?' if c.layers is None else c.layers} layers"
-    variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {(c.workload or 'not recorded')[:8]} · "
+    workload = c.workload[:8] if c.workload else f"{c.workload_v4[:8]} (v4)" if c.workload_v4 else "not recorded"
+    variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · "
                f"{(results.environment.device or 'device ?').split(':')[0]}")
     return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant)
 

@@ -64,7 +64,8 @@ def _absolute(path: str, option: str) -> str:
 def workload_digest(case, extra: dict | None = None) -> str:
     """sha256 of what `case` (harness.inputs.cases.Case) measures beyond its names: its spec (the preset's and
     the scenario's definitions, the generator, the seed) and the command's `extra` (tpot: the model and its flags).
-    A scenario file named like a built-in, an edited preset or a shrunk model is another workload."""
+    A scenario file named like a built-in, an edited preset or a shrunk model is another workload; an edited
+    scenario description is not."""
     spec = {"case": case.spec(), **(extra or {})}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=_plain).encode()).hexdigest()
 
@@ -73,7 +74,7 @@ def case_record(case, backend: str, kernel: str, command: str = "run", extra: di
     """The case record of a `command` (run or tpot): `case` (harness.inputs.cases.Case), the backend its rows
     name, the kernel choice, and the workload's digest (with the command's `extra`, see workload_digest)."""
     return Case(command=command, preset=case.preset.name, scenario=case.scenario.name, scale=case.scale.name, slots=case.scale.slots,
-                layers=case.num_layers, backend=backend, kernel=kernel, workload=workload_digest(case, extra))
+                layers=case.num_layers, backend=backend, kernel=kernel, workload=workload_digest(case, extra), workload_v4=None)
 
 
 def _plain(value):
@@ -93,7 +94,7 @@ def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -
     if case is None:
         first = rows[0] if rows else None
         case = Case(command="run", **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto",
-                    workload=None)
+                    workload=None, workload_v4=None)
     device_type = str(env.get("device") or "cpu").split(":")[0]
     doc = json.loads(json.dumps({
         "schema": SCHEMA,

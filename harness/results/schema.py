@@ -24,14 +24,15 @@ from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.results.metrics import METRICS
 
-SCHEMA = "mla-harness-results/4"
+SCHEMA = "mla-harness-results/5"
 SCHEMA_V1 = "mla-harness-results/1"
 SCHEMA_V2 = "mla-harness-results/2"
 SCHEMA_V3 = "mla-harness-results/3"
+SCHEMA_V4 = "mla-harness-results/4"
 Command = Literal["run", "tpot"]  # what measured a results file: `harness run` or `harness tpot`
 Verdict = Literal["pass", "fail", "unsupported", "error"]
 VERDICTS = get_args(Verdict)
-CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel", "workload")
+CASE_FIELDS = ("command", "preset", "scenario", "scale", "slots", "layers", "backend", "kernel", "workload", "workload_v4")
 ROW_CASE_FIELDS = ("preset", "scale", "scenario", "backend")  # the case fields every row repeats
 
 BOUND = 1e300  # numbers are finite and well inside float64: 401-digit integers are rejected
@@ -75,7 +76,9 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     """What a results file measured: two files compare only when every field is equal.
     slots/layers are None only in a version-1 file whose command line did not give them. workload is
     the sha256 of what the names do not say (harness.results.document.workload_digest: the preset's
-    and the scenario's definitions, tpot's model and flags); None only in a file older than version 4."""
+    and the scenario's definitions, tpot's model and flags; no prose such as a scenario's description);
+    None in a file older than version 5. workload_v4 is a version-4 file's digest, which also took in the
+    scenario's description: it compares with another version-4 file's only; None in every other file."""
 
     command: Command
     preset: str
@@ -86,6 +89,7 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     backend: str
     kernel: str
     workload: Sha256 | None
+    workload_v4: Sha256 | None
 
 
 def _number(value) -> bool:
@@ -192,7 +196,7 @@ class Environment(msgspec.Struct):
 class ResultsFile(msgspec.Struct):
     """A results file (report also requires created, environment and repro)."""
 
-    schema: Literal["mla-harness-results/4"]
+    schema: Literal["mla-harness-results/5"]
     case: Case
     rows: list[Row]
     created: str | None = None
@@ -317,10 +321,19 @@ def _v3_to_v4(doc: dict, where: str) -> dict:
     """Version 3's case names its workload but does not fingerprint it: workload None (not recorded),
     which compares equal only to another file without one."""
     case = doc.get("case")
-    return {**doc, "schema": SCHEMA, "case": {**case, "workload": None} if isinstance(case, dict) else case}
+    return {**doc, "schema": SCHEMA_V4, "case": {**case, "workload": None} if isinstance(case, dict) else case}
 
 
-MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3, SCHEMA_V3: _v3_to_v4}  # schema version -> its upgrade to the next version
+def _v4_to_v5(doc: dict, where: str) -> dict:
+    """Version 4's workload digest also took in the scenario's description: it moves to workload_v4, which
+    compares with another version-4 file's only, and workload is None (not recorded)."""
+    case = doc.get("case")
+    if isinstance(case, dict) and "workload" in case:  # one without is refused, naming the field
+        case = {**case, "workload": None, "workload_v4": case["workload"]}
+    return {**doc, "schema": SCHEMA, "case": case}
+
+
+MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3, SCHEMA_V3: _v3_to_v4, SCHEMA_V4: _v4_to_v5}  # schema version -> its upgrade to the next version
 
 
 def upgrade(doc, where: str):

@@ -23,6 +23,7 @@ MAX_KV_LEN = 1 << 20
 MAX_SEED = (1 << 32) - 1
 MAX_SCHEDULE_ROWS = 1 << 26  # attended rows summed over the steps: the schedule holds each step's indices (12 B a row)
 KNOWN_KEYS = {"name", "description", "seed", "steps", "kv_lens", "batch_size", "kv_len", "layout", "slots", "finish"}
+DESCRIPTIVE = ("description",)  # prose: changes no workload, so no case's identity (definition)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,12 @@ class Scenario:
             "finish": [{"after_step": f.after_step, "request": f.request} for f in self.finish],
             "slots": [list(s) for s in self.slots],
         }
+
+
+def definition(fields: dict) -> dict:
+    """A scenario's fields (Scenario.to_dict(), or a golden manifest's record of them) but the DESCRIPTIVE ones: what
+    makes its workload, which a case's identity (Case.spec: results files' workload digest, goldens) holds."""
+    return {k: v for k, v in fields.items() if k not in DESCRIPTIVE}
 
 
 def _int(where: str, value, minimum: int, maximum: int | None = None) -> int:

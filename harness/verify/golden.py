@@ -40,7 +40,7 @@ from harness.fsio import share_folder, write_bytes, write_text
 from harness.inputs.cases import Case, checked_positions, golden_dir
 from harness.inputs.reference import mla_decode_f64, step_inputs
 from harness.results.schema import GoldenManifest, SafetensorsTensor, validate
-from harness.spec.scenario import SCENARIO_DIR
+from harness.spec.scenario import SCENARIO_DIR, definition
 
 MANIFEST = "manifest.json"
 OUTPUTS = "outputs.safetensors"
@@ -273,6 +273,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
     validate(manifest, GoldenManifest, manifest_path)
     if manifest["case"] != case_name:
         raise HarnessError(f"{manifest_path}: case", f"holds {manifest['case']!r}, not {case_name!r}: case folders swapped?")
+    manifest["scenario"] = definition(manifest["scenario"])  # its prose is no identity (a manifest written before says it)
     if not outputs_path.is_file():
         why = "not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(outputs_path) else "missing"
         raise HarnessError(str(outputs_path), f"golden outputs {why}")
@@ -337,7 +338,7 @@ def spec_mismatch(gold: GoldenData, case: Case) -> str:
     m = gold.manifest
     if m.get("scale") != {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}:
         return f"scale ({m.get('scale')})"
-    if m.get("scenario") != case.scenario.to_dict() and not _builtin(case.scenario):
+    if m.get("scenario") != definition(case.scenario.to_dict()) and not _builtin(case.scenario):
         return "scenario definition"
     return ""
 
