@@ -60,7 +60,7 @@ def _header(tensors: dict, pad: bytes = b"") -> bytes:
     (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})),
      "does not match the safetensors header schema"),
     (lambda path: path.write_bytes(_header({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, bytes(8))),
-     "x: dtype 'F64' is none a golden stores"),
+     "x: dtype 'F64', expected one a golden stores"),
     (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [1 << 40], "data_offsets": [0, 4]}}, bytes(4))),
      "x: data_offsets [0, 4] are not the F32 [1099511627776]'s bytes from offset 0"),
 ], ids=["sparse-3GiB", "padded", "header-past-the-end", "header-not-json", "negative-shape", "foreign-dtype", "huge-shape"])

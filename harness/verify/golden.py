@@ -162,7 +162,7 @@ def _check_header(path: Path) -> None:
     end = 0
     for name, t in sorted(tensors.items(), key=lambda item: item[1].data_offsets):
         if t.dtype not in ITEM_BYTES:
-            raise HarnessError(f"{path}: {name}", f"dtype {t.dtype!r} is none a golden stores ({', '.join(ITEM_BYTES)})")
+            raise HarnessError(f"{path}: {name}", f"dtype {t.dtype!r}, expected one a golden stores ({', '.join(ITEM_BYTES)})")
         if t.data_offsets != (end, end + math.prod(t.shape) * ITEM_BYTES[t.dtype]):
             raise HarnessError(f"{path}: {name}", f"data_offsets {list(t.data_offsets)} are not the {t.dtype} {t.shape}'s "
                                f"bytes from offset {end}")
