@@ -54,6 +54,7 @@ RECOMPUTE_ATOL = 1e-9
 TENSOR_TYPES = {"positions": (torch.int64, 1), "out_bf16": (torch.bfloat16, 3), "out_fp32": (torch.float32, 3), "lse": (torch.float32, 2)}
 ITEM_BYTES = {"I64": 8, "BF16": 2, "F32": 4}  # the safetensors names of TENSOR_TYPES' dtypes: bytes per element
 HEADER_LIMIT = 100_000_000  # safetensors' own bound on a header's bytes
+NOT_REGULAR = "not a regular file (a folder, a device, a dangling link...)"  # why a manifest or outputs path that exists is refused
 
 
 @dataclass
@@ -259,7 +260,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             recover(case_name, root)
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
-        why = ("not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(manifest_path)
+        why = (NOT_REGULAR if os.path.lexists(manifest_path)
                else "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`")
         raise HarnessError(str(manifest_path), f"golden manifest {why}")
     manifest = read_json(manifest_path)
@@ -275,7 +276,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         raise HarnessError(f"{manifest_path}: case", f"holds {manifest['case']!r}, not {case_name!r}: case folders swapped?")
     manifest["scenario"] = definition(manifest["scenario"])  # its prose is no identity (a manifest written before says it)
     if not outputs_path.is_file():
-        why = "not a regular file (a folder, a device, a dangling link...)" if os.path.lexists(outputs_path) else "missing"
+        why = NOT_REGULAR if os.path.lexists(outputs_path) else "missing"
         raise HarnessError(str(outputs_path), f"golden outputs {why}")
     _check_header(outputs_path)  # a huge or malformed file is refused before hashing reads all of it
     digest = _sha256_file(outputs_path)
