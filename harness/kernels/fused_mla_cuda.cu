@@ -6,7 +6,8 @@
 // unpadded), up to STAGES - 1 tiles in flight while one is used. A tile whose valid rows are one
 // run of consecutive pool rows (a page of a paged pool, checked per tile on its indices) is loaded
 // by one bulk copy completing on the slot's mbarrier (sm_90+), rows past the request zeroed; any
-// other tile by 16-byte cp.async gathers of each row. The e4m3 bytes are converted in registers
+// other tile of whole pool rows (kpe right after ckv) by one bulk copy per row (sm_90+, BULK_ROWS),
+// else by 16-byte cp.async gathers of each row. The e4m3 bytes are converted in registers
 // (cvt.rn.f16x2.e4m3x2: exact, NaN codes stay NaN); the dots are fp16 mma.sync m16n8k16 with
 // fp32 accumulation, tokens or latent channels as the M and the heads (8 per n-tile) as the N:
 //   phase A  logits^T[64 tok, NH] = K[64, 576] . Q^T: warp w takes 16 tokens and 1 / (W / 4) of
@@ -65,6 +66,9 @@ typedef long long i64;
 #endif
 #ifndef DIAG_NO_MERGE
 #define DIAG_NO_MERGE 0  // splits end before they are merged
+#endif
+#ifndef BULK_ROWS
+#define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
 #ifndef DIAG_EARLY_KV
 #define DIAG_EARLY_KV 0  // the prologue's tile and Q loads issued before the wait for the previous kernel (a bound
@@ -341,6 +345,11 @@ __device__ __forceinline__ bool rows_follow(int row, int next_row, int k, int va
 
 // Load a tile's page run: `valid` consecutive 576-byte pool rows from `src` into `slot` by one bulk
 // copy (thread 0, completing on mbarrier `bar`), rows valid .. TILE-1 zeroed by every thread.
+__device__ __forceinline__ void zero_tail(u8* slot, int valid, int tid, int threads) {
+  for (int e = valid * (ROW / 16) + tid; e < TILE * (ROW / 16); e += threads) ((uint4*)slot)[e] = make_uint4(0, 0, 0, 0);
+  if (valid < TILE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ void issue_run(u8* slot, const u8* src, int valid, u32 bar, int tid, int threads) {
 #if __CUDA_ARCH__ >= 900
   if (tid == 0) {
@@ -348,8 +357,23 @@ __device__ __forceinline__ void issue_run(u8* slot, const u8* src, int valid, u3
     mbar_expect_tx(bar, valid * ROW);
     bulk_g2s(smem_addr(slot), src, valid * ROW, bar);
   }
-  for (int e = valid * (ROW / 16) + tid; e < TILE * (ROW / 16); e += threads) ((uint4*)slot)[e] = make_uint4(0, 0, 0, 0);
-  if (valid < TILE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  zero_tail(slot, valid, tid, threads);
+#endif
+}
+
+// Load a tile of whole 576-byte pool rows in any order (a page-size-1 pool) by one bulk copy per row
+// (sm_90+): a lane with `copies` fetches tile row my_tok (pool row my_row, -1 past the end) into
+// `slot`; thread 0 arms mbarrier `bar` for the `valid` rows' bytes (the copies may complete first:
+// the phase waits for that arrival too); rows valid .. TILE-1 zeroed by every thread.
+__device__ __forceinline__ void issue_row_copies(u8* slot, const u8* ckv, int s_ckv, int my_tok, int my_row, bool copies,
+                                                 int valid, u32 bar, int tid, int threads) {
+#if __CUDA_ARCH__ >= 900
+  if (copies && my_row >= 0) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // earlier generic accesses of the slot first
+    bulk_g2s(smem_addr(slot + my_tok * ROW), ckv + (i64)my_row * s_ckv, ROW, bar);
+  }
+  if (tid == 0) mbar_expect_tx(bar, valid * ROW);
+  zero_tail(slot, valid, tid, threads);
 #endif
 }
 
@@ -465,22 +489,26 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
     }
   };
-  // A tile is loaded one of two ways, chosen per tile (the same for every thread): when its valid rows
-  // are consecutive pool rows (a page of a paged pool) and the pool rows are whole (kpe right after
-  // ckv, 576-byte stride), one bulk copy (issue_run) completing on the slot's mbarrier; otherwise
-  // 16-byte cp.async gathers of each row (issue_rows). run_bits: slots whose pending load is a run;
-  // phase_bits: the parity each slot's barrier waits for next. row0: the tile's first pool row (used
-  // by thread 0), my_row: the pool row of this lane's tile row my_tok (-1 past the end).
-  u32 run_bits = 0, phase_bits = 0;
+  // A tile is loaded one of three ways, chosen per tile (the same for every thread). Where the pool
+  // rows are whole (kpe right after ckv, 576-byte stride), by bulk copies completing on the slot's
+  // mbarrier: one when its valid rows are consecutive pool rows (a page of a paged pool: issue_run),
+  // else one per row (issue_row_copies; BULK_ROWS); otherwise by 16-byte cp.async gathers of each row
+  // (issue_rows). bulk_bits: slots whose pending load completes on the mbarrier; phase_bits: the
+  // parity each slot's barrier waits for next. row0: the tile's first pool row (used by thread 0),
+  // my_row: the pool row of this lane's tile row my_tok (-1 past the end).
+  u32 bulk_bits = 0, phase_bits = 0;
   const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
   auto load_tile = [&](int j, bool run, int row0, int my_row) {
     const int s = j % STAGES, valid = min(TILE, end - (first + j * TILE));
     if (run) {
       issue_run(ring + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, tid, THREADS);
-      run_bits |= 1u << s;
+      bulk_bits |= 1u << s;
+    } else if (BULK_ROWS && whole_rows) {
+      issue_row_copies(ring + s * TILE * ROW, ckv, s_ckv, my_tok, my_row, lane < RPW, valid, bar0 + 8 * s, tid, THREADS);
+      bulk_bits |= 1u << s;
     } else {
       issue_rows<RPW>(ring + s * TILE * ROW, my_row, ckv, kpe, s_ckv, s_kpe, warp, lane);
-      run_bits &= ~(1u << s);
+      bulk_bits &= ~(1u << s);
     }
   };
   // Ring prologue: tiles 0 .. PRE-1 in flight before anything else, one cp.async group each: with 2
@@ -550,7 +578,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // Tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
   for (int i = 0; i < nt; ++i) {
     const int si = i % STAGES;
-    if ((run_bits >> si) & 1) {  // a run: its barrier; the cp.async groups since tile i hold only index tiles
+    if ((bulk_bits >> si) & 1) {  // bulk copies: its barrier; the cp.async groups since tile i hold only index tiles
       cp_async_wait<STAGES - 1>();
       mbar_wait(bar0 + 8 * si, (phase_bits >> si) & 1);
       phase_bits ^= 1u << si;

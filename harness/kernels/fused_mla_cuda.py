@@ -2,8 +2,8 @@
 
 `fused_mla_decode` computes the splits' partial outputs (or, with one split, the final ones); it
 streams 64-token tiles through a `stages`-deep shared-memory ring, a tile whose rows are one run
-of consecutive pool rows (a page) by one bulk copy, any other by cp.async row gathers; see the .cu
-file for the data flow. The splits are merged (MERGES) by the last CTA of each request (given
+of consecutive pool rows (a page) by one bulk copy, any other by one bulk copy per row (whole
+576-byte rows, sm_90+) or cp.async row gathers; see the .cu file for the data flow. The splits are merged (MERGES) by the last CTA of each request (given
 arrival counters), by all of them at once, each a slice of the channels, once they have all arrived
 (a launch of one wave: `grid`), inside a thread-block cluster of the request's CTAs through distributed shared
 memory (sm_90+; requests past one wave of clusters run in a launch beside it, `wave_split`), or

@@ -189,8 +189,8 @@ def test_page_size_64_pool_rows():
 def test_paged_indices_contiguous_runs(config_fields):
     """Page-contiguous indices (the contiguous-run load taken: Triton's contig tiles, the CUDA kernel's
     bulk copy of a page), the same rows with one index per run replaced by another request's row
-    (runs and gathers mixed), and for the CUDA kernel the pages with ckv / kpe in separate buffers
-    (gathers only), against the float64 reference. Each request's last page is NaN past its tokens:
+    (runs and gathers mixed: the CUDA kernel's per-row bulk copies on sm_90+), and for the CUDA kernel
+    the pages with ckv / kpe in separate buffers (cp.async gathers only), against the float64 reference. Each request's last page is NaN past its tokens:
     a run load copies only the valid rows and zeroes the rest, else P = 0 times NaN poisons the output."""
     from harness.kernels.fused_mla_decode import Config, fused_mla_decode
 
