@@ -11,6 +11,8 @@ OUT=${1:?usage: device_check.sh OUT BASE_CU}
 BASE_CU=${2:?usage: device_check.sh OUT BASE_CU}
 mkdir -p "$OUT"
 . ci/gpu_env.sh .bundle/flashinfer-0.7.2.post1-py312.tar.xz "${JIT_TAR:-}" "${TRITON_TAR:-}"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-msgspec .whl/msgspec-*.whl  # the device lacks it
+export PYTHONPATH=/tmp/site-msgspec:$PYTHONPATH
 t0=$(date +%s)
 timeout -k 5 "${TESTS_TIMEOUT:-240}" python3 -m pytest suites/gpu/test_fused_fp8_gpu.py -m gpu -q -rfEs -p no:cacheprovider \
   --junitxml="$OUT/gpu-fused-junit.xml" 2>&1 | tee "$OUT/gpu-fused-pytest.log" | tail -30
