@@ -102,3 +102,34 @@ def test_cuda_free_memory_counts_what_this_processs_allocator_holds_unused(monke
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 30 * gib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 3 * gib)
     assert free_bytes(torch.device("cuda", 0)) == 79 * gib
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_free_memory_is_measured_after_unreachable_cycles_are_collected(monkeypatch, device):
+    """A pool kept only by a reference cycle (an earlier run's frames, kept by an import) is free once collected: the
+    plan collects before it measures, or the next case is refused for memory nothing can reach."""
+    import gc
+    import weakref
+
+    import torch
+
+    from harness.inputs.memory import free_bytes
+
+    if device == "cuda":  # measured through the same calls on a CPU-only machine
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (0, 0))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 0)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 0)
+
+    class Run:  # a run's frame stand-in: it holds the pool and is held by its own cycle
+        pass
+
+    run = Run()
+    run.pool, run.self = torch.empty(1), run
+    pool = weakref.ref(run.pool)
+    del run
+    gc.disable()  # no collection but the one under test
+    try:
+        free_bytes(torch.device(device))
+        assert pool() is None, "free_bytes measured while an unreachable pool still held its memory"
+    finally:
+        gc.enable()

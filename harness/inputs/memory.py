@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +14,10 @@ HEADROOM = 0.95  # leave 5% of free memory to the allocator and the kernels' wor
 
 
 def free_bytes(device: torch.device) -> int:
+    """Bytes free to this process on `device`, once unreachable objects are collected: an earlier run in this process
+    can leave its pool in a reference cycle (importing SGLang kept the first run's frames, its 25 GiB pool among their
+    locals, until a full collection; on an H100 the next GLM-5 prod case was refused at 51.8 GiB free)."""
+    gc.collect()
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         # blocks this process's caching allocator holds but no tensor uses are free to it too (an earlier case's pool,
