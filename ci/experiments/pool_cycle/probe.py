@@ -1,4 +1,5 @@
-"""Which GPU strategy run leaves its pool in a reference cycle (freed only by gc)?"""
+"""Which strategy run leaves its PreparedCase (its pool) alive after `harness run` returns, kept only by a reference
+cycle: python ci/experiments/pool_cycle/probe.py [CASE] on a GPU with FlashInfer and SGLang (docs/evidence/suite/pool-cycle-probe-h100.txt)."""
 import collections, gc, sys, weakref, torch
 from harness.execute import prepared
 from suites.helpers import run_strategies
