@@ -1,7 +1,7 @@
 """Which strategy run leaves its PreparedCase (its pool) alive after `harness run` returns, kept only by a reference
 cycle (GPU with FlashInfer and SGLang; docs/evidence/suite/pool-cycle-probe-h100.txt):
 
-  python ci/experiments/pool_cycle/probe.py [CASE]
+  python -m ci.experiments.pool_cycle [CASE]
 
 With automatic collection off, each strategy runs once; a PreparedCase still alive afterwards is printed with the
 types in the garbage a full collection then finds (the cycle that held it)."""
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import gc
-import sys
 import weakref
 
 import torch
@@ -56,7 +55,3 @@ def main(case: str) -> None:
             print("  garbage:", garbage_types(), flush=True)
         gc.collect()
         print(f"  after gc: allocated {torch.cuda.memory_allocated() / 2**20:.0f} MiB", flush=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "glm5-tp8.ci.b1-l500")
