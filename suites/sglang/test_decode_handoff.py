@@ -148,6 +148,8 @@ def assert_same_handoff(theirs: dict, ours: dict, layer_rows: int) -> None:
         assert theirs[key] == ours[key], f"{key}: SGLang {theirs[key]!r} vs harness {ours[key]!r}"
     assert abs(theirs["sm_scale"] - ours["sm_scale"]) <= 1e-12 * theirs["sm_scale"], (theirs["sm_scale"], ours["sm_scale"])
     assert torch.equal(theirs["q_nope"], ours["q_nope"]) and torch.equal(theirs["q_pe"], ours["q_pe"])
+    for key in ("ckv", "kpe"):  # the 512/64 split: the whole-layer comparison below sees only the buffer both are views of
+        assert theirs[key].shape == ours[key].shape, f"{key}: SGLang {tuple(theirs[key].shape)} vs harness {tuple(ours[key].shape)}"
     their_kv, our_kv = whole_layer(theirs["ckv"], theirs["kpe"]), whole_layer(ours["ckv"], ours["kpe"])
     assert their_kv.dtype == our_kv.dtype == torch.bfloat16
     assert their_kv.shape == our_kv.shape == (layer_rows, 1, 576), (their_kv.shape, our_kv.shape)
@@ -163,12 +165,15 @@ def test_stock_hands_the_backend_what_sglang_hands_flashinfer(preset):
     assert_same_handoff(sglang_handoff(case), harness_handoff(case), case.geometry.rows)
 
 
-@pytest.mark.parametrize("fault", ["gather_cast", "page1-pool", "old-sm-scale"])
-def test_handoff_comparison_catches_planted_faults(fault):
+@pytest.mark.parametrize("fault", ["gather_cast", "page1-pool", "old-sm-scale", "split-448-128"])
+def test_handoff_comparison_catches_planted_faults(fault, monkeypatch):
     case = case_for("deepseek-v3-tp8" if fault == "old-sm-scale" else "glm5-tp8")
     theirs = sglang_handoff(case)
     if fault == "gather_cast":  # a compact gathered buffer is not the whole layer
         ours = harness_handoff(case, "gather_cast")
+    elif fault == "split-448-128":  # the same whole-layer buffer cut at another channel: ckv 448, kpe 128
+        monkeypatch.setattr(REGISTRY["stock"], "split", lambda self, buf: (buf[..., :448], buf[..., 448:]))
+        ours = harness_handoff(case)
     elif fault == "page1-pool":  # the token-granular pool the harness had before (same row count)
         from harness.inputs.pool import PoolGeometry
 
