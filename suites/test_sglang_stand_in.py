@@ -174,3 +174,24 @@ def test_a_broken_sglang_is_an_error_not_unsupported(tmp_path, case):
     run = subprocess.run([sys.executable, "-m", "harness", "run", "--strategy", "stock", "--strategy", "sglang_flashinfer"],
                          capture_output=True, text=True, env={**env, "TRITON_INTERPRET": "1"}, cwd=tmp_path, timeout=600)
     assert run.returncode == (1 if own else 0), run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_a_broken_sglang_package_is_named_in_the_verdict(tmp_path):
+    """A user's SGLang whose own `sglang/__init__.py` does not import: sglang_flashinfer's setup imported SGLang's parallel
+    context first, outside `runtime.load`, so the error verdict read only `SyntaxError: invalid syntax (__init__.py, line 1)`,
+    naming neither SGLang nor its module. Now the backend is loaded first: the verdict says SGLang's own code raised it."""
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "__init__.py").write_text("def broken(:\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "CUDA_VISIBLE_DEVICES": "",
+           "TRITON_INTERPRET": "1"}
+    out = tmp_path / "run.json"
+    run = subprocess.run([sys.executable, "-m", "harness", "run", "--scenario", "b1-l500", "--layers", "2", "--repeats", "0",
+                          "--strategy", "sglang_flashinfer", "--json", str(out)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_GUARD_S)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    import json
+
+    (verdict,) = [r for r in json.loads(out.read_text())["rows"] if r["strategy"] == "sglang_flashinfer" and r["metric"] == "verdict"]
+    assert verdict["value"] == "error", verdict
+    reason = verdict["detail"]["reason"]
+    assert "SyntaxError" in reason and "raised by SGLang's own code" in reason and runtime.MLA_BACKEND in reason, reason

@@ -57,6 +57,7 @@ class SGLangFlashInfer(Strategy):
 
     def setup(self, schedule):
         flashinfer = self.backend.name.startswith("flashinfer")
+        runtime.load(runtime.MLA_BACKEND)  # before any other SGLang import: a broken SGLang's error names it and its module
         self._rank = runtime.single_rank()
         self._rank.__enter__()
         try:
