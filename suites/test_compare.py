@@ -547,3 +547,18 @@ def test_triton_interpret_on_one_side_is_another_environment():
     from harness.measure.environment import environment
 
     assert environment(torch.device("cpu"))["triton_interpret"] == os.environ.get("TRITON_INTERPRET")
+
+
+def test_text_from_the_files_is_printed_as_written_never_as_markup(write, capsys):
+    """A verdict's reason, a strategy name or a machine field holding square brackets (an exception's message, a
+    folder) is file text, not rich markup: `[/]` crashed the report with a MarkupError traceback instead of its
+    REGRESSION line, and `[link=x]` or `[bold]` vanished from the note. Twin: the same failure in plain words."""
+    for name, why, path in (("gather[/]cast", "[/] [bold]x[/bold] [link=y]z", "/opt/[/]fi"), ("gather_cast", "x z", "/opt/fi2")):
+        rows = [r if r.strategy != "gather_cast" else Row(**{**r.__dict__, "strategy": name}) for r in _rows()]
+        head = [r for r in rows if r.strategy != name] + [Row(**CASE, strategy=name, metric="verdict", value="unsupported",
+                                                              detail={"status": "unsupported", "reason": why})]
+        base = write("base.json", rows, {**ENV, "flashinfer_path": "/opt/fi"})
+        assert main_compare(base, write("head.json", head, {**ENV, "flashinfer_path": path}), "5%") == 1
+        captured = capsys.readouterr()
+        assert captured.err == "" and why in captured.out and f"{name}/verdict failing" in captured.out
+        assert f"flashinfer_path: /opt/fi -> {path}" in captured.out

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.errors import HarnessError
@@ -424,8 +425,8 @@ def comparison_table(comparison: Comparison) -> Table:
         preset, scale, scenario, strategy, backend, metric = c.key
         style = STATUS_STYLE.get(c.status)
         status = f"[{style}]{c.status}[/]" if style else c.status
-        table.add_row(f"{preset}/{scale}/{scenario}", strategy, backend, metric, _fmt(c.base), _fmt(c.head),
-                      _fmt_ratio(c.ratio), _fmt_interval(c), status, "gates" if c.gating else "info")
+        texts = (f"{preset}/{scale}/{scenario}", strategy, backend, metric, _fmt(c.base), _fmt(c.head))  # file text, not markup
+        table.add_row(*map(escape, texts), _fmt_ratio(c.ratio), escape(_fmt_interval(c)), status, "gates" if c.gating else "info")
     return table
 
 
@@ -450,7 +451,7 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         console.print(comparison_table(comparison))
     console.print(_summary(comparison))
     if moved := machine_differences(base, head):
-        console.print(f"[yellow]note[/]: the machines differ in {'; '.join(moved)} (said, not judged)", highlight=False)
+        console.print(f"[yellow]note[/]: the machines differ in {escape('; '.join(moved))} (said, not judged)", highlight=False)
     for side, results in (("base", base), ("head", head)):
         if not has_control(results):
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
@@ -458,17 +459,17 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     if comparison.environment_differs:
         verdict = ("no timed metric gates here" if not comparison.cannot_judge else
                    "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "timings not judged")
-        console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {comparison.environment_differs}; {verdict}")
+        console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {escape(comparison.environment_differs)}; {verdict}")
     if (few := comparison.undersampled) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
-        console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {named}; the rule needs {decision.MIN_SAMPLES} samples on "
+        console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {escape(named)}; the rule needs {decision.MIN_SAMPLES} samples on "
                       f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}; a file of one number per row, such as "
                       f"tpot --engine sglang's, cannot be gated); {verdict}")
     if (shaken := comparison.disturbed) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
-        console.print(f"[bold yellow]DISTURBED[/]: {named}; re-run where the GPU's clocks hold; {verdict}")
+        console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
@@ -478,7 +479,7 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     if failed := comparison.decisive:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} {c.status}" for c in failed)
         why = "; ".join(dict.fromkeys(_why_failed(c, pct) for c in failed))
-        console.print(f"[bold red]REGRESSION[/]: {len(failed)} gating row(s) failed: {named} ({why})")
+        console.print(f"[bold red]REGRESSION[/]: {len(failed)} gating row(s) failed: {escape(named)} ({why})")
 
 
 def main_compare(base_path, head_path, max_regression_text, inconclusive: str = "pass") -> int:
