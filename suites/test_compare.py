@@ -562,3 +562,22 @@ def test_text_from_the_files_is_printed_as_written_never_as_markup(write, capsys
         captured = capsys.readouterr()
         assert captured.err == "" and why in captured.out and f"{name}/verdict failing" in captured.out
         assert f"flashinfer_path: /opt/fi -> {path}" in captured.out
+
+
+def test_a_strategy_gone_from_the_head_fails_where_none_of_its_rows_gate(write, capsys):
+    """A CPU `tpot --json` file has no row that gates (timings inform only there, no verdict): a head without one of
+    the base's strategies at all passed with exit 0, its rows listed as `missing` but `info`. A strategy the base
+    has and the head lacks is a missing result on any device (exit 1). Twins: nothing missing, or one informational
+    metric of a strategy the head still has, passes as before; a head without the control is the environment guard's."""
+    cpu = {**ENV, "device": "cpu", "gpu": None}
+    info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
+        [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
+    control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
+    base = write("base.json", [*info, control], cpu)
+    other = {**cpu, "hostname": "ci-2"}
+    assert main_compare(base, write("head.json", [*info[2:], control], other), "5%") == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION: 2 gating row(s) failed: gather_cast/attn_path_ms missing, gather_cast/tpot_ms missing" in out
+    for rows in ([*info, control], [*info[:1], *info[2:], control], info):
+        assert main_compare(base, write("head.json", rows, other), "5%") == 0
+        assert "REGRESSION" not in capsys.readouterr().out

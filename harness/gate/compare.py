@@ -16,7 +16,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass`, `fail` or
   `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
 Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
-when its strategy's verdict is an explained `unsupported`).
+when its strategy's verdict is an explained `unsupported`); so must every strategy of the base, gating or
+not: one with no row in the head is `missing` on any device (the control row is the environment guard's).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
@@ -379,12 +380,14 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     explained = _explains(base, head)
     found = [_change(key, b.get(key), h.get(key), max_regression, explained) for key in sorted(b.keys() | h.keys())]
     unsupported = {c.key[:5] for c in found if c.key[5] == "verdict" and c.status == "unsupported"}  # explained
+    strategies = {key[:5] for key in h}  # a base strategy with no row here is a missing result wherever it is
     changes = []
     for change in found:
         if change.status == MISSING and change.key[:5] in unsupported:
             change = replace(change, status="unsupported", note="its strategy is unsupported in the head")
         metric = METRICS.get(change.key[5])
-        gating = metric is not None and metric.gates(device) and change.status != "added"
+        gone = change.status == MISSING and change.key[:5] not in strategies and change.key[5] != CONTROL  # control: the guard's
+        gating = metric is not None and (metric.gates(device) or gone) and change.status != "added"
         status = WORSE if change.status == REGRESSED and not gating else change.status
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
                               change.note))
