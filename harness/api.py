@@ -76,7 +76,7 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
         why = f"golden/{case.name} is for another {mismatch}"
     if cfg.reference == "golden":
         raise HarnessError("--reference", f"{why}; use --reference live (or auto)")
-    console.print(f"[yellow]{why}: checking against a live float64 reference[/]")
+    console.print(f"{why}: checking against a live float64 reference", style="yellow", markup=False)
     n = len(cfg.case.checked_layers()) * cfg.case.scenario.steps
     with progress_bar(console, "float64 reference", n) as advance:
         return golden.compute(cfg.case, progress=advance), "live float64 reference"
@@ -210,7 +210,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
                                        outputs, m.guards)
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
-    console.print(f"checked against {ref_label}")
+    console.print(f"checked against {ref_label}", markup=False)
     return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s)
 
 

@@ -591,3 +591,22 @@ def test_repro_keeps_a_path_through_a_link_and_dot_dot(tmp_path, monkeypatch):
     monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", "lnk/../gold")
     named = shlex.split(repro_command(["run"]))[0].split("=", 1)[1]
     assert os.path.realpath(named) == os.path.realpath(tmp_path / "deep" / "gold"), named
+
+
+def test_user_text_is_printed_as_written_never_as_markup(tmp_path):
+    """A path, a scenario name or an error text with [...] in it is printed as it is: rich read `out[a].json` as
+    `out.json` plus a style tag, dropped `[batch, heads]` from a verdict's reason, and raised on a `[/]`."""
+    from rich.console import Console
+
+    from harness.api import StrategyResult
+    from harness.render.table import results_table
+    from harness.verify.check import Status, Verdict
+
+    out = tmp_path / "r[a].json"
+    proc = harness("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0", "--json", out)
+    assert proc.returncode == 0 and out.exists(), proc.stdout + proc.stderr
+    assert f"results written to {out}" in proc.stdout.replace("\n", ""), proc.stdout
+    reason = "index [batch, heads] out of range [/]"
+    console = Console(file=io.StringIO(), width=400)
+    console.print(results_table("t", [StrategyResult("stock", Verdict(Status.ERROR, reason))]))
+    assert reason in console.file.getvalue(), console.file.getvalue()

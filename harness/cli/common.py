@@ -119,7 +119,8 @@ def case_from(args, device, console: Console | None = None):
     if need > scale.slots and args.scale is None and args.slots is None and device.type == "cpu":
         scale = get_scale(scale_name, need, scale.num_layers)
         if console is not None:
-            console.print(f"[yellow]{scenario.name} needs {need:,} slots: the {scale_name} pool grows to {need:,} (--slots {need})[/]")
+            console.print(f"{scenario.name} needs {need:,} slots: the {scale_name} pool grows to {need:,} (--slots {need})", style="yellow",
+                          markup=False)
     case = Case(preset, scale, scenario)
     row_bytes = case.num_layers * preset.row_width
     host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT

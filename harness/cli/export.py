@@ -24,7 +24,7 @@ def command(args, console: Console) -> int:
     refuse_clobbering([("--out", args.out)], inputs_of(case))
     check_writable(args.out, "--out", args.force)
     path = export_inputs(case, args.step, args.layer, args.out)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", markup=False)
     return 0
 
 

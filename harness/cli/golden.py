@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from harness.errors import CheckFailed, HarnessError
 
@@ -62,13 +63,13 @@ def command(args, console: Console) -> int:
                 golden.write(fresh, case.name)
                 status = "[yellow]overwritten (--force)[/]; what changed:"
                 for change in changes:
-                    status += f"\n  {change}"
+                    status += f"\n  {escape(change)}"
                 changes = []
             else:
                 status = "[bold red]CHANGED, not written (use --force)[/]"
-        console.print(f"{case.name}: {status} in {time.perf_counter() - t0:.1f}s")
+        console.print(f"{escape(case.name)}: {status} in {time.perf_counter() - t0:.1f}s")
         for change in changes:
-            console.print(f"  {change}")
+            console.print(f"  {change}", markup=False)
         if changes:
             failures.append(case.name)
             console.print(f"  {golden.write_obtained(case.name, Path(golden.OUTPUTS).stem, fresh.tensors)}", markup=False,

@@ -50,7 +50,7 @@ def command(args, console: Console) -> int:
         case=case, device=device, backend=args.backend, kernel=args.kernel, strategies=strategies, faults=faults,
         repeats=repeats, reference=args.reference, dump_outputs=args.dump_outputs,
     )
-    console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)")
+    console.print(f"case {case.name} on {device} ({case.scale.slots:,} slots, {case.num_layers} layers)", markup=False)
     outcome = run(cfg, console)
     console.print(results_table(f"{case.name} · backend {outcome.backend}", outcome.results,
                                 host_timed=device.type != "cuda", width=console.width))
@@ -66,7 +66,7 @@ def command(args, console: Console) -> int:
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
         write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
-        console.print(f"results written to {args.json}")
+        console.print(f"results written to {args.json}", markup=False)
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]
     console.print(_summary(outcome.results, 1 if failed or not ran else 0, args), markup=False, highlight=False)

@@ -5,6 +5,7 @@ Host-timed (CPU) figures are labelled as such, and a bandwidth figure is shown o
 from __future__ import annotations
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from harness.results.metrics import METRICS
@@ -26,7 +27,7 @@ def _verdict(r) -> str:
     status = r.verdict.status.value
     text = f"[{STATUS_STYLE[status]}]{status}[/]"
     if r.verdict.reason:  # a pass's reason says what it left unchecked or which tier it was held to
-        text += f"\n[dim]{r.verdict.reason[:160]}[/]"
+        text += f"\n[dim]{escape(r.verdict.reason[:160])}[/]"  # the reason as written: an error's [...] is text
     return text
 
 

@@ -98,7 +98,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         refuse_one_workload_rotation(shape.num_layers, args.weight_sets)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
-                  f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}")
+                  f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}", markup=False)
     reasons = {name: REGISTRY[name].unsupported_reason(device, ctx.backend) for name in names}
     timed = [name for name in names if not reasons[name]]
     if args.check_rotation and not timed:
@@ -127,7 +127,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         console.print(table)
     for r in rows:
         if r.metric == "tpot_ms" and r.detail and r.detail.get("memory_plan"):
-            console.print(f"memory plan: {r.detail['memory_plan']}")
+            console.print(f"memory plan: {r.detail['memory_plan']}", markup=False)
     if args.json:
         env = environment(device)
         env["copy_gbps"] = copy_gbps
@@ -135,7 +135,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                     "allreduce_table": getattr(allreduce, "table", None)}
         write_results(args.json, rows + [control], env, repro_command(args.argv),
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
-        console.print(f"results written to {args.json}")
+        console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
 
 
@@ -196,7 +196,7 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
                                     case.scale.slots, python=args.sglang_python, one_rank=not args.sglang_full_tp)
             advance()
         steps = Samples("ms", tuple(out["step_ms"]))
-        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps")
+        console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps", markup=False)
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower", iqr=steps.iqr, samples=list(steps.values),
                         detail={"engine": "sglang.benchmark.one_batch", "sglang_median_ms": out["sglang_median_ms"],
                                 "sglang_pool": out["pool"], "command": out["command"]}, **ident))
@@ -205,7 +205,7 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
         env = environment(torch_device()) | software  # the software SGLang ran with is --sglang-python's
         write_results(args.json, rows, env, repro_command(args.argv),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
-        console.print(f"results written to {args.json}")
+        console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
 
 
