@@ -45,7 +45,7 @@ def progress_bar(console: Console, description: str, total: int):
             ticker.join()
         console.print(f"{description}: {state['done']}/{total} in {time.perf_counter() - t0:.1f} s", markup=False, highlight=False)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(description, total=total)
         yield lambda: progress.advance(task)

@@ -610,3 +610,15 @@ def test_user_text_is_printed_as_written_never_as_markup(tmp_path):
     console = Console(file=io.StringIO(), width=400)
     console.print(results_table("t", [StrategyResult("stock", Verdict(Status.ERROR, reason))]))
     assert reason in console.file.getvalue(), console.file.getvalue()
+
+
+def test_a_terminal_progress_bar_shows_its_description_as_written():
+    """The bar's description (a case or scenario name) is text: `verify x[a]` is not `verify x` plus a style tag."""
+    from rich.console import Console
+
+    from harness.progress import progress_bar
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    with progress_bar(console, "verify x[a]", 1) as advance:
+        advance()
+    assert "verify x[a]" in console.file.getvalue(), console.file.getvalue()
