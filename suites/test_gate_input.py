@@ -616,3 +616,15 @@ def test_a_row_key_with_a_control_character_is_bad_input(a, tmp_path, capsys, fi
     assert code == 2 and out == ""
     _one_error_line(err, "head.json", field)
     assert _compare(tmp_path, a, _rerun(a), capsys)[0] == 0  # the twin: another run, its keys plain names
+
+
+@pytest.mark.parametrize("metric, better", [("step_ms", "higher"), ("extra_bytes", "higher")])
+def test_a_direction_other_than_the_metric_tables_is_bad_input(a, tmp_path, capsys, metric, better):
+    """A row whose `better` disagrees with the metric table was judged by the table, silently: like a wrong unit, a
+    mislabelled row is one error line naming the field. Twin: the untouched rerun compares."""
+    head = _rerun(copy.deepcopy(a))
+    _rows(head, metric, "gather_cast")[0]["better"] = better
+    code, out, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2 and out == ""
+    _one_error_line(err, f"head.json: gather_cast/{metric}.better", repr(better), "metric table's")
+    assert _compare(tmp_path, a, _rerun(a), capsys)[0] == 0

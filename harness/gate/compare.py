@@ -195,6 +195,10 @@ def index_rows(results: ResultsFile, where: str) -> dict[tuple, Row]:
             raise HarnessError(f"{where}: {row.strategy}/{row.metric}.unit", f"{row.unit!r} is not the metric table's "
                                                                               f"{metric.unit!r} (harness/results/metrics.py): "
                                                                               "a mislabelled value is not judged")
+        if metric is not None and row.better != metric.better:
+            raise HarnessError(f"{where}: {row.strategy}/{row.metric}.better", f"{row.better!r} is not the metric table's "
+                                                                                f"{metric.better!r} (harness/results/metrics.py): "
+                                                                                "a mislabelled row is not judged")
         index[row.key] = row
     return index
 
