@@ -120,6 +120,29 @@ def test_an_existing_file_is_replaced_only_with_force(disk, tmp_path, name):
         assert (tmp_path / "link.json").is_symlink()  # written through: the link itself is kept
 
 
+OWN_TABLES = ("harness/verify/tolerances.toml", "harness/backends/arch_policy.toml", "harness/kernels/fused_tuning.toml",
+              "harness/spec/scenarios/b1-l4096.toml")
+
+
+@pytest.mark.parametrize("table", OWN_TABLES)
+@pytest.mark.parametrize("command", ["run", "tpot"])
+def test_outputs_never_replace_the_harness_own_tables_even_with_force(command, table):
+    """The harness's data tables (the tolerances every check reads, the arch policy, the kernel tuning, a built-in
+    scenario) are inputs of every run: an output there is refused even with --force, every byte kept (before: `run
+    --json harness/verify/tolerances.toml --force` replaced the tolerance table with the results, breaking later runs)."""
+    path = ROOT / table
+    before = path.read_bytes()
+    argv = {"run": ["run", *QUICK, "--scenario", "b1-l500", "--json"],
+            "tpot": ["tpot", *TPOT, "--scenario", "b1-l500", "--json"]}[command]
+    try:
+        proc = harness(*argv, path, "--force")
+        _one_error_line(proc, "--json", str(path), "outputs never overwrite inputs")
+        assert proc.stdout == "", proc.stdout  # refused before any work
+        assert path.read_bytes() == before
+    finally:
+        path.write_bytes(before)  # a failing run must not leave the checkout broken
+
+
 def test_tpot_report_keeps_an_earlier_report(tmp_path):
     """python -m harness.tpot.report --out: a tpot.md already there is kept (exit 2) unless --force."""
     out = tmp_path / "out"

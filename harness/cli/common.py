@@ -129,6 +129,12 @@ def case_from(args, device, console: Console | None = None):
     return case
 
 
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
 def inputs_of(case) -> list[tuple[str, Path]]:
-    return [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
+    """The scenario file, and the harness's own data tables (tolerances, arch policy, kernel tuning, models, built-in
+    scenarios), which every run reads: no output replaces one, even with --force."""
+    scenario = [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
+    return scenario + [("the harness's own data file", p) for p in sorted(PACKAGE_DIR.rglob("*.toml"))]
 
