@@ -8,7 +8,8 @@ the user or a second run, is kept and the write refused).
 A path is written THROUGH a symlink (its final target is updated, the link stays). A regular
 file (or a new one) is replaced atomically: a temporary file beside the target, then one
 rename, so readers never see half a file and a failed write leaves the previous one intact.
-A non-regular target (a pipe, /dev/stdout) is streamed to. New files get the usual mode
+A non-regular target (a pipe, /dev/stdout) is streamed to; a block device (a disk's raw bytes) or a socket
+is refused. New files get the usual mode
 (0666 less the umask), never a temporary file's 0600. Failures are one HarnessError line.
 """
 
@@ -51,6 +52,16 @@ def _is_stream(path: Path) -> bool:
         return False
 
 
+def _disk_or_socket(path: Path) -> str:
+    """What `path` is when it is a block device (a write would overwrite the disk's raw bytes) or a socket (it cannot
+    be opened): no stream to write to; else ''."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    return "a block device (a disk)" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else ""
+
+
 def check_writable(path: str | Path, flag: str, force: bool = False) -> None:
     """Fail before any work when `path` cannot be written (a folder, an unwritable or missing
     parent, an over-long name) or names a file that exists (unless `force`, the `--force` option);
@@ -67,6 +78,8 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
         raise HarnessError(flag, f"{path} is a link that leads back to itself; nothing was written")
     if path.is_dir():
         raise HarnessError(flag, f"{path} is a folder, not a file")
+    if kind := _disk_or_socket(path):
+        raise HarnessError(flag, f"{path} is {kind}, not a file, pipe or terminal; nothing was written")
     if _is_stream(path):
         if not os.access(path, os.W_OK):
             raise HarnessError(flag, f"{path} is not writable")

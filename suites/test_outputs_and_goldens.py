@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,32 @@ def test_tpot_report_keeps_an_earlier_report(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     _one_error_line(proc, "--out", "tpot.md", "exists")
     assert (out / "tpot.md").read_text() == "mine" and os.listdir(out) == ["tpot.md"]
+
+
+@pytest.mark.parametrize("kind", ["block device", "socket"])
+def test_an_output_that_is_a_block_device_or_a_socket_is_refused_before_any_work(tmp_path, monkeypatch, kind):
+    """A block device is a disk, not a stream: --json there (or a link to it) is refused before any work, even with
+    --force (before: the results were written onto the device's raw bytes after the run); a socket, which cannot be
+    opened, likewise (before: 'cannot write' after the whole run)."""
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    if kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind("dev.json")
+        sock.close()  # the socket file stays
+    else:
+        try:
+            os.mknod("dev.json", 0o600 | stat.S_IFBLK, os.makedev(7, 250))  # a loop device node, nothing attached
+        except (PermissionError, OSError) as exc:
+            pytest.skip(f"cannot make a block device node here: {exc}")
+    os.symlink("dev.json", "link.json")
+    for path in ("dev.json", "link.json"):
+        for force in ((), ("--force",)):
+            proc = harness("run", *QUICK, "--scenario", "b1-l500", "--json", tmp_path / path, *force)
+            _one_error_line(proc, "--json", path, kind)
+            assert proc.stdout == "", proc.stdout  # refused before any work
+    assert stat.S_ISBLK(os.stat("dev.json").st_mode) or stat.S_ISSOCK(os.stat("dev.json").st_mode)
 
 
 def test_the_guard_itself(tmp_path):
