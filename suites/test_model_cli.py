@@ -294,6 +294,23 @@ def test_report_refuses_a_file_it_cannot_render_naming_the_field(results, tmp_pa
     assert harness(str(results), "--out", str(tmp_path / "ok"), module="harness.tpot.report").returncode == 0
 
 
+@pytest.mark.parametrize("name", ["tpot.md", "tpot.png"])
+def test_report_force_never_writes_through_a_link_in_out(results, tmp_path, name):
+    """--force replaces tpot.md / tpot.png in --out; a link there (to a file elsewhere) is refused before any work,
+    the file it leads to kept, as `harness report` does (before: --force wrote the report over the linked file)."""
+    precious, out = tmp_path / "precious.txt", tmp_path / "out"
+    precious.write_text("mine")
+    out.mkdir()
+    os.symlink(precious, out / name)
+    proc = harness(str(results), "--out", str(out), "--force", module="harness.tpot.report")
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and line.startswith("error: --out: ") and name in line and "is a link to" in line, proc.stderr
+    assert proc.stdout == "" and precious.read_text() == "mine" and os.listdir(out) == [name]
+    os.unlink(out / name)  # twin: without the link, --force writes the report
+    assert harness(str(results), "--out", str(out), "--force", module="harness.tpot.report").returncode == 0
+    assert (out / "tpot.md").is_file() and not (out / name).is_symlink()
+
+
 def test_tpot_json_never_replaces_the_harness_model_or_allreduce_table(capsys):
     """The model shapes (models.toml) and the default all-reduce table are the run's own inputs: --json there is
     refused even with --force, the file as it was (before: models.toml was replaced by the results)."""

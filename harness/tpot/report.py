@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -262,12 +263,14 @@ def main(argv=None) -> int:
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
     ap.add_argument("--out", type=Path, required=True, help="folder for tpot.md and tpot.png")
-    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2)")
+    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2; a link there: exit 2)")
     args = ap.parse_args(argv)
     try:
         outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
         refuse_clobbering(outputs, [("a results file", p) for p in (*args.results, *([args.tp2] if args.tp2 else []))])
         for flag, path in outputs:
+            if path.is_symlink():  # --force replaces the report's own files in --out, never a file a link there leads to
+                raise HarnessError(flag, f"{path} is a link to {os.path.realpath(path)}; nothing was written")
             check_writable(path, flag, args.force)
         text, bars = render(args.results, args.tp2)
         args.out.mkdir(parents=True, exist_ok=True)
