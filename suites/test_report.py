@@ -251,6 +251,19 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_missing_independent_file_alone_is_named(tmp_path, capsys):
+    """`report independent.json` whose file is missing: one line naming it (before: 'report: no results files given',
+    which named neither the file nor what was wrong); an existing one alone says it is no results file."""
+    independent = tmp_path / "independent.json"
+    assert main(["report", str(independent)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {independent}: no such file\n", err
+    independent.write_text("{}")
+    assert main(["report", str(independent)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no results files given" in err and "independent.json" in err, err
+
+
 HOSTILE = {  # (edit of a good results file as JSON text, the field the one-line error names)
     "401-digit value": (lambda t: t.replace('"value": 8.0', '"value": 1' + "0" * 400, 1), "value"),
     "401-digit iqr": (lambda t: t.replace('"iqr": 0.4', '"iqr": 1' + "0" * 400, 1), "iqr"),

@@ -433,9 +433,9 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
     if len(independent_paths) > 1:
         raise HarnessError(INDEPENDENT, f"given {len(independent_paths)} times; pass one")
     runs = sorted((_load_run(p) for p in paths if p.name != INDEPENDENT), key=lambda r: r.created)
+    independent = _load_independent(independent_paths[0]) if independent_paths else None  # a missing one named first
     if not runs:
-        raise HarnessError("report", "no results files given")
-    independent = _load_independent(independent_paths[0]) if independent_paths else None
+        raise HarnessError("report", f"no results files given ({INDEPENDENT} is a cross-check beside them, not one)")
 
     for line in dict.fromkeys(_env_line(r.env) for r in runs):
         console.print(f"environment: {line}", markup=False, highlight=False)
