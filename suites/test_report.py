@@ -14,6 +14,7 @@ from harness.cli import main
 from harness.errors import HarnessError
 from harness.render.report import check_out_dir, render_report
 from harness.results.document import Row, document
+from harness.strategies import BASELINE
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 NEEDS_MPL = pytest.mark.skipif(not HAVE_MPL, reason="matplotlib not installed (pip install mla-harness[report])")
@@ -364,3 +365,28 @@ def test_a_mislabelled_unit_is_not_reported(tmp_path, capsys):
     assert err.count("\n") == 1 and f"{bad}: stock/cast_us.unit" in err and "'ms'" in err, err
     assert not (tmp_path / "out").exists()
     assert main(["report", str(tmp_path / "good.json"), "--out", str(tmp_path / "out")]) == 0  # the twin
+
+
+def test_a_strategys_cells_all_come_from_the_latest_run_that_has_it(tmp_path):
+    """The latest run's gather_cast crashed (a verdict `error`, no timings): its row showed the older run's timings and
+    4.00x speedup beside the error, another commit's figures as this run's. Now every cell of a strategy comes from the
+    latest run that has it, and the speedup only from a stock of that same run."""
+    old = _write_case(tmp_path / "old.json", "2026-01-01T00:00:00+00:00", "aaaaaaa0")
+    new = _write_case(tmp_path / "new.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0")
+    doc = json.loads(new.read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["strategy"] != "gather_cast" or r["metric"] == "verdict"]
+    crashed = next(r for r in doc["rows"] if r["strategy"] == "gather_cast")
+    crashed.update(value="error", detail={"status": "error", "reason": "gather_cast crashed", "stats": None})
+    new.write_text(json.dumps(doc))
+    only_stock = _write_case(tmp_path / "stock.json", "2026-01-03T00:00:00+00:00", "ccccccc0")
+    doc = json.loads(only_stock.read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["strategy"] == "stock"]
+    only_stock.write_text(json.dumps(doc))
+    _render([old, new, only_stock], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    gather = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")
+    assert gather["verdict"] == "error: gather_cast crashed", gather
+    assert {gather[c] for c in ("cast µs", "attn µs", "step ms", "extra GiB", f"speedup vs {BASELINE}")} == {"-"}, gather
+    native = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "native_fp8")  # new.json's; stock is stock.json's
+    assert native["step ms"] == "1.000 ±0.010" and native[f"speedup vs {BASELINE}"] == "-", native
+    assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", BASELINE)[f"speedup vs {BASELINE}"] == "1.00×"

@@ -142,12 +142,13 @@ def _iqr_pct(cell: Cell | None) -> str:
 
 
 def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> list[list[str]]:
-    stock_step = _value(strategies.get(BASELINE, {}).get("step_ms"))  # the registry's baseline
+    stock = strategies.get(BASELINE, {}).get("step_ms")  # the registry's baseline
     rows = []
     for name, m in strategies.items():
         cast_gbps = m.get("cast_gbps")
         copy_gbps = cast_gbps[1].env.get("copy_gbps") if cast_gbps else None
         step = _value(m.get("step_ms"))
+        stock_step = _value(stock) if stock and m.get("step_ms") and stock[1] is m["step_ms"][1] else None  # one run's
         cells = [
             name, *_verdict(m.get("verdict")),
             _median_iqr(m.get("cast_us"), ".1f"),
@@ -197,11 +198,15 @@ def _key(case: tuple, strategy: str, metric: str) -> tuple:
 
 
 def _cases(runs: list[Run]) -> dict[tuple, dict[str, dict[str, Cell]]]:
-    """case (its names, then the run's variant) -> strategy -> metric -> latest cell (runs come in `created` order)."""
+    """case (its names, then the run's variant) -> strategy -> metric -> cell, every cell of a strategy from the latest
+    run that has that strategy (runs come in `created` order): a metric that run lacks is not filled from an older one."""
     cases: dict = {}
     for run in runs:
+        found: dict = {}
         for key, row in run.rows.items():
-            cases.setdefault((*_case_of(key), run.variant), {}).setdefault(key[3], {})[key[5]] = (row, run)
+            found.setdefault((*_case_of(key), run.variant), {}).setdefault(key[3], {})[key[5]] = (row, run)
+        for case, strategies in found.items():
+            cases.setdefault(case, {}).update(strategies)
     return cases
 
 
