@@ -390,3 +390,27 @@ def test_a_strategys_cells_all_come_from_the_latest_run_that_has_it(tmp_path):
     native = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "native_fp8")  # new.json's; stock is stock.json's
     assert native["step ms"] == "1.000 ±0.010" and native[f"speedup vs {BASELINE}"] == "-", native
     assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", BASELINE)[f"speedup vs {BASELINE}"] == "1.00×"
+
+
+def test_runs_on_another_gpu_or_interpreted_triton_are_no_trend(tmp_path):
+    """An H100 run of the H200 run's case was drawn as its history (one trend, one table mixing both GPUs), although
+    compare cannot judge the two (another GPU); likewise a TRITON_INTERPRET=1 run (other kernels ran). Now each is a
+    case of its own, its title naming the GPU; two runs on one GPU still make a trend."""
+    def edited(name: str, created: str, commit: str, **env):
+        path = _write_case(tmp_path / name, created, commit)
+        doc = json.loads(path.read_text())
+        doc["environment"].update(env)
+        path.write_text(json.dumps(doc))
+        return path
+
+    files = [edited("h200.json", "2026-01-01T00:00:00+00:00", "aaaaaaa0"),
+             edited("h100.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0", gpu="NVIDIA H100 80GB HBM3"),
+             edited("interp.json", "2026-01-03T00:00:00+00:00", "ccccccc0", triton_interpret="1")]
+    _render(files, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Trends" not in md and md.split("## Results", 1)[1].count("\n### ") == 3, md
+    assert "cuda NVIDIA H100 80GB HBM3" in md and "cuda NVIDIA H200 · TRITON_INTERPRET=1" in md
+    files.append(edited("h200-again.json", "2026-01-04T00:00:00+00:00", "ddddddd0"))
+    _render(files, tmp_path / "out2")
+    trends = (tmp_path / "out2" / "report.md").read_text().split("## Trends", 1)[1]
+    assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | ddddddd |" in trends

@@ -1,7 +1,7 @@
 """`python -m harness report`: tables (console, Markdown) and plots from results JSON files.
 
-Each case (preset, scale, scenario, backend, and the rest of the file's case record and its device type:
-what `compare` requires equal) gets one table of strategies, taken from the
+Each case (preset, scale, scenario, backend, and the rest of the file's case record, its device type, GPU and
+TRITON_INTERPRET: what `compare` requires equal to judge timings) gets one table of strategies, taken from the
 latest run that has it (a `tpot` file's: one column per metric it carries). A case seen in several runs also gets a trend table and plot. A file
 named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section.
 """
@@ -53,7 +53,7 @@ class Run:
     env: dict
     repro: str
     rows: dict[tuple, dict]
-    variant: str = ""  # the rest of the file's case (command, pool, kernel, workload or workload_v4) and the device type
+    variant: str = ""  # the rest of the file's case (command, pool, kernel, workload or workload_v4), device type, GPU, TRITON_INTERPRET
 
 
     @property
@@ -82,8 +82,9 @@ def _load_run(path: Path) -> Run:
     c = results.case
     pool = f"{'?' if c.slots is None else f'{c.slots:,}'} slots x {'?' if c.layers is None else c.layers} layers"
     workload = c.workload[:8] if c.workload else f"{c.workload_v4[:8]} (v4)" if c.workload_v4 else "not recorded"
-    variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · "
-               f"{(results.environment.device or 'device ?').split(':')[0]}")
+    env = results.environment  # another GPU or interpreted Triton kernels: compare cannot judge them together, no trend
+    variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · {(env.device or 'device ?').split(':')[0]}"
+               + (f" {env.gpu.strip()}" if env.gpu else "") + (f" · TRITON_INTERPRET={env.triton_interpret}" if env.triton_interpret else ""))
     return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant)
 
 
