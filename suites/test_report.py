@@ -215,6 +215,8 @@ BAD_INPUTS = {
     "bad independent": (json.dumps({"torch_cast_us": "fast"}), "torch_cast_us"),
     "negative independent": (json.dumps({"torch_cast_us": -105.0}), "torch_cast_us"),  # was compared as a timing
     "zero independent": (json.dumps({"gather_cast_4096_us": 0}), "gather_cast_4096_us"),
+    "empty independent": ("{}", "none of the cross-check figures"),  # was a cross-check section of dashes, exit 0
+    "unknown-keys independent": (json.dumps({"tool": "x", "torch_cast_ms": 0.1}), "none of the cross-check figures"),
 }
 
 
@@ -259,7 +261,7 @@ def test_a_missing_independent_file_alone_is_named(tmp_path, capsys):
     assert main(["report", str(independent)]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {independent}: no such file\n", err
-    independent.write_text("{}")
+    independent.write_text('{"torch_cast_us": 105.0}')
     assert main(["report", str(independent)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no results files given" in err and "independent.json" in err, err

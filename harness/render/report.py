@@ -3,7 +3,8 @@
 Each case (preset, scale, scenario, backend, and the rest of the file's case record, its device type, GPU and
 TRITON_INTERPRET: what `compare` requires equal to judge timings) gets one table of strategies, taken from the
 latest run that has it (a `tpot` file's: one column per metric it carries). A case seen in several runs also gets a trend table and plot. A file
-named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section.
+named independent.json (written by python -m ci.experiments.independent_timing) adds a cross-check section; one that holds
+none of its figures is bad input.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _load_independent(path: Path) -> dict:
     for *_, key in CROSS_CHECKS:
         if key in doc and not (is_number(doc[key]) and doc[key] > 0):  # a timing, in µs
             raise HarnessError(f"{path}: {key}", f"must be a finite number > 0, got {doc[key]!r}")
+    if not any(key in doc for *_, key in CROSS_CHECKS):  # a cross-check section of dashes would check nothing
+        raise HarnessError(str(path), f"holds none of the cross-check figures ({', '.join(k for *_, k in CROSS_CHECKS)})")
     return doc
 
 
