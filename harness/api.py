@@ -124,6 +124,7 @@ class RunOutcome:
     results: list[StrategyResult]
     backend: str
     pool_build_s: float
+    reference: str = ""  # what the verdicts were checked against: the golden's folder and manifest_sha256, or the live reference
 
 
 def _wanted(cfg: RunConfig) -> list[str]:
@@ -211,7 +212,9 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
     console.print(f"checked against {ref_label}", markup=False)
-    return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s)
+    reference = (f"{golden.case_dir(cfg.case.name)} (manifest_sha256 {gold.manifest['manifest_sha256']})"
+                 if ref_label.startswith("golden/") else ref_label)
+    return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s, reference)
 
 
 def dump(outputs: Outputs, path: Path) -> None:

@@ -622,3 +622,20 @@ def test_a_terminal_progress_bar_shows_its_description_as_written():
     with progress_bar(console, "verify x[a]", 1) as advance:
         advance()
     assert "verify x[a]" in console.file.getvalue(), console.file.getvalue()
+
+
+def test_results_record_what_the_verdicts_were_checked_against(tmp_path):
+    """A run checked against the golden and one that went live (`--reference auto` and a golden folder without the
+    case) wrote the same results but their numbers: nothing said what either pass was checked against. Now
+    environment.reference names the golden's folder and manifest_sha256, or the live float64 reference."""
+    other = tmp_path / "other-golden"
+    other.mkdir()
+    (other / "cases.toml").write_text('[[case]]\npreset = "glm5-tp8"\nscale = "ci"\nscenario = "edge-kv1"\n')
+    args = ("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0")
+    for name, golden_dir in (("golden.json", GOLDEN_DIR), ("live.json", other)):
+        proc = harness(*args, "--json", tmp_path / name, golden_dir=golden_dir)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = json.loads((GOLDEN_DIR / "glm5-tp8.ci.b1-l500" / golden.MANIFEST).read_text())
+    recorded = {name: json.loads((tmp_path / name).read_text())["environment"]["reference"] for name in ("golden.json", "live.json")}
+    assert recorded == {"golden.json": f"{GOLDEN_DIR / 'glm5-tp8.ci.b1-l500'} (manifest_sha256 {manifest['manifest_sha256']})",
+                        "live.json": "live float64 reference"}, recorded

@@ -64,6 +64,7 @@ def command(args, console: Console) -> int:
         env = environment(device)
         if device.type == "cuda":
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
+        env["reference"] = outcome.reference
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
         write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
         console.print(f"results written to {args.json}", markup=False)

@@ -191,6 +191,7 @@ class Environment(msgspec.Struct):
     temperature: str | None = None
     copy_gbps: NonNegative | None = None  # the control copy's bandwidth, set by the command that measured it
     triton_interpret: str | None = None  # TRITON_INTERPRET when set: "1" runs the Triton kernels in the interpreter
+    reference: str | None = None  # `run`: what its verdicts were checked against (the golden's folder and manifest_sha256, or live)
 
 
 class ResultsFile(msgspec.Struct):
