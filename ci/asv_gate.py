@@ -53,9 +53,11 @@ prints, per benchmark, which of these decided (`asv-gate: decided by ...`).
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -233,6 +235,46 @@ def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
     if hashes[0] == hashes[1]:  # asv would compare one commit's results with themselves: always "not changed"
         raise HarnessError("HEAD", f"{head!r} is the same commit as BASE {base!r} ({hashes[0][:12]}): the gate needs two commits")
     return hashes
+
+
+def benchmarked_at(repo: Path, commit: str) -> list[str] | None:
+    """The strategies the asv benchmarks time by default with `commit`'s harness (ci.shared_strategies, on the
+    commit's harness/ folder unpacked in a temporary folder); None when the commit has no harness/ (another project's
+    asv config, e.g. the SGLang gate's, which names its strategies itself)."""
+    import tarfile
+    import tempfile
+
+    from ci import shared_strategies
+
+    proc = subprocess.run(["git", "archive", "--format=tar", commit, "harness"], cwd=repo, capture_output=True)
+    if proc.returncode:
+        return None
+    with tempfile.TemporaryDirectory(prefix="asv-gate-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # 3.11.4+
+        try:
+            return shared_strategies.benchmarked(Path(tmp))
+        except SystemExit as exc:
+            raise HarnessError("MLA_ASV_STRATEGIES", f"cannot list the strategies {commit[:12]} benchmarks: {exc}") from None
+
+
+def pin_strategies(hashes: list[str], config: tuple[Path, dict]) -> str | None:
+    """asv discovers the parameters at HEAD and runs the base's benchmarks by parameter index, so a head that adds,
+    removes or reorders a benchmarked strategy would store the base's results of one strategy under another's name.
+    Unless MLA_ASV_STRATEGIES is set, set it to the strategies both commits time, in the head's order (what the
+    perf-gate workflow does with ci.shared_strategies); return the line saying so, or None when the lists agree."""
+    if "MLA_ASV_STRATEGIES" in os.environ:
+        return None
+    root, conf = config
+    lists = [benchmarked_at(root / conf.get("repo", "."), h) for h in hashes]
+    if None in lists or lists[0] == lists[1]:
+        return None
+    shared = [s for s in lists[1] if s in lists[0]]
+    if not shared:
+        raise HarnessError("MLA_ASV_STRATEGIES", f"BASE times {','.join(lists[0])} and HEAD {','.join(lists[1])}: no strategy in both")
+    os.environ["MLA_ASV_STRATEGIES"] = ",".join(shared)
+    return (f"BASE times {','.join(lists[0])}, HEAD {','.join(lists[1])} (asv pairs them by index): "
+            f"MLA_ASV_STRATEGIES={os.environ['MLA_ASV_STRATEGIES']}")
 
 
 def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -437,10 +479,13 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark
         envvars.check_all()
-        commit_hashes(args.base, args.head, _config(args.config))
+        hashes = commit_hashes(args.base, args.head, config := _config(args.config))
+        pinned = pin_strategies(hashes, config)
     except (HarnessError, OSError, ValueError) as exc:
         print(f"asv-gate: FAILURE: {exc}", flush=True)
         return FAILURE
+    if pinned:
+        print(f"asv-gate: {pinned}", flush=True)
     cmd = asv_command(args, extra)
     print("asv-gate: running " + " ".join(cmd), flush=True)
     try:

@@ -340,6 +340,54 @@ def test_an_unknown_commit_exits_2_naming_it_before_running_asv(monkeypatch, cap
     assert f"asv-gate: FAILURE: {named} is not a commit of" in out, out
 
 
+def _harness_commits(tmp_path, monkeypatch, base: tuple, head: tuple) -> None:
+    """A two-commit project whose stand-in harness benchmarks `base`, then `head` (its BENCHMARKED list)."""
+    (tmp_path / "asv.conf.json").write_text(json.dumps({"version": 1, "repo": "."}))
+    (tmp_path / "harness" / "strategies").mkdir(parents=True)
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    _git(tmp_path, "init", "-q")
+    for names in (base, head):
+        (tmp_path / "harness" / "strategies" / "__init__.py").write_text(f"BENCHMARKED = {names!r}\n")
+        _git(tmp_path, "add", "-A")
+        _git(tmp_path, "commit", "-q", "--allow-empty", "-m", ",".join(names))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLA_ASV_STRATEGIES", "")  # restored (unset) after the test, whatever the gate sets
+    monkeypatch.delenv("MLA_ASV_STRATEGIES")
+
+
+@pytest.mark.parametrize("base, head, timed", [
+    (("stock", "gather_cast"), ("gather_cast", "stock"), "gather_cast,stock"),  # reordered
+    (("stock", "shadow"), ("stock", "fused_fp8", "shadow"), "stock,shadow"),  # one added before the last
+    (("stock", "retired", "shadow"), ("stock", "shadow"), "stock,shadow"),  # one removed
+    (("stock", "shadow"), ("stock", "shadow"), None),  # twin: the same list, nothing set
+])
+def test_a_head_that_changes_the_strategy_list_times_only_the_shared_ones(monkeypatch, capsys, tmp_path, base, head, timed):
+    """asv discovers the parameters at HEAD and runs the base's benchmark by parameter index: a head that reorders,
+    adds or removes a benchmarked strategy stored the base's results of one strategy under another's name (a toy
+    project whose head swapped two strategies and made one 100x slower passed, exit 0). By hand as in the perf-gate
+    workflow, the gate now times only the strategies both commits benchmark, in the head's order."""
+    _harness_commits(tmp_path, monkeypatch, base, head)
+    seen = []
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (seen.append(os.environ.get("MLA_ASV_STRATEGIES")),
+                                                                (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))[1])
+    monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
+    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.CLEAN
+    assert seen == [timed]
+    assert (f"MLA_ASV_STRATEGIES={timed}" in capsys.readouterr().out) is (timed is not None)
+
+
+def test_no_strategy_both_commits_benchmark_exits_2_and_a_set_list_is_kept(monkeypatch, capsys, tmp_path):
+    _harness_commits(tmp_path, monkeypatch, ("stock",), ("shadow",))
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran with no strategy in both commits"))
+    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.FAILURE
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("asv-gate: FAILURE: MLA_ASV_STRATEGIES: BASE times stock and HEAD shadow: no strategy in both"), line
+    monkeypatch.setenv("MLA_ASV_STRATEGIES", "shadow")  # the user's (or the workflow's) list is the user's
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))
+    monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
+    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.CLEAN and os.environ["MLA_ASV_STRATEGIES"] == "shadow"
+
+
 # what `asv continuous` does not say: benchmarks the head lost (read from both commits' stored results)
 
 
