@@ -183,3 +183,35 @@ def test_negative_control_a_stray_gpu_test_is_found(tmp_path):
     (tmp_path / "test_stray.py").write_text("import pytest\n@pytest.mark.gpu\ndef test_x(): pass\n")
     (tmp_path / "test_quotes_it.py").write_text("TEXT = '@pytest.mark.gpu'\n")  # a string is not a mark
     assert _gpu_tests_outside(tmp_path) == ["test_stray.py"]
+
+
+def _step(workflow: str, job: str, name: str) -> str:
+    """The `run` script of one step, by its name's start."""
+    (step,) = [s for s in _workflows()[workflow]["jobs"][job]["steps"] if s.get("name", "").startswith(name)]
+    return step["run"]
+
+
+def _run_step(script: str, tmp_path: Path, python: str) -> tuple[subprocess.CompletedProcess, str]:
+    """`script` as GitHub runs a step without `shell:` (bash -e), with `python` a stand-in shell script; (process,
+    what the step wrote to $GITHUB_OUTPUT)."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "python").write_text(f"#!/bin/sh\n{python}\n")
+    (tmp_path / "bin" / "python").chmod(0o755)
+    output = tmp_path / "github_output"
+    output.write_text("")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "GITHUB_OUTPUT": str(output)}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-e", "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    return proc, output.read_text()
+
+
+def test_a_failing_shard_plan_fails_the_gpu_job(tmp_path):
+    """`echo "workers=$(python -m ci.shard_plan ...)"` took echo's status: a shard plan that exited 2 (a broken
+    ci/shard_model.json, a collection error) left workers empty and the suite ran on as if nothing happened. Its
+    twin: a plan that prints a count reaches the next step."""
+    script = _step("gpu-correctness.yml", "gpu-suites", "Workers for this suite size")
+    plan_fails = 'case "$*" in *ci.shard_plan*) echo "error: --model ci/shard_model.json: bad" >&2; exit 2;; *) echo 8;; esac'
+    proc, output = _run_step(script, tmp_path, plan_fails)
+    assert proc.returncode == 2 and "workers=" not in output, (proc.returncode, output, proc.stderr)
+    proc, output = _run_step(script, tmp_path, 'case "$*" in *ci.shard_plan*) echo 2;; *) echo 8;; esac')
+    assert proc.returncode == 0 and output == "workers=2\n", (proc.returncode, output, proc.stderr)
