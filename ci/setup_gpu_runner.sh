@@ -12,7 +12,9 @@ python3 -m venv --system-site-packages .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate
 if [ -n "${MLA_HARNESS_OFFLINE_BUNDLE:-}" ]; then
-    eval "$(bash ci/install_offline_bundle.sh "$MLA_HARNESS_OFFLINE_BUNDLE")"
+    # an assignment first: eval "$(...)" would take eval's status and go on without the bundle
+    exports=$(bash ci/install_offline_bundle.sh "$MLA_HARNESS_OFFLINE_BUNDLE")
+    eval "$exports"
     python -m pip install --quiet -e '.[test]'
     echo "PYTHONPATH=$PYTHONPATH" >> "${GITHUB_ENV:-/dev/null}"
 else

@@ -215,3 +215,33 @@ def test_a_failing_shard_plan_fails_the_gpu_job(tmp_path):
     assert proc.returncode == 2 and "workers=" not in output, (proc.returncode, output, proc.stderr)
     proc, output = _run_step(script, tmp_path, 'case "$*" in *ci.shard_plan*) echo 2;; *) echo 8;; esac')
     assert proc.returncode == 0 and output == "workers=2\n", (proc.returncode, output, proc.stderr)
+
+
+def test_a_missing_offline_bundle_fails_the_runner_set_up(tmp_path):
+    """`eval "$(bash ci/install_offline_bundle.sh BUNDLE)"` took eval's status: a bundle that is not there (exit 2, its
+    line on stderr) evaluated nothing and, on a runner with PYTHONPATH set, the set-up went on without FlashInfer and
+    passed. Its twin: a bundle that unpacks sets the job up."""
+    (tmp_path / "ci").mkdir()
+    for name in ("setup_gpu_runner.sh", "install_offline_bundle.sh"):
+        shutil.copy(REPO / "ci" / name, tmp_path / "ci" / name)
+    (tmp_path / "bin").mkdir()
+    fakes = {"python3": 'mkdir -p .venv/bin && : > .venv/bin/activate', "python": "exit 0"}  # venv, pip and the CUDA check
+    for name, body in fakes.items():
+        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHONPATH": "/opt/runner", "GITHUB_ENV": str(tmp_path / "env"),
+           "MLA_HARNESS_OFFLINE_BUNDLE": str(tmp_path / "no-such-bundle.tar.xz")}
+    proc = subprocess.run(["bash", str(tmp_path / "ci" / "setup_gpu_runner.sh")], env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert proc.returncode == 2 and "no such archive" in proc.stderr, (proc.returncode, proc.stderr)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "flashinfer.py").write_text("")
+    bundle = tmp_path / "bundle.tar.xz"
+    subprocess.run(["tar", "-cJf", str(bundle), "-C", str(tmp_path / "pkg"), "flashinfer.py"], check=True)
+    env.update(MLA_HARNESS_OFFLINE_BUNDLE=str(bundle))
+    script = tmp_path / "ci" / "install_offline_bundle.sh"  # unpack into the test's folder, not /tmp/site
+    script.write_text(script.read_text().replace("TARGET=${2:-/tmp/site}", f"TARGET=${{2:-{tmp_path / 'site'}}}"))
+    proc = subprocess.run(["bash", str(tmp_path / "ci" / "setup_gpu_runner.sh")], env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert proc.returncode == 0 and (tmp_path / "site" / "flashinfer.py").is_file(), proc.stderr
+    assert f"PYTHONPATH={tmp_path / 'site'}:/opt/runner" in (tmp_path / "env").read_text()
