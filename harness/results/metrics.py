@@ -31,6 +31,7 @@ class Metric:
     fmt: str  # format spec of the value ("bytes": GiB/MiB)
     description: str
     resolution: float = 0.0  # absolute change (in `unit`) below which a timing is not judged a regression
+    no_asv: str = ""  # why no asv benchmark tracks it, for a metric that gates on CUDA (else suites/asv/ has its class)
 
     def gates(self, device_type: str) -> bool:
         return device_type in self.gates_on
@@ -43,8 +44,8 @@ class Metric:
         return format(value, self.fmt) if self.fmt and isinstance(value, (int, float)) else str(value)
 
 
-def _m(name, unit, better, gates_on, timed, fmt, description, resolution=0.0) -> Metric:
-    return Metric(name, unit, better, gates_on, timed, fmt, description, resolution)
+def _m(name, unit, better, gates_on, timed, fmt, description, resolution=0.0, no_asv="") -> Metric:
+    return Metric(name, unit, better, gates_on, timed, fmt, description, resolution, no_asv)
 
 
 # Microsecond kernels replayed in a graph move between runs by more than their within-run spread
@@ -54,7 +55,8 @@ KERNEL_RESOLUTION_US = 0.5
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    _m("verdict", None, None, EVERYWHERE, False, "", "golden/bitwise check: pass, fail, error, unsupported"),
+    _m("verdict", None, None, EVERYWHERE, False, "", "golden/bitwise check: pass, fail, error, unsupported",
+       no_asv="not a number: the GPU suite and `harness compare` gate it"),
     _m("timing", None, None, NOWHERE, False, "", "why timing could not run (a row with no value)"),
     _m("cast_us", "us", "lower", CUDA, True, ".1f", "layer 0's cast/gather kernel alone, per layer", KERNEL_RESOLUTION_US),
     _m("cast_gbps", "GB/s", "higher", NOWHERE, True, ".0f", "cast bytes / cast_us (derived from cast_us, which gates)"),
@@ -77,7 +79,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _m("bytes_moved", "B", "lower", NOWHERE, False, "bytes", "bytes one step must move (roofline numerator)"),
     _m("floor_us", "us", "lower", NOWHERE, False, ".1f", "bytes_moved at copy bandwidth: the roofline floor"),
     _m("floor_ratio", "x", "lower", NOWHERE, True, ".2f", "measured time / roofline floor"),
-    _m("extra_bytes", "B", "lower", EVERYWHERE, False, "bytes", "device memory the strategy adds (computed)"),
+    _m("extra_bytes", "B", "lower", EVERYWHERE, False, "bytes", "device memory the strategy adds (computed)",
+       no_asv="computed from the strategy's buffers, not measured: `harness compare` gates it; peak_bytes is asv's"),
     _m("peak_bytes", "B", "lower", CUDA, False, "bytes", "peak device memory allocated while decoding"),
     _m("build_s", "s", "lower", NOWHERE, True, ".2f", "pool build time, one host-timed sample with kernel loading"),
 )}
