@@ -4,9 +4,14 @@
 #   . ci/gpu_env.sh [BUNDLE] [JIT_CACHE_TAR] [TRITON_CACHE_TAR] [SGLANG_BUNDLE]
 FI_BUNDLE=${1:-.bundle/flashinfer-0.7.2.post1-py312.tar.xz}
 JIT_TAR=${2:-.jitcache/flashinfer-jit.tar}
-eval "$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site)"
+# assignments first: eval "$(...)" would take eval's status and go on without the bundle
+exports=$(bash ci/install_offline_bundle.sh "$FI_BUNDLE" /tmp/site) || return 2
+eval "$exports"
 SGLANG_BUNDLE=${4:-${SGLANG_BUNDLE:-}}
-if [ -n "$SGLANG_BUNDLE" ]; then eval "$(bash ci/install_offline_bundle.sh "$SGLANG_BUNDLE" /tmp/site-sglang)"; fi
+if [ -n "$SGLANG_BUNDLE" ]; then
+  exports=$(bash ci/install_offline_bundle.sh "$SGLANG_BUNDLE" /tmp/site-sglang) || return 2
+  eval "$exports"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}

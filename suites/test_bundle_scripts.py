@@ -57,3 +57,12 @@ def test_a_file_named_out_part_is_not_the_temporary(tmp_path, script):
     assert (tmp_path / "bundle.tar.xz.part").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "bundle.tar.xz", "bundle.tar.xz.part"]  # no temporary left
     assert out.stat().st_mode & 0o044 == 0o044  # readable as a plain new file is, not a temporary's 0600
+
+
+
+def test_sourcing_gpu_env_with_a_missing_bundle_stops_there(tmp_path):
+    """`. ci/gpu_env.sh BUNDLE` took eval's status: a bundle that is not there printed its error and the session went
+    on without FlashInfer. Now the sourcing returns 2 at that line (the SGLang bundle's line is written the same way)."""
+    proc = subprocess.run(["bash", "-c", ". ci/gpu_env.sh /nonexistent/flashinfer.tar.xz; echo \"sourced: $?\""], cwd=ROOT,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert "no such archive" in proc.stderr and proc.stdout.strip() == "sourced: 2", proc.stdout + proc.stderr
