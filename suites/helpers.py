@@ -80,9 +80,10 @@ def shrunk_step_case():
 
 
 def repro_words(repro: str) -> tuple[list[str], list[str]]:
-    """A recorded repro's variables (VAR=value, PYTHONPATH last, the checkout first in it) and the harness's
-    arguments, after this interpreter's `-P -m harness`."""
+    """A recorded repro's variables (VAR=value, PYTHONPATH last, the checkout first in it; a leading `env -u VAR ...`
+    left out) and the harness's arguments, after this interpreter's `-P -m harness`."""
     words = shlex.split(repro)
     i = words.index(sys.executable)
     assert words[i - 1].startswith(f"PYTHONPATH={CHECKOUT}") and words[i + 1:i + 4] == ["-P", "-m", "harness"], repro
-    return words[:i], words[i + 4:]
+    assigned = [w for w in words[:i] if "=" in w]
+    return assigned, words[i + 4:]

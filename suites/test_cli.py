@@ -589,7 +589,7 @@ def test_repro_keeps_a_path_through_a_link_and_dot_dot(tmp_path, monkeypatch):
         named = shlex.split(repro_command(["run", *args]))[-1].rpartition("=")[2]
         assert os.path.realpath(named) == os.path.realpath(tmp_path / "deep" / "s.toml"), named
     monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", "lnk/../gold")
-    named = shlex.split(repro_command(["run"]))[0].split("=", 1)[1]
+    named = next(w for w in shlex.split(repro_command(["run"])) if w.startswith("MLA_HARNESS_GOLDEN_DIR=")).split("=", 1)[1]
     assert os.path.realpath(named) == os.path.realpath(tmp_path / "deep" / "gold"), named
 
 
@@ -639,3 +639,22 @@ def test_results_record_what_the_verdicts_were_checked_against(tmp_path):
     recorded = {name: json.loads((tmp_path / name).read_text())["environment"]["reference"] for name in ("golden.json", "live.json")}
     assert recorded == {"golden.json": f"{GOLDEN_DIR / 'glm5-tp8.ci.b1-l500'} (manifest_sha256 {manifest['manifest_sha256']})",
                         "live.json": "live float64 reference"}, recorded
+
+
+def test_repro_keeps_unset_variables_unset(tmp_path):
+    """A run recorded without MLA_HARNESS_GOLDEN_DIR reruns against the same golden from a shell that exports one
+    (before: the exported folder was used, and a folder without the case went live, silently)."""
+    out = tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET")}
+    args = ["run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0", "--json", str(out)]
+    first = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert first.returncode == 0, first.stdout + first.stderr
+    recorded = json.loads(out.read_text())
+    assert recorded["repro"].split()[:3] == ["/usr/bin/env", "-u", "MLA_HARNESS_GOLDEN_DIR"] or not os.path.exists("/usr/bin/env")
+    out.rename(tmp_path / "first.json")
+    (tmp_path / "other-golden").mkdir()
+    again = subprocess.run(["sh", "-c", recorded["repro"]], cwd=tmp_path, env={**env, "MLA_HARNESS_GOLDEN_DIR": str(tmp_path / "other-golden")},
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(out.read_text())["environment"]["reference"] == recorded["environment"]["reference"]
+    assert recorded["environment"]["reference"].startswith(str(GOLDEN_DIR))

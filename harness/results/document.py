@@ -28,13 +28,16 @@ COMMAND_OPTIONS = ("--sglang-python",)  # a path when it has a "/", else a comma
 NOT_REPEATED = ("--force",)  # a rerun never replaces the results it reproduces (it asks for a new --json)
 REPRO_ENV = ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")  # set ones change what a run does
 PATH_ENV = ("MLA_HARNESS_GOLDEN_DIR",)
+# unset ones stay unset in the rerun (`env -u`): a shell that exports them would check against another golden or run
+# Triton's interpreter; CUDA_VISIBLE_DEVICES unset is left to the rerunning machine (which GPU is free there)
+REPRO_UNSET = ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET")
 
 
 def repro_command(argv: list[str] | None = None) -> str:
     """The command line that reruns this one from any folder: this interpreter (sys.executable) on this checkout's
     harness (PYTHONPATH, before the run's own; -P: no harness/ of the current folder comes first), path options
-    made absolute, --force left out, and the set variables of REPRO_ENV put before it
-    (VAR=value PYTHONPATH=/checkout /venv/bin/python -P -m harness ...)."""
+    made absolute, --force left out, the set variables of REPRO_ENV put before it and the unset ones of REPRO_UNSET
+    kept unset (env -u VAR VAR2=value PYTHONPATH=/checkout /venv/bin/python -P -m harness ...)."""
     args, option = [], None  # option: the path option whose value comes next
     for word in sys.argv[1:] if argv is None else argv:
         name, eq, value = word.partition("=")
@@ -50,7 +53,9 @@ def repro_command(argv: list[str] | None = None) -> str:
     env = [f"{k}={shlex.quote(_absolute(os.environ[k], k) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
     paths = [str(CHECKOUT), *(_absolute(p, "PYTHONPATH") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
     env.append(f"PYTHONPATH={shlex.quote(os.pathsep.join(dict.fromkeys(paths)))}")
-    return " ".join([*env, shlex.join([sys.executable, "-P", "-m", "harness", *args])])
+    unset = [f"-u {k}" for k in REPRO_UNSET if k not in os.environ]
+    env_command = "/usr/bin/env" if os.path.exists("/usr/bin/env") else "env"  # not another `env` first on PATH
+    return " ".join([*([env_command, *unset] if unset else []), *env, shlex.join([sys.executable, "-P", "-m", "harness", *args])])
 
 
 def _absolute(path: str, option: str) -> str:
