@@ -245,3 +245,24 @@ def test_a_missing_offline_bundle_fails_the_runner_set_up(tmp_path):
                           timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and (tmp_path / "site" / "flashinfer.py").is_file(), proc.stderr
     assert f"PYTHONPATH={tmp_path / 'site'}:/opt/runner" in (tmp_path / "env").read_text()
+
+
+def _pinned_before_asv_runs(doc: dict) -> bool:
+    """Whether every job step that runs asv on commits comes after one that sets MLA_ASV_STRATEGIES."""
+    for job in doc["jobs"].values():
+        pinned = False
+        for step in job.get("steps", []):
+            run = step.get("run", "")
+            pinned = pinned or "MLA_ASV_STRATEGIES=" in run or "MLA_ASV_STRATEGIES" in step.get("env", {})
+            if ("asv run" in run or "asv continuous" in run or "ci.asv_gate" in run) and not pinned:
+                return False
+    return True
+
+
+def test_asv_runs_over_commits_pin_the_strategies_by_name():
+    """asv runs each commit's benchmarks by parameter index: a publish over main's history (or a gate) whose commits
+    list the strategies otherwise stored one strategy's results under another's name, unless the list is pinned."""
+    docs = _workflows()
+    assert all(_pinned_before_asv_runs(docs[n]) for n in ("perf-gate.yml", "asv-publish.yml"))
+    unpinned = yaml.safe_load((WORKFLOWS / "asv-publish.yml").read_text().replace("MLA_ASV_STRATEGIES", "MLA_ASV_OTHER"))
+    assert not _pinned_before_asv_runs(unpinned)  # the negative control
