@@ -167,3 +167,40 @@ def test_replan_refuses_eager_plans_and_shape_changes():  # negative controls, n
         backend.replan(graph_plan, problem(16, 4))
     with pytest.raises(HarnessError, match="exceed capacity 16"):
         backend.replan(graph_plan, problem(8, 17))
+
+
+TRITON_E4M3 = ("stock_vectorized", "gather_cast", "shadow", "fused_fp8")  # their CUDA kernels decode e4m3 in Triton
+
+
+@pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 6), (8, 7)])
+def test_triton_e4m3_strategies_are_unsupported_below_sm89(monkeypatch, capability):
+    """Triton's e4m3 type (tl.float8e4nv) builds for sm_89+ only: on an A100 (sm_80, whose BF16 FA2 policy lets a run
+    start) the Triton strategies say so in an unsupported verdict instead of an error from Triton's compiler."""
+    pytest.importorskip("triton", reason="triton is not installed")
+    from harness.backends.torch_backend import TorchBackend
+    from harness.strategies import REGISTRY
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    cuda = torch.device("cuda", 0)
+    backend = TorchBackend(cuda)
+    sm = f"sm_{capability[0]}{capability[1]}"
+    for name in TRITON_E4M3:
+        reason = REGISTRY[name].unsupported_reason(cuda, backend)
+        assert reason is not None and "sm_89 or newer" in reason and sm in reason, (name, reason)
+    for name in ("stock", "native_fp8"):  # torch's cast and attention: no Triton
+        assert REGISTRY[name].unsupported_reason(cuda, backend) is None, name
+
+
+@pytest.mark.parametrize("capability", [(8, 9), (9, 0), (10, 0), (12, 0)])
+def test_triton_e4m3_strategies_run_from_sm89(monkeypatch, capability):  # twin: the check does not refuse newer GPUs
+    pytest.importorskip("triton", reason="triton is not installed")
+    from harness.backends.torch_backend import TorchBackend
+    from harness.kernels.fused_mla_decode import INTERPRETED
+    from harness.strategies import REGISTRY
+
+    if INTERPRETED:
+        pytest.skip("under TRITON_INTERPRET=1 fused_fp8 runs on the CPU only")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    cuda = torch.device("cuda", 0)
+    for name in TRITON_E4M3:
+        assert REGISTRY[name].unsupported_reason(cuda, TorchBackend(cuda)) is None, name

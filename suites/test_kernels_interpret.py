@@ -200,3 +200,25 @@ def test_aot_compile_rejects_a_kernel_that_does_not_build(monkeypatch):
     monkeypatch.setattr(sm120_compile, "_specs", lambda width: [bad])
     with pytest.raises(Exception, match="no.such.instruction|ptxas|PTX"):
         sm120_compile.compile_all_for(120)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="AOT compilation needs compiled (not interpreted) kernels")
+def test_e4m3_kernels_build_from_the_arch_the_strategies_claim():
+    """The strategies' sm_89 floor for their Triton e4m3 kernels (TRITON_E4M3_ARCH) is Triton's own: the e4m3 cast
+    builds for it and fails for sm_80 (an A100), where those strategies report unsupported."""
+    from triton.backends.compiler import GPUTarget
+
+    from harness.kernels import sm120_compile
+    from harness.strategies.base import TRITON_E4M3_ARCH
+
+    (label, kernel, signature, constexprs, num_warps), = cast.aot_specs(WIDTH)
+    source = lambda: sm120_compile._source(kernel, signature, constexprs)  # noqa: E731
+    arch = TRITON_E4M3_ARCH[0] * 10 + TRITON_E4M3_ARCH[1]
+    assert triton.compile(source(), target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps}).asm.get("cubin")
+    with pytest.raises(Exception) as failed:
+        triton.compile(source(), target=GPUTarget("cuda", 80, 32), options={"num_warps": num_warps})
+    causes, error = [], failed.value
+    while error is not None:  # Triton's CompilationError names the line; its cause the type
+        causes.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("fp8e4nv not supported" in text for text in causes), causes

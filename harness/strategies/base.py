@@ -18,6 +18,20 @@ from harness.spec.schedule import Schedule, StepBatch
 
 REGISTRY: dict[str, type["Strategy"]] = {}
 TIERS = ("bitwise", "tolerance")
+# Triton's e4m3 type (tl.float8e4nv: harness.kernels.cast.e4m3_to_bf16, the fused kernel's fp16 P.V) compiles for sm_89
+# and newer only: on an A100 (sm_80) every Triton kernel that decodes e4m3 fails to build
+TRITON_E4M3_ARCH = (8, 9)
+
+
+def triton_e4m3_reason(name: str, device: torch.device) -> Optional[str]:
+    """Why `name`'s Triton e4m3 kernels cannot build for this CUDA GPU (None: they can, or it is not a CUDA device)."""
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) >= TRITON_E4M3_ARCH:
+        return None
+    return (f"{name} decodes e4m3 in Triton (tl.float8e4nv), which builds for sm_{TRITON_E4M3_ARCH[0]}{TRITON_E4M3_ARCH[1]} "
+            f"or newer only; this GPU is sm_{major}{minor}")
 
 
 def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
@@ -75,6 +89,7 @@ class Strategy:
     runs_sglang: ClassVar[bool] = False  # runs the installed SGLang's code (its CPU checks live in suites/sglang)
     cast_untimed: ClassVar[str] = ""  # with no cast_bytes: why no cast_us, when the step may still cast (inside code not split)
     unmodelled: ClassVar[str] = ""  # why the harness's byte and memory model (extra_bytes, roofline) does not describe it
+    cuda_triton_e4m3: ClassVar[bool] = False  # on CUDA its kernels decode e4m3 in Triton (sm_89+: triton_e4m3_reason)
 
     def run_tier(self) -> str:
         """The exactness tier of this run's outputs (the declared one; a strategy running code it does not own may
@@ -100,6 +115,8 @@ class Strategy:
             return f"{cls.name} runs on {', '.join(cls.devices)} only"
         if cls.backends is not None and backend.name.split("-")[0] not in cls.backends:
             return f"{cls.name} runs on the {', '.join(cls.backends)} backend(s) only"
+        if cls.cuda_triton_e4m3 and (reason := triton_e4m3_reason(cls.name, device)):
+            return reason
         return backend.unsupported_reason(device, cls.kv_dtype)
 
     @classmethod

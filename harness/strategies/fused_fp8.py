@@ -4,7 +4,7 @@ No cast, no extra copy of the pool: the kernel reads each active e4m3 row once t
 token-level kv_indices and dequantizes it in registers. The launch table
 (harness/kernels/fused_tuning.toml) picks the kernel per shape: on sm_89+ the CUDA kernel
 (harness/kernels/fused_mla_cuda.cu, one launch, NVRTC-compiled), elsewhere the Triton kernel
-(harness.kernels.fused_mla_decode). It is its own attention kernel, so it runs beside any backend.
+(harness.kernels.fused_mla_decode; Triton's e4m3 type needs sm_89+ too, so an older GPU is unsupported). It is its own attention kernel, so it runs beside any backend.
 On the CPU it runs only under the Triton interpreter (TRITON_INTERPRET=1), which the CPU suites use
 at small sizes. The plan holds device copies of kv_indptr / kv_indices (and the split buffers); a
 graph plan's are refilled in place by `replan_step`, so a captured step stays valid.
@@ -20,7 +20,7 @@ import torch
 from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
 from harness.spec.faults import Fault
-from harness.strategies.base import Strategy, register
+from harness.strategies.base import Strategy, register, triton_e4m3_reason
 
 KV_SCALE = 1.0  # SGLang's pool holds unscaled e4m3 bits
 
@@ -70,7 +70,7 @@ class FusedFP8(Strategy):
             return "fused_fp8 is a Triton kernel: on the CPU it runs only under TRITON_INTERPRET=1"
         if device.type not in cls.devices:
             return f"fused_fp8 runs on {', '.join(cls.devices)} only"
-        return None
+        return triton_e4m3_reason(cls.name, device)  # the CUDA kernel needs sm_89 too (fused_mla_cuda.MIN_ARCH)
 
     def setup(self, schedule):
         self.kv_scale = KV_SCALE * (1.01 if Fault.SCALE_ERROR in self.faults else 1.0)

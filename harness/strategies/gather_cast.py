@@ -18,6 +18,7 @@ from harness.strategies.base import Strategy, register
           faults=(Fault.REMAP_OFF_BY_ONE,), sglang="harness.tpot.sglang_plugin:gather_cast_backend_class")
 class GatherCast(Strategy):
     extra_per_slot = False  # the compact buffer holds a step's active rows, not the pool
+    cuda_triton_e4m3 = True  # the fused gather+cast kernel
 
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:

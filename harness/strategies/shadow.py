@@ -11,6 +11,7 @@ from harness.strategies.base import Strategy, register
 @register("shadow", order=40, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise",
           faults=(Fault.SHADOW_SKIPPED_STEP, Fault.STALE_AFTER_REUSE))
 class Shadow(Strategy):
+    cuda_triton_e4m3 = True  # the fused FP8 + BF16 write kernel
     @classmethod
     def extra_bytes(cls, geometry, schedule) -> int:
         return geometry.kv_bytes * 2

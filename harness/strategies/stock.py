@@ -28,6 +28,8 @@ class Stock(Strategy):
 class StockVectorized(Stock):
     """stock with the cast done by one vectorized Triton pass into a preallocated buffer."""
 
+    cuda_triton_e4m3 = True
+
     def setup(self, schedule):
         g = self.pool.geometry
         self.buf = torch.empty((g.rows, 1, g.row_width), dtype=torch.bfloat16, device=self.device)
