@@ -119,3 +119,33 @@ def test_tolerance_tier_without_a_runnable_stock(monkeypatch):
     monkeypatch.setattr(stock, "attend", crash)
     (_, verdict), = run_strategies("glm5-tp8.ci.wide-ragged", ("native_fp8",)).values()
     assert not verdict.passed and "not checked at every request: stock produced no outputs" in verdict.reason, verdict.reason
+
+
+def _crash(self, *args):
+    raise RuntimeError("gather_cast crashed")
+
+
+def test_gpu_correctness_fails_a_strategy_that_crashed(monkeypatch):
+    """The GPU correctness tests run on the CPU here (torch backend, a CI case): a strategy that crashed (an error
+    verdict, no outputs) fails them, where it went missing from their results and they passed (twin: they pass
+    when it does not crash)."""
+    from suites import helpers
+    from suites.gpu import test_gpu_correctness as gpu
+
+    cpu = torch.device("cpu")
+
+    def on_cpu(case_name, strategies, device, backend, kernel="auto", **kwargs):  # the prod test's call, on a CI case
+        return helpers.run_strategies("glm5-tp8.ci.ragged-mix", strategies, **kwargs)
+
+    monkeypatch.setattr(gpu, "_supported", lambda device, kernel="auto": ["stock", "gather_cast"])
+    monkeypatch.setattr(gpu, "run_strategies", on_cpu)
+    gpu.test_prod_strategies_match_golden("glm5-tp8.prod.b1-l4096", "fa2", cpu)
+    monkeypatch.setattr(gpu, "run_strategies", helpers.run_strategies)
+    gpu.test_torch_backend_on_cuda_matches_golden(cpu)
+    monkeypatch.setattr(REGISTRY["gather_cast"], "attend", _crash)
+    monkeypatch.setattr(gpu, "run_strategies", on_cpu)
+    with pytest.raises(AssertionError, match="gather_cast did not run .error: RuntimeError: gather_cast crashed"):
+        gpu.test_prod_strategies_match_golden("glm5-tp8.prod.b1-l4096", "fa2", cpu)
+    monkeypatch.setattr(gpu, "run_strategies", helpers.run_strategies)
+    with pytest.raises(AssertionError, match="gather_cast did not run .error: RuntimeError: gather_cast crashed"):
+        gpu.test_torch_backend_on_cuda_matches_golden(cpu)
