@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from rich.console import Console
 
 from harness import CHECKOUT
 from harness.api import RunConfig, run
+from harness.backends import make_backend
+from harness.errors import HarnessError
 from harness.inputs.cases import load_case
 
 
@@ -33,6 +36,15 @@ def run_strategies(case_name: str, strategies, device="cpu", backend="torch", fa
 
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # this process is an interpreter child
+
+
+def flashinfer_or_skip(device, kernel: str = "auto"):
+    """The FlashInfer backend of `kernel` on this GPU; a kernel its arch policy does not list (fa3 off SM90, any on an
+    arch the policy does not name) skips the test with the policy's line instead of erroring."""
+    try:
+        return make_backend("flashinfer", device, kernel)
+    except HarnessError as exc:
+        pytest.skip(str(exc))
 
 
 def run_under_interpreter(test_file: str, *pytest_args: str) -> subprocess.CompletedProcess:

@@ -204,3 +204,17 @@ def test_triton_e4m3_strategies_run_from_sm89(monkeypatch, capability):  # twin:
     cuda = torch.device("cuda", 0)
     for name in TRITON_E4M3:
         assert REGISTRY[name].unsupported_reason(cuda, TorchBackend(cuda)) is None, name
+
+
+@pytest.mark.parametrize("capability, kernel", [((12, 0), "fa3"), ((10, 0), "fa3"), ((8, 9), "fa2"), ((8, 9), "auto")])
+def test_gpu_suites_skip_a_kernel_the_arch_policy_does_not_list(fake_gpu, capability, kernel):
+    """The GPU suites parametrized with fa3 and fa2 skip, naming the policy's line, where this GPU's policy does not list
+    the kernel (fa3 on an SM120), instead of erroring; where it does, they get the backend (twin)."""
+    from suites.gpu import test_gpu_correctness as gpu
+
+    fake_gpu(capability)
+    cuda = torch.device("cuda", 0)
+    with pytest.raises(pytest.skip.Exception, match=f"does not run on SM{capability[0]}{capability[1]}|unsupported on SM"):
+        gpu._supported(cuda, kernel)
+    fake_gpu((9, 0))
+    assert "stock" in gpu._supported(cuda, kernel)

@@ -7,7 +7,7 @@ from harness.backends import make_backend
 from harness.inputs.cases import golden_case_names
 from harness.spec.faults import CONTROL_SCENARIO
 from harness.strategies import BASELINE, FAULT_TARGET, ORDER, REGISTRY
-from suites.helpers import run_strategies
+from suites.helpers import flashinfer_or_skip, run_strategies
 
 pytestmark = [pytest.mark.gpu]
 
@@ -15,7 +15,7 @@ PROD_CASES = [n for n in golden_case_names() if ".prod." in n]
 
 
 def _supported(device, kernel="auto"):
-    backend = make_backend("flashinfer", device, kernel)
+    backend = flashinfer_or_skip(device, kernel)
     return [n for n in ORDER if REGISTRY[n].unsupported_reason(device, backend) is None]
 
 
