@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from harness.backends import make_backend
 from harness.inputs.cases import golden_case_names
 from harness.strategies import BASELINE, ORDER, REGISTRY
 from suites.helpers import run_strategies
@@ -15,7 +16,12 @@ BITWISE = tuple(n for n in STRATEGIES if REGISTRY[n].tier == "bitwise" and n != 
 
 @pytest.mark.parametrize("case_name", CI_CASES)
 def test_all_strategies_pass_golden(case_name):
-    results = run_strategies(case_name, STRATEGIES)
+    cpu = torch.device("cpu")
+    backend = make_backend("torch", cpu)
+    wanted = [n for n in STRATEGIES if REGISTRY[n].unsupported_reason(cpu, backend) is None]
+    assert {"stock", "gather_cast", "shadow", "native_fp8"} <= set(wanted), wanted
+    # require: a strategy that crashed (an error verdict, no outputs) fails here instead of going missing
+    results = run_strategies(case_name, wanted, require=True)
     for name, (_, verdict) in results.items():
         assert verdict.passed, f"{name}: {verdict.reason}"
     stock = results[BASELINE][0]
@@ -149,3 +155,13 @@ def test_gpu_correctness_fails_a_strategy_that_crashed(monkeypatch):
     monkeypatch.setattr(gpu, "run_strategies", helpers.run_strategies)
     with pytest.raises(AssertionError, match="gather_cast did not run .error: RuntimeError: gather_cast crashed"):
         gpu.test_torch_backend_on_cuda_matches_golden(cpu)
+
+
+def test_all_strategies_pass_golden_fails_a_strategy_that_crashed(monkeypatch):
+    """The negative control of test_all_strategies_pass_golden: a crashing native_fp8 fails it (it went missing)."""
+    def crash(self, *args):
+        raise RuntimeError("native_fp8 crashed")
+
+    monkeypatch.setattr(REGISTRY["native_fp8"], "attend", crash)
+    with pytest.raises(AssertionError, match="native_fp8 did not run .error: RuntimeError: native_fp8 crashed"):
+        test_all_strategies_pass_golden("glm5-tp8.ci.ragged-mix")
