@@ -218,3 +218,15 @@ def test_gpu_suites_skip_a_kernel_the_arch_policy_does_not_list(fake_gpu, capabi
         gpu._supported(cuda, kernel)
     fake_gpu((9, 0))
     assert "stock" in gpu._supported(cuda, kernel)
+
+
+def test_a_gpu_without_a_flashinfer_policy_is_told_the_torch_backend(fake_gpu):
+    """An L40S (SM89) with the default backend: one line, the policy's reason and the backend that runs there."""
+    from harness.backends import make_backend
+    from harness.errors import HarnessError
+
+    fake_gpu((8, 9))
+    with pytest.raises(HarnessError, match=r"unsupported on SM89: no FlashInfer .* \(--backend torch runs what it can"):
+        make_backend("auto", torch.device("cuda", 0))
+    fake_gpu((9, 0))  # twin: a GPU the policy lists gets its backend
+    assert make_backend("auto", torch.device("cuda", 0)).name.startswith("flashinfer")

@@ -47,8 +47,8 @@ def make_backend(name: str, device, kernel: str = "auto"):
     capability = torch.cuda.get_device_capability(device)
     if kernel == "auto":
         kernel, reason = select_kernel(capability, torch.bfloat16)
-        if kernel is None:
-            raise HarnessError("--backend", reason)
+        if kernel is None:  # the default backend on CUDA: say which one runs here
+            raise HarnessError("--backend", f"{reason} (--backend torch runs what it can on this GPU without FlashInfer)")
     elif kernel not in support(capability, torch.bfloat16).kernels:
         found = support(capability, torch.bfloat16)
         raise HarnessError("--kernel", f"{kernel} does not run on {found.arch}: {found.reason or 'policy lists ' + ', '.join(found.kernels)}")
