@@ -264,5 +264,5 @@ def test_asv_runs_over_commits_pin_the_strategies_by_name():
     list the strategies otherwise stored one strategy's results under another's name, unless the list is pinned."""
     docs = _workflows()
     assert all(_pinned_before_asv_runs(docs[n]) for n in ("perf-gate.yml", "asv-publish.yml"))
-    unpinned = yaml.safe_load((WORKFLOWS / "asv-publish.yml").read_text().replace("MLA_ASV_STRATEGIES", "MLA_ASV_OTHER"))
+    unpinned = yaml.safe_load((WORKFLOWS / "asv-publish.yml").read_text().replace("MLA_ASV_STRATEGIES", "UNPINNED_LIST"))
     assert not _pinned_before_asv_runs(unpinned)  # the negative control
