@@ -658,3 +658,13 @@ def test_repro_keeps_unset_variables_unset(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(out.read_text())["environment"]["reference"] == recorded["environment"]["reference"]
     assert recorded["environment"]["reference"].startswith(str(GOLDEN_DIR))
+
+
+def test_a_golden_dir_that_is_not_there_fails_before_any_work(tmp_path):
+    """--golden-dir naming no folder was reported after the case was built and its memory planned (and not at all
+    with --reference live); now it is the one error line before anything runs."""
+    for extra in ((), ("--reference", "live")):
+        proc = harness("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0",
+                       "--golden-dir", tmp_path / "missing", *extra)
+        _one_error_line(proc, "--golden-dir", "is not a directory")
+        assert "memory plan" not in proc.stdout, proc.stdout

@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         envvars.check_all(kinds=("path", "text", "flag", "int"))  # a bad variable fails before any work ("names" import their lists)
         if getattr(args, "golden_dir", None) is not None:
-            from harness.inputs.cases import use_golden_dir
+            from harness.inputs.cases import golden_dir, use_golden_dir
 
             use_golden_dir(args.golden_dir)
+            golden_dir()  # a folder that is not there fails here, before any work
         return COMMANDS[args.command].command(args, console)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
