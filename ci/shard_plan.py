@@ -106,8 +106,13 @@ def suite_work(model: dict, test_ids: list[str]) -> float:
 
 
 def collected(pytest_args: list[str]) -> list[str]:
+    """The test ids pytest collects; a collection that fails (an import error: exit 2, a usage error: 4) is bad input,
+    not a plan sized on the tests that did collect. Exit 5 (nothing collected) is an empty list."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *pytest_args],
                           capture_output=True, text=True, timeout=600)
+    if proc.returncode not in (0, 5):
+        last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise ValueError(f"pytest --collect-only {' '.join(pytest_args)} exited {proc.returncode}: {last[0]}")
     return [line.strip() for line in proc.stdout.splitlines() if "::" in line]
 
 

@@ -281,3 +281,15 @@ def test_sigterm_during_fit_is_an_interruption_and_writes_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, "fit", "--out", str(out), f"0:20:{tmp_path / 'j.xml'}"],
                           capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=Path(shard_plan.__file__).resolve().parents[1])
     assert proc.returncode == 130 and proc.stderr.strip() == "interrupted" and not out.exists(), (proc.returncode, proc.stderr)
+
+
+def test_a_collection_that_fails_is_bad_input_not_a_smaller_plan(tmp_path, capsys):
+    """A test file that does not import made `choose` size the plan on the tests that did collect, exit 0; now it is
+    one line naming pytest's exit and its last line, exit 2 (twin: a folder that collects plans)."""
+    (tmp_path / "test_broken.py").write_text("import not_a_module_anywhere\n\ndef test_x():\n    pass\n")
+    model = str(REPO / "ci" / "shard_model.json")
+    assert shard_plan.main(["choose", "--model", model, "--gpus", "2", str(tmp_path / "test_broken.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: pytest --collect-only") and "exited 2" in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "test_broken.py").write_text("def test_x():\n    pass\n")
+    assert shard_plan.main(["choose", "--model", model, "--gpus", "2", str(tmp_path / "test_broken.py")]) == 0
