@@ -280,7 +280,8 @@ def test_a_write_that_fails_after_the_run_names_its_flag(capsys):
 
 
 def test_report_force_never_writes_through_a_link_in_out(disk, tmp_path):
-    """--force replaces the report's own files in --out; a link there (to a file elsewhere) is refused, the file kept."""
+    """--force replaces the report's own files in --out; a link there (to a file elsewhere) is refused before any work,
+    the file kept."""
     (tmp_path / "precious.json").write_text("mine")
     (tmp_path / "busy").mkdir()
     os.symlink(tmp_path / "precious.json", tmp_path / "busy" / "report.md")
@@ -288,6 +289,7 @@ def test_report_force_never_writes_through_a_link_in_out(disk, tmp_path):
     proc = harness("report", "r.json", "--out", "busy", "--force")
     _one_error_line(proc, "--out", "report.md", "is a link to", "precious.json", "nothing was written")
     assert (tmp_path / "precious.json").read_text() == "mine" and disk() == before
+    assert "environment:" not in proc.stdout, proc.stdout  # refused before the report was rendered (it came after)
     os.unlink(tmp_path / "busy" / "report.md")  # twin: without the link, --force writes the report
     assert harness("report", "r.json", "--out", "busy", "--force").returncode == 0 and not (tmp_path / "busy" / "report.md").is_symlink()
 

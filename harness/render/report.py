@@ -422,7 +422,14 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
         raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
     check_new_dir(out_dir, "--out")
     for name in REPORT_FILES:
+        refuse_link(out_dir / name)
         check_writable(out_dir / name, "--out", force)
+
+
+def refuse_link(path: Path) -> None:
+    """--force replaces the report's own files in --out, never a file a link there leads to."""
+    if path.is_symlink():
+        raise HarnessError("--out", f"{path} is a link to {os.path.realpath(path)}; nothing was written")
 
 
 def _earlier_plots(out_dir: Path) -> list[str]:
@@ -461,9 +468,8 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         plots = {}
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
     files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
-    for name in REPORT_FILES:  # --force replaces the report's own files in --out, never a file a link there leads to
-        if (out_dir / name).is_symlink():
-            raise HarnessError("--out", f"{out_dir / name} is a link to {os.path.realpath(out_dir / name)}; nothing was written")
+    for name in REPORT_FILES:  # again: one made while the report rendered
+        refuse_link(out_dir / name)
     stale = [out_dir / name for name in _earlier_plots(out_dir) if name not in files]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
