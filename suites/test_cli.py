@@ -668,3 +668,22 @@ def test_a_golden_dir_that_is_not_there_fails_before_any_work(tmp_path):
                        "--golden-dir", tmp_path / "missing", *extra)
         _one_error_line(proc, "--golden-dir", "is not a directory")
         assert "memory plan" not in proc.stdout, proc.stdout
+
+
+def test_device_spellings_resolve_alike_and_a_cpu_index_is_refused(monkeypatch):
+    """`--device auto` on a GPU is cuda:0, as `cuda` is (it was a bare `cuda` without set_device, so the results'
+    environment.device differed between the two); `cpu:1` names no device and is refused (it was taken as cpu)."""
+    import torch
+
+    from harness.cli.common import device_from
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match="the CPU takes no index"):
+        device_from("cpu:1")
+    assert device_from("auto") == device_from("cpu") == torch.device("cpu")
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert device_from("auto") == device_from("cuda") == torch.device("cuda", 0)
+    assert chosen == [torch.device("cuda", 0)] * 2

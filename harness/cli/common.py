@@ -67,12 +67,14 @@ def fault_help() -> str:
 def device_from(text: str):
     import torch
 
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if text == "auto":  # resolved as the named device is: `auto` on a GPU is cuda:0, as `cuda` is
+        text = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(text)
     except RuntimeError:
         raise HarnessError("--device", f"not a device: {text!r}") from None
+    if device.type == "cpu" and device.index is not None:
+        raise HarnessError("--device", f"{text!r}: the CPU takes no index (cpu)")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessError("--device", "CUDA requested but no CUDA GPU is visible")
     if device.type not in ("cpu", "cuda"):
