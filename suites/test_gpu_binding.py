@@ -85,7 +85,7 @@ def _hold(device: str, lock_dir: str, out: str, held, release) -> None:
     """Child 1: take the lock, say so, keep it until told, and record when it let go."""
     with exclusive_gpu(device, Path(lock_dir)):
         held.set()
-        release.wait(10)
+        release.wait(HANG_GUARD_S)
         Path(out).write_text(json.dumps({"released": time.time()}))
 
 
@@ -97,20 +97,26 @@ def _take(device: str, lock_dir: str, out: str, trying) -> None:
         Path(out).write_text(json.dumps({"asked": asked, "got": time.time()}))
 
 
-def _contend(tmp_path: Path, first: str, second: str) -> tuple[dict, dict]:
+def _contend(tmp_path: Path, first: str, second: str, second_done_first: bool = False) -> tuple[dict, dict]:
+    """`second_done_first`: release the first lock only once the second process has ended (it can only end while
+    the first holds its lock if the two locks are independent); else release it 0.3 s after the second asked.
+    The waits are hang guards (spawned children start slowly on CI's loaded cores), never speed checks."""
     ctx = multiprocessing.get_context("spawn")
     held, trying, release = ctx.Event(), ctx.Event(), ctx.Event()
     a_out, b_out = tmp_path / "a.json", tmp_path / "b.json"
     a = ctx.Process(target=_hold, args=(first, str(tmp_path / "locks"), str(a_out), held, release))
     a.start()
-    assert held.wait(10), "first process never took the lock"
+    assert held.wait(HANG_GUARD_S), "first process never took the lock"
     b = ctx.Process(target=_take, args=(second, str(tmp_path / "locks"), str(b_out), trying))
     b.start()
-    assert trying.wait(10)
-    time.sleep(0.3)  # the second process is now blocked on the lock (or, if the lock is broken, done)
+    assert trying.wait(HANG_GUARD_S)
+    if second_done_first:
+        b.join(HANG_GUARD_S)
+    else:
+        time.sleep(0.3)  # the second process is now blocked on the lock (or, if the lock is broken, done)
     release.set()
     for p in (a, b):
-        p.join(10)
+        p.join(HANG_GUARD_S)
         assert p.exitcode == 0
     return json.loads(a_out.read_text()), json.loads(b_out.read_text())
 
@@ -122,7 +128,7 @@ def test_lock_blocks_second_process_until_first_releases(tmp_path):
 
 
 def test_negative_control_different_gpus_do_not_block(tmp_path):
-    first, second = _contend(tmp_path, "3", "GPU-4")
+    first, second = _contend(tmp_path, "3", "GPU-4", second_done_first=True)
     assert second["got"] < first["released"]
 
 
