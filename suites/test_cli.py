@@ -566,11 +566,19 @@ def test_progress_lines_come_while_one_long_unit_runs(monkeypatch):
 
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.05)
     console = Console(file=io.StringIO(), width=200)
+
+    def said() -> int:
+        return len([line for line in console.file.getvalue().splitlines() if line.startswith("slow phase: 0/1 after")])
+
+    t0 = time.perf_counter()
     with progress.progress_bar(console, "slow phase", 1) as advance:
-        time.sleep(0.5)
+        deadline = t0 + 60  # the unit lasts until 3 lines came: 60 s is a hang guard (3 lines take 0.15 s idle)
+        while said() < 3 and time.perf_counter() < deadline:
+            time.sleep(0.05)
         advance()
+    elapsed = time.perf_counter() - t0
     lines = console.file.getvalue().splitlines()
-    assert 3 <= len([line for line in lines if line.startswith("slow phase: 0/1 after")]) <= 12
+    assert 3 <= said() <= elapsed / progress.LINE_EVERY_S + 1, (said(), elapsed)  # at most one line per LINE_EVERY_S
     assert lines[-1].startswith("slow phase: 1/1 in")
 
 
