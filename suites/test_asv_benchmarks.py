@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.hang_guard import HANG_GUARD_S
+
 pytest.importorskip("asv")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +29,7 @@ def clone(tmp_path_factory):
     if not (REPO / ".git").exists() or shutil.which("git") is None:
         pytest.skip("needs the project as a git checkout (asv benchmarks commits)")
     root = tmp_path_factory.mktemp("asv")
-    subprocess.run(["git", "clone", "-q", str(REPO), str(root / "repo")], check=True)
+    subprocess.run(["git", "clone", "-q", str(REPO), str(root / "repo")], check=True, timeout=HANG_GUARD_S)
     # benchmark this working tree's asv files even when they are not committed yet
     asv_files = [str(p.relative_to(REPO)) for p in (REPO / "suites" / "asv").glob("*.py")]
     for rel in ("asv.conf.json", "ci/asv_runner_env.py", "ci/__init__.py", *asv_files):

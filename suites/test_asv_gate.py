@@ -107,7 +107,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAM
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV}, timeout=HANG_GUARD_S)
 
 
 def _make_project(root: Path) -> Path:
@@ -149,7 +149,7 @@ def _run_gate_on_each_head(root: Path) -> dict[str, list]:
         # .pyc of the previous commit's copy would pass for the new one (mtime and size match)
         mp.setenv("PYTHONDONTWRITEBYTECODE", "1")
         subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", MACHINE],
-                       cwd=project, check=True, capture_output=True)
+                       cwd=project, check=True, capture_output=True, timeout=HANG_GUARD_S)
         runs = [(head, head, MACHINE) for head in ("slow", "broken", "same", "unbuildable", "no-such-ref")]
         for key, head, machine in [*runs, ("no-such-machine", "same", "no-such-machine")]:  # the last: asv errors out
             printed = io.StringIO()
@@ -419,7 +419,8 @@ def test_a_failed_benchmark_is_lost_even_if_asv_output_said_nothing(runs, tmp_pa
 
 
 def _head_results(project: Path, branch: str) -> Path:
-    commit = subprocess.run(["git", "rev-parse", branch], cwd=project, capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", branch], cwd=project, capture_output=True, text=True, check=True,
+                            timeout=HANG_GUARD_S).stdout.strip()
     (path,) = (project / ".asv" / "results" / MACHINE).glob(f"{commit[:8]}-*.json")
     return path
 

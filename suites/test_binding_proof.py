@@ -182,7 +182,8 @@ def test_proof_end_to_end_one_worker_per_gpu(tmp_path):
     gw1 = json.loads((proof / "gw1.json").read_text())
     assert gw1["bound"] == "1" and gw1["contexts"] == ["bbbb-02"] and gw1["timeline"]["first_test"] is not None
     assert "PASSED: binding proof" in proc.stdout
-    again = subprocess.run(proc.args, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    again = subprocess.run(proc.args, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
     assert again.returncode == 4 and "holds records of an earlier run" in again.stderr  # never mixes two runs
 
 

@@ -16,7 +16,7 @@ from suites.hang_guard import HANG_GUARD_S
 
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
+                          check=True, capture_output=True, text=True, timeout=HANG_GUARD_S).stdout.strip()
 
 
 def _package(monkeypatch, name: str, folder, version: str) -> None:

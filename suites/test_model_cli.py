@@ -189,7 +189,7 @@ def test_gpu_scripts_parse_on_cpu():
     checker = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(checker).exists():
         pytest.skip("shellcheck is not installed")
-    proc = subprocess.run([checker, "ci/experiments/tpot_h200/run.sh"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([checker, "ci/experiments/tpot_h200/run.sh"], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stdout
 
 
