@@ -2,8 +2,12 @@
 
 import numpy as np
 import pytest
+import torch
 
 from harness.errors import HarnessError
+from harness.inputs.pool import KVPool, PoolGeometry, kv_rows
+from harness.inputs.reference import step_inputs
+from harness.spec.presets import get_preset
 from harness.spec.scenario import builtin_names, load_scenario, load_scenario_file, parse_scenario
 from harness.spec.schedule import compile_schedule
 
@@ -200,3 +204,47 @@ def test_an_explicit_slot_past_the_last_whole_page_is_refused(slot, ok):
     else:
         with pytest.raises(HarnessError, match=f"slot {slot} is outside the pool's slots 64..127"):
             compile_schedule(scn, 100, 64)
+
+
+def _rewritten_reads(schedule) -> int:
+    """Reads of a slot whose earlier decoded token (a finished request's) was overwritten by a later step's."""
+    held, count = {}, 0
+    for batch in schedule.steps:
+        count += sum(held.get(s, 0) > 0 for s in batch.write_slots.tolist())
+        held.update(dict.fromkeys(batch.write_slots.tolist(), batch.write_gen))
+    return count
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_index_gens_name_what_each_read_row_holds(page_size):
+    """The reference and the goldens read row kv_indices[i] as written at generation index_gens[i]: replaying every
+    step's writes into a model of the pool (slot -> generation of its last write, 0 for the prefilled pool) gives
+    those generations for every built-in. Page 1 multistep-reuse rewrites a slot that held a finished request's
+    decoded token (generation 1 -> 4); no golden covers it (its goldens are GLM-5's 64-token pages, whose reused
+    slots were prefilled), so a schedule keeping the first write's generation failed nothing."""
+    for name in builtin_names():
+        if name == "explicit-slots" and page_size == 1:
+            continue  # its slots are placed for a 64-token-page pool
+        schedule = compile_schedule(load_scenario(name), 495_552 if name != "explicit-slots" else 16_384, page_size)
+        pool: dict[int, int] = {}
+        for batch in schedule.steps:
+            pool.update(dict.fromkeys(batch.write_slots.tolist(), batch.write_gen))
+            assert [pool.get(s, 0) for s in batch.kv_indices.tolist()] == batch.index_gens.tolist(), (name, batch.step)
+    assert _rewritten_reads(compile_schedule(load_scenario("multistep-reuse"), 16_384, 1)) > 0
+
+
+def test_a_rewritten_slot_is_read_as_the_pool_holds_it():
+    """End to end on the CPU: a KVPool written step by step as the decode loop writes it (the step's new tokens
+    before anyone reads) holds, at every row a step attends, the bytes the float64 reference reads, with a slot
+    rewritten after a finished request's decoded token in it (page 1 multistep-reuse, one layer)."""
+    preset, scenario = get_preset("deepseek-v3-tp8"), load_scenario("multistep-reuse")
+    schedule = compile_schedule(scenario, 16_384, preset.page_size)
+    assert _rewritten_reads(schedule) > 0
+    pool = KVPool(PoolGeometry(16_384, 1, preset.row_width, preset.page_size), scenario.seed, torch.device("cpu"))
+    for batch in schedule.steps:
+        slots = torch.as_tensor(batch.write_slots)
+        pool.write(0, slots, kv_rows(scenario.seed, 0, batch.write_slots, batch.write_gen, preset.row_width, pool.device))
+        ref = step_inputs(preset, scenario.seed, batch, 0, range(batch.batch_size))
+        for i, rows in enumerate(ref.rows):
+            held = pool.buffers[0][torch.as_tensor(batch.kv_indices[batch.rows_of(i)], dtype=torch.int64), 0]
+            assert torch.equal(held, rows), (batch.step, i)
