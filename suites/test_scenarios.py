@@ -248,3 +248,12 @@ def test_a_rewritten_slot_is_read_as_the_pool_holds_it():
         for i, rows in enumerate(ref.rows):
             held = pool.buffers[0][torch.as_tensor(batch.kv_indices[batch.rows_of(i)], dtype=torch.int64), 0]
             assert torch.equal(held, rows), (batch.step, i)
+
+
+def test_a_new_token_never_lands_on_a_slot_another_request_holds():
+    """Explicit slots 64 (request 0) and 65 (request 1) share a 64-token page: request 0's next slot, 65, is request
+    1's, so its new token goes to a fresh page; request 1's goes to 66, still free in the page."""
+    scenario = parse_scenario({"name": "x", "kv_lens": [2, 2], "layout": "explicit", "slots": [[64], [65]]}, "x.toml")
+    batch = compile_schedule(scenario, 16_384, 64).steps[0]
+    assert batch.write_slots[0] % 64 == 0 and batch.write_slots[0] != 64 and batch.write_slots[1] == 66
+    assert len(np.unique(batch.kv_indices)) == len(batch.kv_indices)
