@@ -94,6 +94,13 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
         raise HarnessError(flag, f"file name {target.name[:40]!r}... is too long (limit {limit} bytes with the temporary prefix)")
 
 
+def refuse_link(path: Path, flag: str) -> None:
+    """For a report's own files in its output folder: --force replaces them, never a file a link there leads to
+    (check_writable writes through links, as a user's --json link to elsewhere asks)."""
+    if path.is_symlink():
+        raise HarnessError(flag, f"{path} is a link to {os.path.realpath(path)}; nothing was written")
+
+
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 

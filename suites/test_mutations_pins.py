@@ -79,7 +79,7 @@ MUTATIONS = [
      [f"{REFRESH}::test_refresh_force_refuses_a_linked_case_folder"]),
     ("free-path-renamed-over", "harness/fsio.py", "            if key in _FOUND_FREE:", "            if False:",
      [f"{OUTPUTS}::test_a_file_made_while_the_run_works_is_kept"]),
-    ("report-writes-through-links", "harness/render/report.py", "    if path.is_symlink():", "    if False:",
+    ("report-writes-through-links", "harness/fsio.py", "    if path.is_symlink():", "    if False:",
      [f"{OUTPUTS}::test_report_force_never_writes_through_a_link_in_out"]),
     ("tpot-json-checked-after-timing", "harness/tpot/cli.py", 'check_writable(args.json, "--json", args.force)  # before the timing run',
      "pass  # before the timing run", [f"{OUTPUTS}::test_tpot_json_folder_is_refused_before_the_timing_run"]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness import CHECKOUT
 from harness.errors import HarnessError
 
 DEFAULT_SCENARIO = "b1-l4096"  # the case `run` and `tpot` measure when no scenario is named
@@ -34,7 +35,7 @@ def strategy_names() -> list[str]:
     import ast
 
     found = []
-    for path in (Path(__file__).parents[1] / "strategies").glob("*.py"):
+    for path in (CHECKOUT / "harness" / "strategies").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" and node.args:
                 order = next((k.value.value for k in node.keywords if k.arg == "order"), float("inf"))
@@ -131,12 +132,9 @@ def case_from(args, device, console: Console | None = None):
     return case
 
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-
-
 def inputs_of(case) -> list[tuple[str, Path]]:
     """The scenario file, and the harness's own data tables (tolerances, arch policy, kernel tuning, models, built-in
     scenarios), which every run reads: no output replaces one, even with --force."""
     scenario = [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
-    return scenario + [("the harness's own data file", p) for p in sorted(PACKAGE_DIR.rglob("*.toml"))]
+    return scenario + [("the harness's own data file", p) for p in sorted((CHECKOUT / "harness").rglob("*.toml"))]
 

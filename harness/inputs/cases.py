@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import envvars
+from harness import CHECKOUT, envvars
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
 from harness.fsio import refuse_overwriting_inputs
@@ -18,7 +18,7 @@ from harness.spec.presets import ModelPreset, Scale, get_preset, get_scale
 from harness.spec.scenario import Scenario, definition, load_scenario
 from harness.spec.schedule import Schedule, compile_schedule
 
-CHECKOUT_GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden"
+CHECKOUT_GOLDEN_DIR = CHECKOUT / "golden"
 GOLDEN_DIR = Path(os.environ.get("MLA_HARNESS_GOLDEN_DIR", CHECKOUT_GOLDEN_DIR))  # the shipped goldens, for tests
 _golden_dir_flag: Path | None = None
 

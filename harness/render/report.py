@@ -10,7 +10,6 @@ none of its figures is bad input.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +21,7 @@ from rich.text import Text
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
-from harness.fsio import check_new_dir, check_writable, write_bytes
+from harness.fsio import check_new_dir, check_writable, refuse_link, write_bytes
 from harness.gate.compare import index_rows, is_number, load_results
 from harness.render.table import STATUS_STYLE
 from harness.results.metrics import METRICS
@@ -422,14 +421,8 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
         raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
     check_new_dir(out_dir, "--out")
     for name in REPORT_FILES:
-        refuse_link(out_dir / name)
+        refuse_link(out_dir / name, "--out")
         check_writable(out_dir / name, "--out", force)
-
-
-def refuse_link(path: Path) -> None:
-    """--force replaces the report's own files in --out, never a file a link there leads to."""
-    if path.is_symlink():
-        raise HarnessError("--out", f"{path} is a link to {os.path.realpath(path)}; nothing was written")
 
 
 def _earlier_plots(out_dir: Path) -> list[str]:
@@ -469,7 +462,7 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
     files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
     for name in REPORT_FILES:  # again: one made while the report rendered
-        refuse_link(out_dir / name)
+        refuse_link(out_dir / name, "--out")
     stale = [out_dir / name for name in _earlier_plots(out_dir) if name not in files]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

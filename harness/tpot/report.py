@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +18,7 @@ import msgspec
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError, interruptible
-from harness.fsio import check_writable, write_bytes, write_text
+from harness.fsio import check_writable, refuse_link, write_bytes, write_text
 from harness.inputs.cases import refuse_clobbering
 from harness.results.schema import read_results, validate
 
@@ -269,8 +268,7 @@ def main(argv=None) -> int:
         outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
         refuse_clobbering(outputs, [("a results file", p) for p in (*args.results, *([args.tp2] if args.tp2 else []))])
         for flag, path in outputs:
-            if path.is_symlink():  # --force replaces the report's own files in --out, never a file a link there leads to
-                raise HarnessError(flag, f"{path} is a link to {os.path.realpath(path)}; nothing was written")
+            refuse_link(path, flag)
             check_writable(path, flag, args.force)
         text, bars = render(args.results, args.tp2)
         args.out.mkdir(parents=True, exist_ok=True)
