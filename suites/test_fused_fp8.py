@@ -381,6 +381,13 @@ def test_cuda_kernel_config_and_table(tmp_path):
     # shared memory: 8 heads, 2 stages, 8 warps fit a 99 KB (sm_120) CTA; the deep rings need an H100/H200-class one
     assert fused_mla_cuda.smem_bytes(8, 2, 8) <= 99 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8) <= 227 * 1024
     assert fused_mla_cuda.smem_bytes(16, 5, 16) <= 227 * 1024
+    # convert_once: the fp16 tile (64 rows of VROW halves) beside the ring; rings of 2-3 stages fit 227 KB, 4 do not
+    assert fused_mla_cuda.smem_bytes(8, 2, 8, True) - fused_mla_cuda.smem_bytes(8, 2, 8) == 64 * 520 * 2
+    assert fused_mla_cuda.smem_bytes(16, 3, 16, True) <= 227 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8, True)
+    assert fused_mla_cuda.CONVERT_ONCE_STAGES == tuple(s for s in fused_mla_cuda.STAGES
+                                                       if fused_mla_cuda.smem_bytes(16, s, 16, True) <= 227 * 1024)
+    with pytest.raises(ValueError, match="convert_once"):
+        dataclasses.replace(cuda_cfg, num_stages=4, convert_once=True)
     assert fused_mla_cuda.heads_per_cta(8) == 8 and fused_mla_cuda.heads_per_cta(9) == 16
 
 
@@ -506,7 +513,7 @@ def _define_mismatches(source: str) -> list[str]:
     from harness.kernels import fused_mla_cuda as fc
 
     defines = {k: int(v) for k, v in re.findall(r"^#define (\w+) (\d+)", source, flags=re.M)}
-    mirrored = dict(TILE=fc.TILE, ROW=fc.ROW, QROW=fc.QROW, SROW=fc.SROW, PROW=fc.PROW, IR=fc.IR, BARS=fc.BARS,
+    mirrored = dict(TILE=fc.TILE, ROW=fc.ROW, QROW=fc.QROW, SROW=fc.SROW, PROW=fc.PROW, VROW=fc.VROW, IR=fc.IR, BARS=fc.BARS,
                     D_CKV=fc.D_CKV, WAIT_PRIOR=fc.WAIT_PRIOR, INDICES_READY=fc.INDICES_READY,
                     MERGE_KERNEL=fc.MERGES.index("kernel"), MERGE_CTA=fc.MERGES.index("cta"),
                     MERGE_CLUSTER=fc.MERGES.index("cluster"), CLUSTER_MAX=max(fc.CLUSTER_SPLITS))

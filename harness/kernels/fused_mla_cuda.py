@@ -25,11 +25,12 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
-TILE, ROW, QROW, SROW, PROW, IR, BARS = 64, 576, 580, 68, 72, 16, 64  # as #defined in the .cu file
+TILE, ROW, QROW, SROW, PROW, VROW, IR, BARS = 64, 576, 580, 68, 72, 520, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
 HEADS_PER_CTA = (8, 16)  # one n-tile of 8 heads, or two
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
+CONVERT_ONCE_STAGES = (2, 3)  # rings that fit 227 KB beside the fp16 tile (smem_bytes(..., cvt=True))
 MIN_ARCH = (8, 9)
 PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch), thread-block clusters
 MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
@@ -48,16 +49,17 @@ def heads_per_cta(num_heads: int) -> int:
     return 8 if num_heads <= 8 else 16
 
 
-def smem_bytes(nh: int, stages: int, warps: int) -> int:
-    """Dynamic shared memory of one CTA: the KV ring and its barriers, the index ring, Q (fp16),
-    partial logits, P, softmax state."""
-    return stages * TILE * ROW + BARS + IR * TILE * 4 + nh * QROW * 2 + (warps // 4) * nh * SROW * 4 + nh * PROW * 2 + 3 * nh * 4
+def smem_bytes(nh: int, stages: int, warps: int, cvt: bool = False) -> int:
+    """Dynamic shared memory of one CTA: the KV ring, with `cvt` the tile's latent converted to fp16,
+    the ring's barriers, the index ring, Q (fp16), partial logits, P, softmax state."""
+    return (stages * TILE * ROW + (TILE * VROW * 2 if cvt else 0) + BARS + IR * TILE * 4 + nh * QROW * 2
+            + (warps // 4) * nh * SROW * 4 + nh * PROW * 2 + 3 * nh * 4)
 
 
-def fits(num_heads: int, stages: int, warps: int, smem_limit: int) -> bool:
+def fits(num_heads: int, stages: int, warps: int, smem_limit: int, cvt: bool = False) -> bool:
     """Whether one CTA's shared memory fits a device's per-block limit (227 KB on an H200, 99 KB on
     sm_120)."""
-    return smem_bytes(heads_per_cta(num_heads), stages, warps) <= smem_limit
+    return smem_bytes(heads_per_cta(num_heads), stages, warps, cvt) <= smem_limit
 
 
 def arrival_slots(batch: int, num_heads: int) -> int:
@@ -66,8 +68,8 @@ def arrival_slots(batch: int, num_heads: int) -> int:
     return batch * -(-num_heads // 8)
 
 
-def kernel_name(nh: int, stages: int, warps: int) -> str:
-    return f"fused_mla_decode<{nh}, {stages}, {warps}>"
+def kernel_name(nh: int, stages: int, warps: int, cvt: bool = False) -> str:
+    return f"fused_mla_decode<{nh}, {stages}, {warps}, {str(cvt).lower()}>"
 
 
 MERGE_KERNEL = f"fused_mla_merge<{MERGE_BATCH}>"
@@ -79,10 +81,10 @@ def _check(nh: int, stages: int, warps: int) -> None:
                          f"got {stages}, {nh}, {warps}")
 
 
-def compile_cubin(nh: int, stages: int, warps: int, arch: str) -> tuple[bytes, str]:
+def compile_cubin(nh: int, stages: int, warps: int, arch: str, cvt: bool = False) -> tuple[bytes, str]:
     """(cubin, lowered kernel name) of the decode kernel for sm_<arch>, e.g. arch "90" or "120"."""
     _check(nh, stages, warps)
-    return _compile(kernel_name(nh, stages, warps), arch)
+    return _compile(kernel_name(nh, stages, warps, cvt), arch)
 
 
 def compile_merge_cubin(arch: str) -> tuple[bytes, str]:
@@ -114,14 +116,14 @@ def _load(name: str, device_index: int):
 
 
 @functools.cache
-def _kernel(nh: int, stages: int, warps: int, device_index: int):
+def _kernel(nh: int, stages: int, warps: int, cvt: bool, device_index: int):
     props = _props(device_index)
-    need = smem_bytes(nh, stages, warps)
+    need = smem_bytes(nh, stages, warps, cvt)
     if need > props.shared_memory_per_block_optin:
         raise HarnessError("fused_fp8", f"{stages} stages need {need} bytes of shared memory per CTA, "
                                         f"{props.name} allows {props.shared_memory_per_block_optin}")
     _check(nh, stages, warps)
-    kernel = _load(kernel_name(nh, stages, warps), device_index)
+    kernel = _load(kernel_name(nh, stages, warps, cvt), device_index)
     with torch.cuda.device(device_index):
         kernel.set_shared_memory_config(need)
     return kernel
@@ -200,33 +202,33 @@ def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slot
 
 
 @functools.cache
-def _slots(nh: int, stages: int, warps: int, device_index: int) -> int:
+def _slots(nh: int, stages: int, warps: int, cvt: bool, device_index: int) -> int:
     """CTAs of the decode kernel the device holds at once."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    cu, kernel, per_sm = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index), ctypes.c_int(0)
+    cu, kernel, per_sm = _get_gpu_runtime_library(), _kernel(nh, stages, warps, cvt, device_index), ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, 32 * warps,
-                                                             smem_bytes(nh, stages, warps))
+                                                             smem_bytes(nh, stages, warps, cvt))
     if err:
         raise RuntimeError(f"the decode kernel's occupancy query failed with CUDA error {err}")
     return per_sm.value * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.cache
-def _wave(nh: int, stages: int, warps: int, num_splits: int, device_index: int) -> tuple[int, int]:
+def _wave(nh: int, stages: int, warps: int, cvt: bool, num_splits: int, device_index: int) -> tuple[int, int]:
     """(clusters of num_splits CTAs, CTAs) of the decode kernel the device holds at once."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, device_index)
-    config = _launch_config((num_splits, 1, 1), 32 * warps, smem_bytes(nh, stages, warps),
+    cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, cvt, device_index)
+    config = _launch_config((num_splits, 1, 1), 32 * warps, smem_bytes(nh, stages, warps, cvt),
                             ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
     clusters = ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))
     if err:
         raise RuntimeError(f"the decode kernel's cluster occupancy query failed with CUDA error {err}")
-    return clusters.value, _slots(nh, stages, warps, device_index)
+    return clusters.value, _slots(nh, stages, warps, cvt, device_index)
 
 
 def grid_merges(num_splits: int, ctas: int, slots: int) -> bool:
@@ -245,7 +247,7 @@ def whole_rows(ckv2, kpe2) -> bool:
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
            scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, merge_by: str,
-           indices_ready: bool = False) -> None:
+           indices_ready: bool = False, cvt: bool = False) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
     (counting in `arrivals`: `arrival_slots` zeros, left at zero), "grid" all of them, a slice of the
@@ -275,8 +277,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     pdl = dependent_launches(device_index)
     if cluster and not pdl:
         raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
-    kernel = _kernel(nh, stages, warps, device_index)
-    block, smem, groups = 32 * warps, smem_bytes(nh, stages, warps), -(-heads // nh)
+    kernel = _kernel(nh, stages, warps, cvt, device_index)
+    block, smem, groups = 32 * warps, smem_bytes(nh, stages, warps, cvt), -(-heads // nh)
     whole = int(whole_rows(ckv2, kpe2))
 
     def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1
@@ -292,14 +294,14 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
         else:
             kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=kernel_args)
 
-    if merge_by == "grid" and not grid_merges(num_splits, num_splits * batch * groups, _slots(nh, stages, warps, device_index)):
+    if merge_by == "grid" and not grid_merges(num_splits, num_splits * batch * groups, _slots(nh, stages, warps, cvt, device_index)):
         merge_by = "cta"
     if not cluster:
         launch((num_splits, batch, groups), args(0, batch, num_splits, MERGES.index(merge_by)))
         if num_splits > 1 and merge_by == "kernel":
             merge(part_out, part_lse, out, lse, kv_scale)
         return
-    head, rest_splits = wave_split(batch, groups, num_splits, *_wave(nh, stages, warps, num_splits, device_index))
+    head, rest_splits = wave_split(batch, groups, num_splits, *_wave(nh, stages, warps, cvt, num_splits, device_index))
     if head:
         launch((num_splits, head, groups), args(0, head, num_splits, MERGES.index("cluster")),
                ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),))

@@ -9,7 +9,9 @@ production pools, and Nsight Compute's per-instruction profile of one launch (GP
 (a CUDA graph of every layer's attention over its own pool, median replay / layers), each variant in turn,
 `--rounds` rounds interleaved (base, v1, v2, base, v1, ...): each variant's per-round ratio to base is
 measured side by side; the JSON has every sample, the medians and the ratios' spread. `--config` replaces fields
-of the table entry's Config (e.g. grid_merge=1,cluster_merge=0 to time the same variants under another merge).
+of the table entry's Config (e.g. grid_merge=1,cluster_merge=0 to time the same variants under another merge);
+a variant's lower-case DEF=V items replace Config fields for that variant alone (e.g.
+`once:convert_once=1,num_splits=4`), its upper-case ones are #defines.
 A variant NAME@SOURCE.cu compiles that file (another commit's kernel, say) in place of the committed one, with its
 own partial buffers and arrival words (a kernel of another protocol never shares them).
 `profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
@@ -45,13 +47,17 @@ class Variant:
     name: str
     defines: dict[str, str]
     source: Path | None = None  # a kernel source in place of the committed one
+    config: str = ""  # FIELD=V,... replacing Config fields for this variant (config_fields)
 
 
 def parse_variant(text: str) -> Variant:
-    """NAME[@SOURCE]:DEF=V,DEF=V -> Variant; NAME alone is the unmodified kernel."""
+    """NAME[@SOURCE]:DEF=V,field=V -> Variant (upper-case names are #defines, lower-case ones Config fields);
+    NAME alone is the unmodified kernel."""
     head, _, defs = text.partition(":")
     name, _, source = head.partition("@")
-    return Variant(name, dict(d.split("=", 1) for d in defs.split(",") if d), Path(source) if source else None)
+    items = [d for d in defs.split(",") if d]
+    return Variant(name, dict(d.split("=", 1) for d in items if not d[0].islower()), Path(source) if source else None,
+                   ",".join(d for d in items if d[0].islower()))
 
 
 def use_variant(variant: Variant, workdir: Path) -> None:
@@ -93,7 +99,7 @@ def config_fields(text: str | None) -> dict:
 
 def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict | None = None):
     """The tuner's case: `layers` production pools of finite e4m3 codes (both signs), the preset's page layout,
-    random queries; the committed Config for the shape, with `overrides` replacing its fields."""
+    random queries; (step(config), the committed Config for the shape with `overrides` replacing its fields)."""
     slots, page = get_scale("prod").slots, preset.page_size
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
     pools = [torch.randint(0, 0x7E, (slots + page, 1, 576), dtype=torch.uint8, device=dev, generator=g)
@@ -107,13 +113,14 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
     sm = torch.cuda.get_device_properties(dev).multi_processor_count
     config = dataclasses.replace(entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm),
                                  **(overrides or {}))
-    parts = {}  # per kernel source (variant), allocated at its first, eager, step
+    parts = {}  # per kernel source (variant) and Config, allocated at its first, eager, step
 
-    def step():
-        if fused_mla_cuda.SOURCE not in parts:
-            parts[fused_mla_cuda.SOURCE] = partial_buffers(batch, heads, config, 512, dev)
-        return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
-                                 partials=parts[fused_mla_cuda.SOURCE], indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
+    def step(cfg=config):
+        key = (fused_mla_cuda.SOURCE, cfg)
+        if key not in parts:
+            parts[key] = partial_buffers(batch, heads, cfg, 512, dev)
+        return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, cfg,
+                                 partials=parts[key], indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
     return step, config
 
 
@@ -125,14 +132,16 @@ def time_variants(args, variants, workdir: Path) -> dict:
     for shape in args.shapes.split(","):
         batch, kv_len = (int(x) for x in shape.split("x"))
         step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
+        configs = {name: dataclasses.replace(config, **config_fields(v.config)) for name, v in variants.items()}
         samples = {name: [] for name in variants}
         outputs = {}  # layer 0's (out, lse) of each variant, against base's
         for r in range(args.rounds):
             for name, variant in variants.items():
                 use_variant(variant, workdir)
-                samples[name].append(time_graph(step) * 1e3 / layers)
+                run = functools.partial(step, configs[name])
+                samples[name].append(time_graph(run) * 1e3 / layers)
                 if r == 0:
-                    outputs[name] = step()[0]
+                    outputs[name] = run()[0]
             print(f"{shape} round {r}: " + ", ".join(f"{n} {s[-1]:.2f}" for n, s in samples.items()), flush=True)
         base = samples[BASE]
         rows = {}
@@ -140,7 +149,8 @@ def time_variants(args, variants, workdir: Path) -> dict:
             ratios = [a / b for a, b in zip(s, base)]
             o, ref = outputs[name], outputs[BASE]
             diff = (o[0].float() - ref[0].float()).norm() / ref[0].float().norm()
-            rows[name] = {"defines": variants[name].defines, "source": str(variants[name].source or ""), "us": s, "median_us": statistics.median(s),
+            rows[name] = {"defines": variants[name].defines, "source": str(variants[name].source or ""),
+                          "config": configs[name].__dict__, "us": s, "median_us": statistics.median(s),
                           "ratio_to_base": ratios, "ratio_median": statistics.median(ratios),
                           "ratio_min": min(ratios), "ratio_max": max(ratios),
                           "out_norm_rel_to_base": float(diff), "lse_max_abs_to_base": float((o[1] - ref[1]).abs().max())}
