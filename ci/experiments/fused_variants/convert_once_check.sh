@@ -2,10 +2,10 @@
 # Issue 28, convert_once on one GPU in one device call (a checkout holding the FlashInfer bundle, msgspec wheel and
 # packed caches; ci/experiments/sglang_h200/run.sh says how they are built):
 #   bash ci/experiments/fused_variants/convert_once_check.sh OUT [PRESET ...]
-# 1. the fused GPU tests (float64 references, NaN, merges and their planted faults, graph replay), junit in OUT;
-# 2. per preset and shape, the table's launch (base) beside convert_once launches of one CTA per SM, 5 interleaved
+# 1. per preset and shape, the table's launch (base) beside convert_once launches of one CTA per SM, 5 interleaved
 #    rounds, and beside the same one-CTA-per-SM launches without it (what converting once is worth at equal
-#    occupancy); JSON in OUT/once-PRESET-SHAPE.json.
+#    occupancy); JSON in OUT/once-PRESET-SHAPE.json;
+# 2. the fused GPU tests (float64 references, NaN, merges and their planted faults, graph replay), junit in OUT.
 set -uo pipefail
 OUT=${1:?usage: convert_once_check.sh OUT [PRESET ...]}
 shift
@@ -13,12 +13,6 @@ mkdir -p "$OUT"
 . ci/gpu_env.sh .bundle/flashinfer-0.7.2.post1-py312.tar.xz "${JIT_TAR:-}" "${TRITON_TAR:-}"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-msgspec .whl/msgspec-*.whl  # the device lacks it
 export PYTHONPATH=/tmp/site-msgspec:$PYTHONPATH
-if [ "${TESTS:-1}" = 1 ]; then
-  t0=$(date +%s)
-  timeout -k 5 "${TESTS_TIMEOUT:-240}" python3 -m pytest suites/gpu/test_fused_fp8_gpu.py -m gpu -q -rfEs -p no:cacheprovider \
-    --junitxml="$OUT/gpu-fused-junit.xml" 2>&1 | tee "$OUT/gpu-fused-pytest.log" | tail -15
-  echo "== tests: $(( $(date +%s) - t0 )) s"
-fi
 variants() {  # PRESET SHAPE VARIANT...
   local preset=$1 shape=$2
   shift 2
@@ -39,3 +33,9 @@ for preset in "${@:-glm5-tp8}"; do
     "once1w16:convert_once=1,$one_cta,num_splits=1,num_warps=16" \
     "plain1:$one_cta,num_splits=1,num_stages=4"
 done
+if [ "${TESTS:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout -k 5 "${TESTS_TIMEOUT:-240}" python3 -m pytest suites/gpu/test_fused_fp8_gpu.py -m gpu -q -rfEs -p no:cacheprovider \
+    --junitxml="$OUT/gpu-fused-junit.xml" 2>&1 | tee "$OUT/gpu-fused-pytest.log" | tail -15
+  echo "== tests: $(( $(date +%s) - t0 )) s"
+fi
