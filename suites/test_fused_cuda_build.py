@@ -9,9 +9,7 @@ from harness.errors import HarnessError
 from harness.kernels import fused_mla_cuda, nvrtc
 
 ARCHS = (f"{fused_mla_cuda.MIN_ARCH[0]}{fused_mla_cuda.MIN_ARCH[1]}", "90", "100", "120")
-INSTANCES = [fused_mla_cuda.kernel_name(nh, stages, warps, cvt) for nh in fused_mla_cuda.HEADS_PER_CTA
-             for warps in fused_mla_cuda.WARPS for cvt in (False, True)
-             for stages in (fused_mla_cuda.CONVERT_ONCE_STAGES if cvt else fused_mla_cuda.STAGES)] + [fused_mla_cuda.MERGE_KERNEL]
+INSTANCES = [i.name for i in fused_mla_cuda.instances()] + [fused_mla_cuda.MERGE_KERNEL]
 # (arch, instance) that spill with NVRTC 13.5: none (16 heads, 2 stages, 8 warps, held to 128 registers by
 # __launch_bounds__(256, 2), spilled 4 bytes on sm_90 until its row gathers became per-row bulk copies)
 SPILLING: set[tuple[str, str]] = set()
@@ -36,8 +34,8 @@ def test_every_instance_builds_and_spills_only_where_pinned(nvrtc_library, arch)
 
 
 def test_the_launch_path_compiles_without_a_gpu(nvrtc_library):
-    cubin, lowered = fused_mla_cuda.compile_cubin(8, 2, 8, "120")
-    assert len(cubin) > 10_000 and lowered.startswith("_Z16fused_mla_decodeILi8ELi2ELi8ELb0E")
+    cubin, lowered = fused_mla_cuda.compile_cubin(fused_mla_cuda.Instance(8, 2, 8), "120")
+    assert len(cubin) > 10_000 and lowered.startswith("_Z16fused_mla_decodeILi8ELi2ELi8ELb0ELb0E")
     cubin, lowered = fused_mla_cuda.compile_merge_cubin("90")
     assert len(cubin) > 1_000 and "fused_mla_merge" in lowered
 

@@ -379,15 +379,19 @@ def test_cuda_kernel_config_and_table(tmp_path):
         fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], torch.tensor([0, 2], dtype=torch.int32),
                          torch.tensor([1, 2], dtype=torch.int32), 0.1, cuda_cfg, partials=wrong)
     # shared memory: 8 heads, 2 stages, 8 warps fit a 99 KB (sm_120) CTA; the deep rings need an H100/H200-class one
-    assert fused_mla_cuda.smem_bytes(8, 2, 8) <= 99 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8) <= 227 * 1024
-    assert fused_mla_cuda.smem_bytes(16, 5, 16) <= 227 * 1024
+    smem = lambda *a: fused_mla_cuda.Instance(*a).smem  # noqa: E731
+    assert smem(8, 2, 8) <= 99 * 1024 < smem(8, 4, 8) <= 227 * 1024
+    assert smem(16, 5, 16) <= 227 * 1024
     # convert_once: the fp16 tile (64 rows of VROW halves) beside the ring; rings of 2-3 stages fit 227 KB, 4 do not
-    assert fused_mla_cuda.smem_bytes(8, 2, 8, True) - fused_mla_cuda.smem_bytes(8, 2, 8) == 64 * 520 * 2
-    assert fused_mla_cuda.smem_bytes(16, 3, 16, True) <= 227 * 1024 < fused_mla_cuda.smem_bytes(8, 4, 8, True)
-    assert fused_mla_cuda.CONVERT_ONCE_STAGES == tuple(s for s in fused_mla_cuda.STAGES
-                                                       if fused_mla_cuda.smem_bytes(16, s, 16, True) <= 227 * 1024)
-    with pytest.raises(ValueError, match="convert_once"):
-        dataclasses.replace(cuda_cfg, num_stages=4, convert_once=True)
+    assert smem(8, 2, 8, True) - smem(8, 2, 8) == 64 * 520 * 2
+    assert smem(16, 3, 16, True) <= 227 * 1024 < 64 * 520 * 2 + smem(8, 4, 8)
+    # ping_pong: two rings of 2, per-group softmax buffers; two rings of 3 would not fit
+    assert smem(16, 2, 16, False, True) <= 227 * 1024 < smem(16, 2, 16, False, True) + 2 * 64 * 576
+    assert smem(8, 2, 16, False, True) - smem(8, 2, 16) == 2 * 64 * 576 + 16 * 64 * 4 + 8 * 72 * 2 + 3 * 8 * 4
+    for bad in (dict(num_stages=4, convert_once=True), dict(num_warps=8, ping_pong=True),
+                dict(num_warps=16, ping_pong=True, convert_once=True), dict(num_warps=16, num_stages=3, ping_pong=True)):
+        with pytest.raises(ValueError, match="convert_once|ping_pong"):
+            dataclasses.replace(cuda_cfg, **bad)
     assert fused_mla_cuda.heads_per_cta(8) == 8 and fused_mla_cuda.heads_per_cta(9) == 16
 
 

@@ -205,6 +205,25 @@ __device__ __forceinline__ int ordered_key(float x) {
 }
 __device__ __forceinline__ float ordered_key(int k) { return __int_as_float(k ^ ((k >> 31) & 0x7fffffff)); }
 
+// A barrier over the thread group that streams tiles together: the CTA, or with two groups (PP) the group's
+// 256 threads on named barrier 1 + grp; group_and also returns whether pred holds on all of them.
+template <bool PP>
+__device__ __forceinline__ void group_sync(int grp) {
+  if constexpr (PP) asm volatile("bar.sync %0, 256;" ::"r"(grp + 1) : "memory");
+  else __syncthreads();
+}
+template <bool PP>
+__device__ __forceinline__ bool group_and(int grp, bool pred) {
+  if constexpr (PP) {
+    u32 r;
+    asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.and.pred q, %2, 256, p; selp.u32 %0, 1, 0, q; }"
+                 : "=r"(r) : "r"((u32)pred), "r"(grp + 1) : "memory");
+    return r != 0;
+  } else {
+    return __syncthreads_and(pred);
+  }
+}
+
 // The warp's maximum (sm_80+ redux).
 __device__ __forceinline__ int redux_max(int x) {
   int y;
@@ -449,7 +468,7 @@ struct WaitPriorAtExit {
   }
 };
 
-template <int NH, int STAGES, int W, bool CVT>
+template <int NH, int STAGES, int W, bool CVT, bool PP>
 __global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2 && !CVT) ? 2 : 1)
 fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
                  const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
@@ -469,28 +488,39 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   merge_mode &= ~(WAIT_PRIOR | INDICES_READY);
+  static_assert(!PP || (W == 16 && !CVT), "two tile groups are two groups of 8 warps, without the fp16 tile");
+  constexpr int GROUPS = PP ? 2 : 1;     // thread groups streaming every GROUPS-th tile (own ring slots and softmax)
+  constexpr int WG = W / GROUPS;         // warps per group
+  constexpr int TG = 32 * WG;            // threads per group
   constexpr int THREADS = 32 * W;
   constexpr int NT = NH / 8;             // n-tiles of 8 heads
-  constexpr int KQ = W / 4;              // phase A: channel parts per 16-token group
-  constexpr int KS = 4 / (W / 8);        // phase C: 16-token steps per warp (W = 16: two warps per channel block)
-  constexpr int RPW = TILE / W;          // rows each warp gathers
+  constexpr int KQ = WG / 4;             // phase A: channel parts per 16-token group
+  constexpr int KS = 4 / (WG / 8);       // phase C: 16-token steps per warp (WG = 16: two warps per channel block)
+  constexpr int RPW = TILE / WG;         // rows each warp gathers
   constexpr int TPH = SOFTMAX_THREADS / NH;  // softmax threads per head
   constexpr int TPT = TILE / TPH;        // tokens per softmax thread
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
   u16* vs = (u16*)(smem + STAGES * TILE * ROW);  // CVT: [TILE][VROW] the tile's latent as fp16 (phase A -> C)
-  u8* const after_vs = smem + STAGES * TILE * ROW + (CVT ? TILE * VROW * 2 : 0);
-  unsigned long long* bars = (unsigned long long*)after_vs;  // [STAGES] run-load barriers
-  int* idx = (int*)(after_vs + BARS);  // [IR][TILE] token indices, tile j in slot j % IR
-  u16* qs = (u16*)(idx + IR * TILE);
-  float* spart = (float*)(qs + NH * QROW);      // [KQ channel parts][NH][SROW]
-  u16* ps = (u16*)(spart + KQ * NH * SROW);      // P^T [NH][PROW] fp16
-  float* alpha_s = (float*)(ps + NH * PROW);     // [NH]
-  float* ml_s = alpha_s + NH;                    // [2][NH]: m, l
+  u8* const after_vs = smem + GROUPS * STAGES * TILE * ROW + (CVT ? TILE * VROW * 2 : 0);
+  unsigned long long* bars = (unsigned long long*)after_vs;  // [GROUPS][STAGES] run-load barriers
+  int* idx_all = (int*)(after_vs + BARS);  // [GROUPS][IR][TILE] token indices, the group's tile j in slot j % IR
+  u16* qs = (u16*)(idx_all + GROUPS * IR * TILE);
+  // per group: partial logits [KQ channel parts][NH][SROW], P^T [NH][PROW] fp16, alpha [NH], softmax state [2][NH]
+  u8* const group_smem = (u8*)(qs + NH * QROW);
+  constexpr int GROUP_BYTES = KQ * NH * SROW * 4 + NH * PROW * 2 + 3 * NH * 4;
 
   const float scale_log2 = (float)scale_log2_d, kv_scale = (float)kv_scale_d;
   const int split = blockIdx.x, b = blockIdx.y, h0 = blockIdx.z * NH;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int grp = warp / WG, gtid = tid - grp * TG, gwarp = warp - grp * WG;  // the group, and places in it
+  u8* ring_g = ring + grp * STAGES * TILE * ROW;
+  int* idx = idx_all + grp * IR * TILE;
+  float* spart = (float*)(group_smem + grp * GROUP_BYTES);
+  u16* ps = (u16*)(spart + KQ * NH * SROW);
+  float* alpha_s = (float*)(ps + NH * PROW);
+  auto ml_of = [&](int gi) { return (float*)(group_smem + gi * GROUP_BYTES) + KQ * NH * SROW + NH * PROW / 2 + NH; };
+  float* ml_s = ml_of(grp);
 
   const int start = indptr[b], end = indptr[b + 1];
   const int tiles_all = (end - start + TILE - 1) / TILE;
@@ -498,19 +528,22 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   const int t0 = min(tiles_all, split * per_split);
   const int nt = min(tiles_all, t0 + per_split) - t0;
   const int first = start + t0 * TILE;  // first token of this split
+  // The group's tiles: tile j of the group is tile grp + GROUPS * j of the split, from token tok0(j).
+  const int ntg = max(0, nt - grp + GROUPS - 1) / GROUPS;
+  auto tok0 = [&](int j) { return first + (grp + GROUPS * j) * TILE; };
 #if __CUDA_ARCH__ < 900
   whole_rows = 0;  // no bulk copies before sm_90
 #endif
-  const u32 bar0 = smem_addr(bars);
-  if (whole_rows && tid == 0)
+  const u32 bar0 = smem_addr(bars) + 8 * STAGES * grp;
+  if (whole_rows && gtid == 0)
     for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);  // visible after the prologue's first barrier
 
-  // Tile j's 64 token indices go to idx slot j % IR by cp.async (thread tid < TILE fetches one), IAHEAD
-  // tiles before its load is issued: the loads never wait on an index load.
+  // The group's tile j's 64 token indices go to idx slot j % IR by cp.async (thread gtid < TILE fetches one),
+  // IAHEAD tiles before its load is issued: the loads never wait on an index load.
   auto fetch_indices = [&](int j) {
-    if (tid < TILE && j < nt) {
-      const int tok = first + j * TILE + tid;
-      cp_async4(smem_addr(idx + (j % IR) * TILE + tid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
+    if (gtid < TILE && j < ntg) {
+      const int tok = tok0(j) + gtid;
+      cp_async4(smem_addr(idx + (j % IR) * TILE + gtid), indices + (tok < end ? tok : 0), tok < end ? 4 : 0);
     }
   };
   // A tile is loaded one of three ways, chosen per tile (the same for every thread). Where the pool
@@ -521,17 +554,17 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // parity each slot's barrier waits for next. row0: the tile's first pool row (used by thread 0),
   // my_row: the pool row of this lane's tile row my_tok (-1 past the end).
   u32 bulk_bits = 0, phase_bits = 0;
-  const int my_tok = RPW * warp + lane % RPW;  // the tile row whose pool row this lane fetches
+  const int my_tok = RPW * gwarp + lane % RPW;  // the tile row whose pool row this lane fetches
   auto load_tile = [&](int j, bool run, int row0, int my_row) {
-    const int s = j % STAGES, valid = min(TILE, end - (first + j * TILE));
+    const int s = j % STAGES, valid = min(TILE, end - tok0(j));
     if (run) {
-      issue_run(ring + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, tid, THREADS);
+      issue_run(ring_g + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
     } else if (BULK_ROWS && whole_rows) {
-      issue_row_copies(ring + s * TILE * ROW, ckv, s_ckv, my_tok, my_row, lane < RPW, valid, bar0 + 8 * s, tid, THREADS);
+      issue_row_copies(ring_g + s * TILE * ROW, ckv, s_ckv, my_tok, my_row, lane < RPW, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
     } else {
-      issue_rows<RPW>(ring + s * TILE * ROW, my_row, ckv, kpe, s_ckv, s_kpe, warp, lane);
+      issue_rows<RPW>(ring_g + s * TILE * ROW, my_row, ckv, kpe, s_ckv, s_kpe, gwarp, lane);
       bulk_bits &= ~(1u << s);
     }
   };
@@ -544,7 +577,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
-    const int tok = first + s * TILE + my_tok;
+    const int tok = tok0(s) + my_tok;
     pre_row[s] = pool_row(indices, tok, end);
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
@@ -553,9 +586,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 #endif
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
-    const int valid = min(TILE, end - (first + s * TILE)), row = pre_row[s];
-    const bool run = __syncthreads_and(whole_rows && s < nt && rows_follow(row, pre_next[s], my_tok, valid));
-    if (s < nt) load_tile(s, run, __shfl_sync(0xffffffffu, row, 0), row);  // lane 0 of warp 0 holds row 0
+    const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
+    const bool run = group_and<PP>(grp, whole_rows && s < ntg && rows_follow(row, pre_next[s], my_tok, valid));
+    if (s < ntg) load_tile(s, run, __shfl_sync(0xffffffffu, row, 0), row);  // lane 0 of the group's warp 0 holds row 0
     if (s == 0) {
       for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -583,9 +616,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     const u32 f1 = f32_to_f16(bf16_to_f32(v.y & 0xFFFF)) | ((u32)f32_to_f16(bf16_to_f32(v.y >> 16)) << 16);
     *(uint2*)(qs + h * QROW + k) = make_uint2(f0, f1);
   }
+  if constexpr (PP) __syncthreads();  // the groups' barriers below do not order the other group's conversions
 
   const float NEG_INF = __int_as_float(0xff800000);
-  float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (tid / TPH): its max, this thread's part of its sum
+  float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (gtid / TPH): its max, this thread's part of its sum
   // O^T accumulators: [matrix pair p][even / odd channels][n-tile][4]; see the epilogue for the channels
   float o[2][2][NT][4];
 #pragma unroll
@@ -598,9 +632,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         for (int c = 0; c < 4; ++c) o[p][e][j][c] = 0.f;
 
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
-  const int cb = warp % 8, ks0 = (warp / 8) * KS;  // phase C: this warp's 64-channel block and first token step
-  // Tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
-  for (int i = 0; i < nt; ++i) {
+  const int cb = gwarp % 8, ks0 = (gwarp / 8) * KS;  // phase C: this warp's 64-channel block and first token step
+  // The group's tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
+  for (int i = 0; i < ntg; ++i) {
     const int si = i % STAGES;
     if ((bulk_bits >> si) & 1) {  // bulk copies: its barrier; the cp.async groups since tile i hold only index tiles
       cp_async_wait<STAGES - 1>();
@@ -615,25 +649,25 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     // IAHEAD >= STAGES - 1 iterations ago, visible since an earlier barrier) decide how it is loaded.
     const int j = i + STAGES - 1;
     bool follows = true;
-    if (tid < TILE && j < nt) {
+    if (gtid < TILE && j < ntg) {
       const int* ix = idx + (j % IR) * TILE;
-      follows = rows_follow(ix[tid], tid + 1 < TILE ? ix[tid + 1] : 0, tid, min(TILE, end - (first + j * TILE)));
+      follows = rows_follow(ix[gtid], gtid + 1 < TILE ? ix[gtid + 1] : 0, gtid, min(TILE, end - tok0(j)));
     }
-    const bool run = __syncthreads_and(whole_rows && follows);
-    const u8* tile = ring + si * TILE * ROW;
+    const bool run = group_and<PP>(grp, whole_rows && follows);
+    const u8* tile = ring_g + si * TILE * ROW;
     if (i + STAGES - 1 >= PRE) {
-      if (j < nt) {
+      if (j < ntg) {
         const int* ix = idx + (j % IR) * TILE;
-        load_tile(j, run, ix[0], first + j * TILE + my_tok < end ? ix[my_tok] : -1);
+        load_tile(j, run, ix[0], tok0(j) + my_tok < end ? ix[my_tok] : -1);
       }
       fetch_indices(j + IAHEAD);
       cp_async_commit();
     }
 
-    if (DIAG_STREAM_ONLY) { __syncthreads(); continue; }
+    if (DIAG_STREAM_ONLY) { group_sync<PP>(grp); continue; }
     {  // phase A: partial logits^T of 16 tokens over one channel part: 64-channel blocks kq, kq + KQ, ...
        // of the latent and a 64 / KQ-channel share of the RoPE part
-      const int tg = warp & 3, kq = warp >> 2;
+      const int tg = gwarp & 3, kq = gwarp >> 2;
       float acc[NT][2][4];
 #pragma unroll
       for (int jn = 0; jn < NT; ++jn)
@@ -656,11 +690,11 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         sp[(h + 1) * SROW + ta + 8] = acc[jn][0][3] + acc[jn][1][3];
       }
     }
-    __syncthreads();
+    group_sync<PP>(grp);
 
-    if (tid < SOFTMAX_THREADS) {  // phase B: online softmax, one head per TPH threads
-      const int h = tid / TPH, jj = tid % TPH;
-      const int valid = end - (first + i * TILE);
+    if (gtid < SOFTMAX_THREADS) {  // phase B: online softmax, one head per TPH threads
+      const int h = gtid / TPH, jj = gtid % TPH;
+      const int valid = end - tok0(i);
       float s[TPT], mt = NEG_INF;
 #pragma unroll
       for (int u = 0; u < TPT; ++u) {
@@ -690,7 +724,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       m_run = m_new;
       if (jj == 0) alpha_s[h] = alpha;
     }
-    __syncthreads();
+    group_sync<PP>(grp);
 
     {  // phase C: O^T[this warp's 64 channels, NH] += V^T . P^T over its KS 16-token steps
 #pragma unroll
@@ -755,9 +789,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   {  // epilogue: the softmax sums; with 16 warps the second token half's O^T is added to the first's
 #pragma unroll
     for (int off = TPH / 2; off; off >>= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, off);
-    if (tid < SOFTMAX_THREADS && tid % TPH == 0) {
-      ml_s[tid / TPH] = m_run;
-      ml_s[NH + tid / TPH] = l_run;
+    if (gtid < SOFTMAX_THREADS && gtid % TPH == 0) {
+      ml_s[gtid / TPH] = m_run;
+      ml_s[NH + gtid / TPH] = l_run;
     }
   }
   if constexpr (CVT) {
@@ -783,6 +817,56 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       }
       __syncthreads();
     }
+  } else if constexpr (PP) {
+    // Two groups: group 1's O^T through the ring (every tile is consumed) into group 0's, each weighted by
+    // exp2(its max - the joint max); group 0's softmax state becomes the joint one.
+    float* red = (float*)ring;
+    __syncthreads();
+    if (grp == 1) {
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + gwarp) * 32 + lane] = o[p][e][jn][c];
+    }
+    __syncthreads();
+    const float* ml1 = ml_of(1);
+    float m_joint[NT][2], l_joint[NT][2];
+    if (grp == 0) {
+#pragma unroll
+      for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int hh = 8 * jn + 2 * t + c;
+          const float m0 = ml_s[hh], m1 = ml1[hh], m = fmaxf(m0, m1), base = m == NEG_INF ? 0.f : m;
+          const float a0 = ex2(m0 - base), a1 = ex2(m1 - base);
+          m_joint[jn][c] = m;
+          l_joint[jn][c] = ml_s[NH + hh] * a0 + ml1[NH + hh] * a1;
+#pragma unroll
+          for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+              for (int r = 0; r < 2; ++r)
+                o[p][e][jn][c + 2 * r] = o[p][e][jn][c + 2 * r] * a0 +
+                                         a1 * red[((((p * 2 + e) * NT + jn) * 4 + c + 2 * r) * 8 + gwarp) * 32 + lane];
+        }
+    }
+    __syncthreads();
+    if (warp == 0 && g == 0) {
+#pragma unroll
+      for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          ml_s[8 * jn + 2 * t + c] = m_joint[jn][c];
+          ml_s[NH + 8 * jn + 2 * t + c] = l_joint[jn][c];
+        }
+    }
+    ml_s = ml_of(0);  // the joint state, for every thread from here
+    __syncthreads();
   } else if constexpr (W == 16) {
     float* red = (float*)ring;  // every tile is consumed: the ring is free
     __syncthreads();

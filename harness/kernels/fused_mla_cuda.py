@@ -17,7 +17,9 @@ every instance for sm_89, sm_90 and sm_120), with no CUDA toolkit.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
+import itertools
 from pathlib import Path
 
 import torch
@@ -30,7 +32,8 @@ WARPS = (8, 16)
 HEADS_PER_CTA = (8, 16)  # one n-tile of 8 heads, or two
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
-CONVERT_ONCE_STAGES = (2, 3)  # rings that fit 227 KB beside the fp16 tile (smem_bytes(..., cvt=True))
+CONVERT_ONCE_STAGES = (2, 3)  # rings that fit 227 KB beside the fp16 tile (Instance(..., cvt=True).smem)
+PING_PONG_STAGES = (2,)  # two groups' rings of 2 (4 slots); 3 each do not fit 227 KB
 MIN_ARCH = (8, 9)
 PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch), thread-block clusters
 MERGE_BATCH = 16   # fused_mla_merge: splits whose loads are in flight at once
@@ -49,17 +52,54 @@ def heads_per_cta(num_heads: int) -> int:
     return 8 if num_heads <= 8 else 16
 
 
-def smem_bytes(nh: int, stages: int, warps: int, cvt: bool = False) -> int:
-    """Dynamic shared memory of one CTA: the KV ring, with `cvt` the tile's latent converted to fp16,
-    the ring's barriers, the index ring, Q (fp16), partial logits, P, softmax state."""
-    return (stages * TILE * ROW + (TILE * VROW * 2 if cvt else 0) + BARS + IR * TILE * 4 + nh * QROW * 2
-            + (warps // 4) * nh * SROW * 4 + nh * PROW * 2 + 3 * nh * 4)
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """One instance of the decode kernel template: heads per CTA, ring depth, warps, and two layouts: `cvt`
+    (convert_once: the tile's latent kept as fp16 for phase C) and `pp` (ping_pong: 16 warps as two groups of 8,
+    each streaming every other tile through its own ring of `stages` slots, merged in shared memory)."""
+
+    nh: int
+    stages: int
+    warps: int
+    cvt: bool = False
+    pp: bool = False
+
+    def __post_init__(self):
+        if self.stages not in STAGES or self.nh not in HEADS_PER_CTA or self.warps not in WARPS:
+            raise ValueError(f"stages must be one of {STAGES}, heads per CTA 8 or 16 and warps one of {WARPS}, "
+                             f"got {self.stages}, {self.nh}, {self.warps}")
+        if self.cvt and self.stages not in CONVERT_ONCE_STAGES:
+            raise ValueError(f"convert_once takes rings of {CONVERT_ONCE_STAGES} stages (the fp16 tile beside a deeper "
+                             f"one exceeds 227 KB), got {self.stages}")
+        if self.pp and (self.warps != 16 or self.cvt or self.stages not in PING_PONG_STAGES):
+            raise ValueError(f"ping_pong is 16 warps, rings of {PING_PONG_STAGES} stages and no convert_once, got "
+                             f"{self.warps} warps, {self.stages} stages, convert_once {self.cvt}")
+
+    @property
+    def name(self) -> str:
+        return (f"fused_mla_decode<{self.nh}, {self.stages}, {self.warps}, {str(self.cvt).lower()}, "
+                f"{str(self.pp).lower()}>")
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory of one CTA: the KV ring(s), with cvt the tile's latent converted to fp16,
+        the rings' barriers, the index ring(s), Q (fp16), and per group partial logits, P, softmax state."""
+        groups = 2 if self.pp else 1
+        warps = self.warps // groups
+        return (groups * self.stages * TILE * ROW + (TILE * VROW * 2 if self.cvt else 0) + BARS
+                + groups * IR * TILE * 4 + self.nh * QROW * 2
+                + groups * ((warps // 4) * self.nh * SROW * 4 + self.nh * PROW * 2 + 3 * self.nh * 4))
 
 
-def fits(num_heads: int, stages: int, warps: int, smem_limit: int, cvt: bool = False) -> bool:
-    """Whether one CTA's shared memory fits a device's per-block limit (227 KB on an H200, 99 KB on
-    sm_120)."""
-    return smem_bytes(heads_per_cta(num_heads), stages, warps, cvt) <= smem_limit
+def instances() -> list[Instance]:
+    """Every instance fused_fp8 can launch."""
+    out = []
+    for nh, warps, stages, cvt, pp in itertools.product(HEADS_PER_CTA, WARPS, STAGES, (False, True), (False, True)):
+        try:
+            out.append(Instance(nh, stages, warps, cvt, pp))
+        except ValueError:
+            pass
+    return out
 
 
 def arrival_slots(batch: int, num_heads: int) -> int:
@@ -68,23 +108,12 @@ def arrival_slots(batch: int, num_heads: int) -> int:
     return batch * -(-num_heads // 8)
 
 
-def kernel_name(nh: int, stages: int, warps: int, cvt: bool = False) -> str:
-    return f"fused_mla_decode<{nh}, {stages}, {warps}, {str(cvt).lower()}>"
-
-
 MERGE_KERNEL = f"fused_mla_merge<{MERGE_BATCH}>"
 
 
-def _check(nh: int, stages: int, warps: int) -> None:
-    if stages not in STAGES or nh not in HEADS_PER_CTA or warps not in WARPS:
-        raise ValueError(f"stages must be one of {STAGES}, heads per CTA 8 or 16 and warps one of {WARPS}, "
-                         f"got {stages}, {nh}, {warps}")
-
-
-def compile_cubin(nh: int, stages: int, warps: int, arch: str, cvt: bool = False) -> tuple[bytes, str]:
+def compile_cubin(instance: Instance, arch: str) -> tuple[bytes, str]:
     """(cubin, lowered kernel name) of the decode kernel for sm_<arch>, e.g. arch "90" or "120"."""
-    _check(nh, stages, warps)
-    return _compile(kernel_name(nh, stages, warps, cvt), arch)
+    return _compile(instance.name, arch)
 
 
 def compile_merge_cubin(arch: str) -> tuple[bytes, str]:
@@ -116,14 +145,13 @@ def _load(name: str, device_index: int):
 
 
 @functools.cache
-def _kernel(nh: int, stages: int, warps: int, cvt: bool, device_index: int):
+def _kernel(instance: Instance, device_index: int):
     props = _props(device_index)
-    need = smem_bytes(nh, stages, warps, cvt)
+    need = instance.smem
     if need > props.shared_memory_per_block_optin:
-        raise HarnessError("fused_fp8", f"{stages} stages need {need} bytes of shared memory per CTA, "
+        raise HarnessError("fused_fp8", f"{instance.name} needs {need} bytes of shared memory per CTA, "
                                         f"{props.name} allows {props.shared_memory_per_block_optin}")
-    _check(nh, stages, warps)
-    kernel = _load(kernel_name(nh, stages, warps, cvt), device_index)
+    kernel = _load(instance.name, device_index)
     with torch.cuda.device(device_index):
         kernel.set_shared_memory_config(need)
     return kernel
@@ -202,33 +230,33 @@ def wave_split(batch: int, groups: int, num_splits: int, max_clusters: int, slot
 
 
 @functools.cache
-def _slots(nh: int, stages: int, warps: int, cvt: bool, device_index: int) -> int:
+def _slots(instance: Instance, device_index: int) -> int:
     """CTAs of the decode kernel the device holds at once."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    cu, kernel, per_sm = _get_gpu_runtime_library(), _kernel(nh, stages, warps, cvt, device_index), ctypes.c_int(0)
+    cu, kernel, per_sm = _get_gpu_runtime_library(), _kernel(instance, device_index), ctypes.c_int(0)
     with torch.cuda.device(device_index):
-        err = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, 32 * warps,
-                                                             smem_bytes(nh, stages, warps, cvt))
+        err = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), kernel.func, 32 * instance.warps,
+                                                             instance.smem)
     if err:
         raise RuntimeError(f"the decode kernel's occupancy query failed with CUDA error {err}")
     return per_sm.value * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.cache
-def _wave(nh: int, stages: int, warps: int, cvt: bool, num_splits: int, device_index: int) -> tuple[int, int]:
+def _wave(instance: Instance, num_splits: int, device_index: int) -> tuple[int, int]:
     """(clusters of num_splits CTAs, CTAs) of the decode kernel the device holds at once."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    cu, kernel = _get_gpu_runtime_library(), _kernel(nh, stages, warps, cvt, device_index)
-    config = _launch_config((num_splits, 1, 1), 32 * warps, smem_bytes(nh, stages, warps, cvt),
+    cu, kernel = _get_gpu_runtime_library(), _kernel(instance, device_index)
+    config = _launch_config((num_splits, 1, 1), 32 * instance.warps, instance.smem,
                             ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
     clusters = ctypes.c_int(0)
     with torch.cuda.device(device_index):
         err = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), kernel.func, ctypes.byref(config))
     if err:
         raise RuntimeError(f"the decode kernel's cluster occupancy query failed with CUDA error {err}")
-    return clusters.value, _slots(nh, stages, warps, cvt, device_index)
+    return clusters.value, _slots(instance, device_index)
 
 
 def grid_merges(num_splits: int, ctas: int, slots: int) -> bool:
@@ -246,8 +274,8 @@ def whole_rows(ckv2, kpe2) -> bool:
 
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-           scale_log2: float, kv_scale: float, num_splits: int, stages: int, warps: int, merge_by: str,
-           indices_ready: bool = False, cvt: bool = False) -> None:
+           scale_log2: float, kv_scale: float, num_splits: int, instance: Instance, merge_by: str,
+           indices_ready: bool = False) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
     (counting in `arrivals`: `arrival_slots` zeros, left at zero), "grid" all of them, a slice of the
@@ -258,8 +286,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     On sm_90+ each launch is a programmatic dependent of the stream's previous kernel and waits for
     it before reading anything; with `indices_ready` (kv_indptr / kv_indices were written before that
     kernel started, as a plan filled before the step's kernels is) after reading the indices.
-    Other arguments as in harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as
-    2-D views)."""
+    `instance`: the kernel instance (Config.cuda_instance). Other arguments as in
+    harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe)):
         if t.data_ptr() % 8 or t.stride(0) % 4 or t.stride(1) % 4:
@@ -272,13 +300,14 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     cluster = merge_by == "cluster" and num_splits > 1
     if cluster and num_splits not in CLUSTER_SPLITS:
         raise ValueError(f"a cluster merge takes {CLUSTER_SPLITS} splits, got {num_splits}")
-    nh = heads_per_cta(heads)
+    if instance.nh != heads_per_cta(heads):
+        raise ValueError(f"{instance.name} takes {instance.nh} heads per CTA, {heads} heads need {heads_per_cta(heads)}")
     device_index = q_nope.device.index if q_nope.device.index is not None else torch.cuda.current_device()
     pdl = dependent_launches(device_index)
     if cluster and not pdl:
         raise ValueError("a cluster merge needs sm_90 or newer (thread-block clusters)")
-    kernel = _kernel(nh, stages, warps, cvt, device_index)
-    block, smem, groups = 32 * warps, smem_bytes(nh, stages, warps, cvt), -(-heads // nh)
+    kernel = _kernel(instance, device_index)
+    block, smem, groups = 32 * instance.warps, instance.smem, -(-heads // instance.nh)
     whole = int(whole_rows(ckv2, kpe2))
 
     def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1
@@ -294,14 +323,14 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
         else:
             kernel(grid=grid, block=(block, 1, 1), shared_mem=smem, args=kernel_args)
 
-    if merge_by == "grid" and not grid_merges(num_splits, num_splits * batch * groups, _slots(nh, stages, warps, cvt, device_index)):
+    if merge_by == "grid" and not grid_merges(num_splits, num_splits * batch * groups, _slots(instance, device_index)):
         merge_by = "cta"
     if not cluster:
         launch((num_splits, batch, groups), args(0, batch, num_splits, MERGES.index(merge_by)))
         if num_splits > 1 and merge_by == "kernel":
             merge(part_out, part_lse, out, lse, kv_scale)
         return
-    head, rest_splits = wave_split(batch, groups, num_splits, *_wave(nh, stages, warps, cvt, num_splits, device_index))
+    head, rest_splits = wave_split(batch, groups, num_splits, *_wave(instance, num_splits, device_index))
     if head:
         launch((num_splits, head, groups), args(0, head, num_splits, MERGES.index("cluster")),
                ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),))

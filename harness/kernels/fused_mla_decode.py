@@ -83,8 +83,11 @@ class Config:
     grid_merge: bool = False
     # convert_once (CUDA): phase A keeps each tile's latent, converted to fp16 once, in shared memory
     # (65 KB more: one CTA per SM) and phase C reads V^T from there by ldmatrix.trans instead of
-    # converting the e4m3 bytes a second time.
+    # converting the e4m3 bytes a second time. ping_pong (CUDA, 16 warps, 2 stages): two groups of 8
+    # warps each stream every other tile of the split through their own ring, with their own softmax
+    # state, merged in shared memory at the end (two tiles worked on at once without a second split).
     convert_once: bool = False
+    ping_pong: bool = False
 
     def __post_init__(self):
         if self.prefetch and self.reload_v:
@@ -100,15 +103,19 @@ class Config:
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
-        if (self.pdl_merge or self.cluster_merge or self.grid_merge or self.convert_once) and not self.cuda:
-            raise ValueError(f"pdl_merge, cluster_merge, grid_merge and convert_once are CUDA kernel options: {self}")
+        if (self.pdl_merge or self.cluster_merge or self.grid_merge or self.convert_once or self.ping_pong) and not self.cuda:
+            raise ValueError(f"pdl_merge, cluster_merge, grid_merge, convert_once and ping_pong are CUDA kernel options: {self}")
         if self.pdl_merge + self.cluster_merge + self.grid_merge > 1:
             raise ValueError(f"pdl_merge, cluster_merge and grid_merge are ways of merging the splits: pick one: {self}")
-        if self.convert_once and self.num_stages not in fused_mla_cuda.CONVERT_ONCE_STAGES:
-            raise ValueError(f"convert_once takes rings of {fused_mla_cuda.CONVERT_ONCE_STAGES} stages (the fp16 tile "
-                             f"beside a deeper one exceeds 227 KB): {self}")
+        if self.cuda:
+            self.cuda_instance(8)  # its own checks: ring depths, warps, convert_once and ping_pong
         if self.cluster_merge and self.num_splits not in fused_mla_cuda.CLUSTER_SPLITS:
             raise ValueError(f"cluster_merge takes {fused_mla_cuda.CLUSTER_SPLITS} splits (one cluster of them): {self}")
+
+    def cuda_instance(self, num_heads: int) -> fused_mla_cuda.Instance:
+        """The CUDA kernel instance this Config launches for `num_heads` query heads."""
+        return fused_mla_cuda.Instance(fused_mla_cuda.heads_per_cta(num_heads), self.num_stages, self.num_warps,
+                                       self.convert_once, self.ping_pong)
 
     @property
     def merge_by(self) -> str:
@@ -554,8 +561,8 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
         if splits > 1 and config.merge_by != "kernel" and arrivals.numel() < fused_mla_cuda.arrival_slots(batch, heads):
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
-                              float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits, config.num_stages,
-                              config.num_warps, config.merge_by, indices_ready, config.convert_once)
+                              float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits,
+                              config.cuda_instance(heads), config.merge_by, indices_ready)
         return out, lse
     if config.tokens_m:
         if d_ckv % 64:

@@ -93,7 +93,7 @@ def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, 
     if found is not None and found.cuda:
         if not cuda_smem:
             found = None
-        elif not fused_mla_cuda.fits(num_heads, found.num_stages, found.num_warps, cuda_smem, found.convert_once):
-            small = dataclasses.replace(found, num_stages=2, num_warps=8, convert_once=False)
-            found = small if fused_mla_cuda.fits(num_heads, 2, 8, cuda_smem) else None
+        elif found.cuda_instance(num_heads).smem > cuda_smem:
+            small = dataclasses.replace(found, num_stages=2, num_warps=8, convert_once=False, ping_pong=False)
+            found = small if small.cuda_instance(num_heads).smem <= cuda_smem else None
     return found if found is not None else default_config(batch, max_len, num_heads, sm_count)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 28, convert_once on one GPU in one device call (a checkout holding the FlashInfer bundle, msgspec wheel and
+# Issue 28, convert_once and ping_pong on one GPU in one device call (a checkout holding the FlashInfer bundle, msgspec wheel and
 # packed caches; ci/experiments/sglang_h200/run.sh says how they are built):
 #   bash ci/experiments/fused_variants/convert_once_check.sh OUT [PRESET ...]
-# 1. per preset and shape, the table's launch (base) beside convert_once launches of one CTA per SM, 5 interleaved
-#    rounds, and beside the same one-CTA-per-SM launches without it (what converting once is worth at equal
-#    occupancy); JSON in OUT/once-PRESET-SHAPE.json;
+# 1. per preset and shape, the table's launch (base) beside one-CTA-per-SM launches: convert_once, ping_pong (two
+#    groups of 8 warps on alternate tiles), and at b128 the plain kernel with one split; 5 interleaved rounds;
+#    JSON in OUT/once-PRESET-SHAPE.json;
 # 2. the fused GPU tests (float64 references, NaN, merges and their planted faults, graph replay), junit in OUT.
 set -uo pipefail
 OUT=${1:?usage: convert_once_check.sh OUT [PRESET ...]}
@@ -24,13 +24,11 @@ variants() {  # PRESET SHAPE VARIANT...
   echo "== $preset $shape: $(( $(date +%s) - t0 )) s"
 }
 one_cta="num_stages=3,cluster_merge=0,grid_merge=0,pdl_merge=0"
+pp="ping_pong=1,num_warps=16,num_stages=2,cluster_merge=0,grid_merge=0,pdl_merge=0"
 for preset in "${@:-glm5-tp8}"; do
   variants "$preset" 32x4096 "once4c:convert_once=1,$one_cta,num_splits=4,cluster_merge=1" \
-    "once4c16:convert_once=1,$one_cta,num_splits=4,cluster_merge=1,num_warps=16" \
-    "once4g:convert_once=1,$one_cta,num_splits=4,grid_merge=1" \
-    "plain4c:$one_cta,num_splits=4,cluster_merge=1,num_stages=4"
-  variants "$preset" 128x2048 "once1:convert_once=1,$one_cta,num_splits=1" \
-    "once1w16:convert_once=1,$one_cta,num_splits=1,num_warps=16" \
+    "pp4c:$pp,num_splits=4,cluster_merge=1" "pp4g:$pp,num_splits=4,grid_merge=1"
+  variants "$preset" 128x2048 "once1:convert_once=1,$one_cta,num_splits=1" "pp1:$pp,num_splits=1" \
     "plain1:$one_cta,num_splits=1,num_stages=4"
 done
 if [ "${TESTS:-1}" = 1 ]; then
