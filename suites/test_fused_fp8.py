@@ -308,6 +308,15 @@ def test_tuning_table_and_default(tmp_path):
     bad.write_text("[[entry]]\nbatch = 3\nkv_len = 4096\nnum_splits = 2\nblock_n = 32\nnum_warps = 4\nnum_stages = 2\n")
     with pytest.raises(HarnessError, match="entry\\[0\\]"):
         fused_tuning.load_table(bad)
+    # every entry field is a Config field or the key, of its type, the required ones present: a misspelt field, a
+    # string or integer for a boolean and a missing ring depth are named, not read as their defaults
+    entry = good.read_text()
+    for text, field in ((entry + "ping_pnog = true\n", "ping_pnog"), (entry.replace("true", '"true"', 1), "pv_fp16"),
+                        (entry.replace("pv_fp16 = true", "pv_fp16 = 1"), "pv_fp16"),
+                        (entry.replace("num_stages = 5\n", ""), "num_stages")):
+        bad.write_text(text)
+        with pytest.raises(HarnessError, match=f"entry\\[0\\]\\.{field}"):
+            fused_tuning.load_table(bad)
 
 
 def test_cuda_kernel_config_and_table(tmp_path):
@@ -365,6 +374,14 @@ def test_cuda_kernel_config_and_table(tmp_path):
     assert fused_tuning.choose(32, 4096, 8, 188, table=deep, cuda_smem=sm120) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True,
                                                                                           pdl_merge=True)
     assert fused_tuning.choose(32, 4096, 16, 188, table=deep, cuda_smem=sm120) == fused_tuning.default_config(32, 4096, 16, 188)
+    # a ping_pong entry round-trips; on sm_120 (two 2-stage rings do not fit 99 KB) it falls back to one ring of 8 warps
+    pp_path = tmp_path / "pp.toml"
+    pp_path.write_text(path.read_text().replace("num_warps = 8\nnum_stages = 2\npv_fp16 = true\ncuda = true\n\n",
+                                                "num_warps = 16\nnum_stages = 2\npv_fp16 = true\ncuda = true\nping_pong = true\n\n", 1))
+    pp = fused_tuning.load_table(pp_path)
+    assert pp[(32, 4096)] == Config(8, 64, 16, 2, pv_fp16=True, cuda=True, ping_pong=True)
+    assert fused_tuning.choose(32, 4096, 8, 132, table=pp, cuda_smem=h200) == pp[(32, 4096)]
+    assert fused_tuning.choose(32, 4096, 8, 188, table=pp, cuda_smem=sm120) == Config(8, 64, 8, 2, pv_fp16=True, cuda=True)
     q_nope, q_pe = torch.zeros(1, 8, 512, dtype=torch.bfloat16), torch.zeros(1, 8, 64, dtype=torch.bfloat16)
     pool = torch.zeros(4, 1, 576, dtype=torch.uint8)
     with pytest.raises(ValueError, match="CUDA device"):
@@ -382,15 +399,11 @@ def test_cuda_kernel_config_and_table(tmp_path):
     smem = lambda *a: fused_mla_cuda.Instance(*a).smem  # noqa: E731
     assert smem(8, 2, 8) <= 99 * 1024 < smem(8, 4, 8) <= 227 * 1024
     assert smem(16, 5, 16) <= 227 * 1024
-    # convert_once: the fp16 tile (64 rows of VROW halves) beside the ring; rings of 2-3 stages fit 227 KB, 4 do not
-    assert smem(8, 2, 8, True) - smem(8, 2, 8) == 64 * 520 * 2
-    assert smem(16, 3, 16, True) <= 227 * 1024 < 64 * 520 * 2 + smem(8, 4, 8)
-    # ping_pong: two rings of 2, per-group softmax buffers; two rings of 3 would not fit
-    assert smem(16, 2, 16, False, True) <= 227 * 1024 < smem(16, 2, 16, False, True) + 2 * 64 * 576
-    assert smem(8, 2, 16, False, True) - smem(8, 2, 16) == 2 * 64 * 576 + 16 * 64 * 4 + 8 * 72 * 2 + 3 * 8 * 4
-    for bad in (dict(num_stages=4, convert_once=True), dict(num_warps=8, ping_pong=True),
-                dict(num_warps=16, ping_pong=True, convert_once=True), dict(num_warps=16, num_stages=3, ping_pong=True)):
-        with pytest.raises(ValueError, match="convert_once|ping_pong"):
+    # ping_pong: two rings of 2, per-group index rings and softmax buffers; two rings of 3 would not fit
+    assert smem(16, 2, 16, True) <= 227 * 1024 < smem(16, 2, 16, True) + 2 * 64 * 576
+    assert smem(8, 2, 16, True) - smem(8, 2, 16) == 2 * 64 * 576 + 16 * 64 * 4 + 8 * 72 * 2 + 3 * 8 * 4
+    for bad in (dict(num_warps=8, ping_pong=True), dict(num_warps=16, num_stages=3, ping_pong=True)):
+        with pytest.raises(ValueError, match="ping_pong"):
             dataclasses.replace(cuda_cfg, **bad)
     assert fused_mla_cuda.heads_per_cta(8) == 8 and fused_mla_cuda.heads_per_cta(9) == 16
 
@@ -517,7 +530,7 @@ def _define_mismatches(source: str) -> list[str]:
     from harness.kernels import fused_mla_cuda as fc
 
     defines = {k: int(v) for k, v in re.findall(r"^#define (\w+) (\d+)", source, flags=re.M)}
-    mirrored = dict(TILE=fc.TILE, ROW=fc.ROW, QROW=fc.QROW, SROW=fc.SROW, PROW=fc.PROW, VROW=fc.VROW, IR=fc.IR, BARS=fc.BARS,
+    mirrored = dict(TILE=fc.TILE, ROW=fc.ROW, QROW=fc.QROW, SROW=fc.SROW, PROW=fc.PROW, IR=fc.IR, BARS=fc.BARS,
                     D_CKV=fc.D_CKV, WAIT_PRIOR=fc.WAIT_PRIOR, INDICES_READY=fc.INDICES_READY,
                     MERGE_KERNEL=fc.MERGES.index("kernel"), MERGE_CTA=fc.MERGES.index("cta"),
                     MERGE_CLUSTER=fc.MERGES.index("cluster"), CLUSTER_MAX=max(fc.CLUSTER_SPLITS))

@@ -35,6 +35,10 @@
 // early, it waits for this grid); MERGE_CLUSTER (sm_90+): the request's splits are one
 // thread-block cluster and merge their fp32 outputs through distributed shared memory (requests
 // past one wave of clusters run in a second launch beside it: MERGE_CTA | WAIT_PRIOR).
+// PP (ping-pong, 16 warps): two groups of 8 warps, each taking every other tile of the split through its
+// own ring of STAGES slots with its own softmax state, barriers and O^T, so that two tiles are in the
+// math at once without a second split to merge across SMs; at the end group 1's O^T joins group 0's in
+// shared memory (each weighted by exp2(its max - the joint max)).
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -48,8 +52,6 @@ typedef long long i64;
 #define QROW 580   // halves per shared-memory Q row (1160 bytes: phase A's 64-bit Q loads are conflict-free)
 #define SROW 68    // floats per shared-memory logit row (one row per head)
 #define PROW 72    // halves per shared-memory P^T row (one row per head: phase B's stores and phase C's ldmatrix conflict-free)
-#define VROW 520   // halves per row of the converted tile (CVT: phase A's 128-bit stores and phase C's ldmatrix conflict-free)
-#define XROW 516   // floats per head row of the CVT epilogue's O (its stores conflict-free, rows 16-byte aligned)
 #define SOFTMAX_THREADS 256  // phase B runs on the first 256 threads
 #define IR 16      // kv_indices ring: tiles of token indices in shared memory
 #define BARS 64    // bytes for the ring's mbarriers (8 each, STAGES <= 5; keeps what follows 16-byte aligned)
@@ -167,11 +169,6 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
@@ -406,11 +403,8 @@ __device__ __forceinline__ void issue_row_copies(u8* slot, const u8* ckv, int s_
 // Phase A's dots over one channel chunk of the tile: rows g and g + 8 of the warp's 16 tokens, L bytes
 // per lane from channel c0 + L * t (L = 16: one conflict-free 128-bit load per row; 8, 4 for the
 // RoPE part). K-step s takes each lane's bytes 4s .. 4s+3; Q is read with the same channel order.
-// With v_g (CVT, latent chunks) the converted fp16 values also go to rows g and g + 8 of the tile's
-// fp16 copy for phase C.
 template <int L, int NT>
-__device__ __forceinline__ void qk_chunk(const u8* rows_g, const u16* q_g, int c0, int t, float (*acc)[2][4],
-                                         u16* v_g = nullptr) {
+__device__ __forceinline__ void qk_chunk(const u8* rows_g, const u16* q_g, int c0, int t, float (*acc)[2][4]) {
   u32 x[L / 4], y[L / 4];
   const u8* p = rows_g + c0 + L * t;
   if constexpr (L == 16) {
@@ -422,27 +416,15 @@ __device__ __forceinline__ void qk_chunk(const u8* rows_g, const u16* q_g, int c
   } else {
     x[0] = *(const u32*)p; y[0] = *(const u32*)(p + 8 * ROW);
   }
-  u32 ra[L / 4][2], rb[L / 4][2];  // rows g and g + 8: channels 4s, 4s + 1 and 4s + 2, 4s + 3 of the lane's L
 #pragma unroll
   for (int s = 0; s < L / 4; ++s) {
-    e4m3x4_to_f16(x[s], ra[s][0], ra[s][1]);
-    e4m3x4_to_f16(y[s], rb[s][0], rb[s][1]);
-  }
-  if constexpr (L == 16) {
-    if (v_g) {
-      u16* d = v_g + c0 + L * t;
-      *(uint4*)d = make_uint4(ra[0][0], ra[0][1], ra[1][0], ra[1][1]);
-      *(uint4*)(d + 8) = make_uint4(ra[2][0], ra[2][1], ra[3][0], ra[3][1]);
-      *(uint4*)(d + 8 * VROW) = make_uint4(rb[0][0], rb[0][1], rb[1][0], rb[1][1]);
-      *(uint4*)(d + 8 * VROW + 8) = make_uint4(rb[2][0], rb[2][1], rb[3][0], rb[3][1]);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < L / 4; ++s) {
+    u32 a0, a1, a2, a3;
+    e4m3x4_to_f16(x[s], a0, a2);
+    e4m3x4_to_f16(y[s], a1, a3);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const uint2 q = *(const uint2*)(q_g + j * 8 * QROW + c0 + L * t + 4 * s);
-      mma16816(acc[j][s & 1], ra[s][0], rb[s][0], ra[s][1], rb[s][1], q.x, q.y);
+      mma16816(acc[j][s & 1], a0, a1, a2, a3, q.x, q.y);
     }
   }
 }
@@ -468,8 +450,8 @@ struct WaitPriorAtExit {
   }
 };
 
-template <int NH, int STAGES, int W, bool CVT, bool PP>
-__global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2 && !CVT) ? 2 : 1)
+template <int NH, int STAGES, int W, bool PP>
+__global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
 fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
                  const u8* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices,
                  u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
@@ -488,7 +470,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   merge_mode &= ~(WAIT_PRIOR | INDICES_READY);
-  static_assert(!PP || (W == 16 && !CVT), "two tile groups are two groups of 8 warps, without the fp16 tile");
+  static_assert(!PP || W == 16, "two tile groups are two groups of 8 warps");
   constexpr int GROUPS = PP ? 2 : 1;     // thread groups streaming every GROUPS-th tile (own ring slots and softmax)
   constexpr int WG = W / GROUPS;         // warps per group
   constexpr int TG = 32 * WG;            // threads per group
@@ -501,10 +483,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   constexpr int TPT = TILE / TPH;        // tokens per softmax thread
   extern __shared__ __align__(128) u8 smem[];
   u8* ring = smem;
-  u16* vs = (u16*)(smem + STAGES * TILE * ROW);  // CVT: [TILE][VROW] the tile's latent as fp16 (phase A -> C)
-  u8* const after_vs = smem + GROUPS * STAGES * TILE * ROW + (CVT ? TILE * VROW * 2 : 0);
-  unsigned long long* bars = (unsigned long long*)after_vs;  // [GROUPS][STAGES] run-load barriers
-  int* idx_all = (int*)(after_vs + BARS);  // [GROUPS][IR][TILE] token indices, the group's tile j in slot j % IR
+  unsigned long long* bars = (unsigned long long*)(smem + GROUPS * STAGES * TILE * ROW);  // [GROUPS][STAGES] run-load barriers
+  int* idx_all = (int*)(smem + GROUPS * STAGES * TILE * ROW + BARS);  // [GROUPS][IR][TILE] token indices, the group's tile j in slot j % IR
   u16* qs = (u16*)(idx_all + GROUPS * IR * TILE);
   // per group: partial logits [KQ channel parts][NH][SROW], P^T [NH][PROW] fp16, alpha [NH], softmax state [2][NH]
   u8* const group_smem = (u8*)(qs + NH * QROW);
@@ -675,9 +655,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         for (int c = 0; c < 4; ++c) acc[jn][0][c] = acc[jn][1][c] = 0.f;
       const u8* rows_g = tile + (tg * 16 + g) * ROW;
       const u16* q_g = qs + g * QROW;
-      u16* v_g = CVT ? vs + (tg * 16 + g) * VROW : nullptr;
 #pragma unroll
-      for (int blk = 0; blk < 8 / KQ; ++blk) qk_chunk<16, NT>(rows_g, q_g, 64 * (kq + KQ * blk), t, acc, v_g);
+      for (int blk = 0; blk < 8 / KQ; ++blk) qk_chunk<16, NT>(rows_g, q_g, 64 * (kq + KQ * blk), t, acc);
       qk_chunk<64 / KQ / 4, NT>(rows_g, q_g, D_CKV + (64 / KQ) * kq, t, acc);
       float* sp = spart + kq * NH * SROW;
       const int ta = tg * 16 + g;
@@ -740,27 +719,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
             o[p][e][jn][3] *= al1;
           }
       }
-      if constexpr (CVT) {  // V^T fragments straight from phase A's fp16 copy: o[p][e] is channels 64cb + 16(2p + e) ..
-#pragma unroll
-        for (int kk = 0; kk < KS; ++kk) {
-          const int ks = ks0 + kk;
-          u32 bp[NT][2];
-          if constexpr (NT == 1) {
-            ldsm_x2(smem_addr(ps + mr * PROW + 16 * ks + 8 * (mi & 1)), bp[0][0], bp[0][1]);
-          } else {
-            ldsm_x4(smem_addr(ps + (mr + 8 * (mi >> 1)) * PROW + 16 * ks + 8 * (mi & 1)), bp[0][0], bp[0][1],
-                    bp[NT - 1][0], bp[NT - 1][1]);
-          }
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt) {
-            u32 a0, a1, a2, a3;
-            ldsm_x4_t(smem_addr(vs + (16 * ks + mr + 8 * (mi >> 1)) * VROW + 64 * cb + 16 * mt + 8 * (mi & 1)), a0, a1, a2, a3);
-#pragma unroll
-            for (int jn = 0; jn < NT; ++jn) mma16816(o[mt >> 1][mt & 1][jn], a0, a1, a2, a3, bp[jn][0], bp[jn][1]);
-          }
-        }
-        continue;
-      }
       const u8* v_g = tile + g * ROW + 64 * cb + 16 * t;
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk) {
@@ -794,30 +752,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       ml_s[NH + gtid / TPH] = l_run;
     }
   }
-  if constexpr (CVT) {
-    // O^T to shared memory (fp32 [NH][XROW], over the fp16 tile: every tile is consumed), the second
-    // token half's added with 16 warps; then every output is written from there, 4 channels a thread
-    // (lane (g, t)'s o[p][e][jn][c + 2r] is head 8jn + 2t + c, channel 64cb + 16(2p + e) + g + 8r).
-    float* xo = (float*)vs;
-    __syncthreads();
-#pragma unroll
-    for (int half = 0; half < W / 8; ++half) {
-      if (warp / 8 == half) {
-#pragma unroll
-        for (int p = 0; p < 2; ++p)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                float& x = xo[(8 * jn + 2 * t + (c & 1)) * XROW + 64 * cb + 16 * (2 * p + e) + g + 8 * (c >> 1)];
-                x = half ? x + o[p][e][jn][c] : o[p][e][jn][c];
-              }
-      }
-      __syncthreads();
-    }
-  } else if constexpr (PP) {
+  if constexpr (PP) {
     // Two groups: group 1's O^T through the ring (every tile is consumed) into group 0's, each weighted by
     // exp2(its max - the joint max); group 0's softmax state becomes the joint one.
     float* red = (float*)ring;
@@ -903,9 +838,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     // (ml_s), and after a cluster barrier CTA r merges channels [r, r + 1) * 512 / num_splits of
     // every head from all of them through distributed shared memory; a second barrier keeps each
     // CTA's shared memory alive until the others have read it. Nothing goes through global memory.
-    constexpr int XR = CVT ? XROW : D_CKV;  // CVT: xo is already written
-    float* xo = CVT ? (float*)vs : (float*)ring;  // [NH][XR]
-    if (!CVT && (W == 8 || warp < 8)) {
+    float* xo = (float*)ring;  // [NH][D_CKV]
+    if (W == 8 || warp < 8) {
 #pragma unroll
       for (int jn = 0; jn < NT; ++jn)
 #pragma unroll
@@ -932,7 +866,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         const bool in = k < num_splits;
         mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
         lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
-        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * XR + d), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       float m = NEG_INF;
 #pragma unroll
@@ -956,28 +890,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     return;
   }
 #endif
-  if constexpr (CVT) {  // from xo, 4 channels a thread
-    const float* xo = (const float*)vs;
-    for (int e = tid; e < NH * (D_CKV / 4); e += THREADS) {
-      const int hh = e / (D_CKV / 4), d = 4 * (e % (D_CKV / 4)), head = h0 + hh;
-      if (head >= num_heads) continue;
-      const float m = ml_s[hh], l = ml_s[NH + hh];
-      const float4 v = *(const float4*)(xo + hh * XROW + d);
-      if (direct) {
-        write_merged(out, lse, so_b, so_h, sl_b, b, head, d, m, l, v, kv_scale);
-      } else {
-        const bool empty = m == NEG_INF;
-        const float inv = empty ? 0.f : 1.f / l;
-        const i64 slot = ((i64)b * num_splits + split) * num_heads + head;
-        *(uint2*)(part_out + slot * D_CKV + d) = make_uint2(f32x2_to_f16x2(v.x * inv, v.y * inv), f32x2_to_f16x2(v.z * inv, v.w * inv));
-        if (d == 0) part_lse[slot] = empty ? NEG_INF : m + lg2(l);
-      }
-    }
-  }
   // Lane (g, t)'s accumulator o[p][e][jn][c + 2r] is head 8jn + 2t + c, channel
   // 64cb + 16(g / 2) + 4(2p + r) + 2(g % 2) + e (movmatrix_t and v_fragments' channel order).
 #pragma unroll
-  for (int jn = 0; jn < NT && !CVT; ++jn) {
+  for (int jn = 0; jn < NT; ++jn) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int hh = 8 * jn + 2 * t + c, head = h0 + hh;

@@ -27,12 +27,11 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
-TILE, ROW, QROW, SROW, PROW, VROW, IR, BARS = 64, 576, 580, 68, 72, 520, 16, 64  # as #defined in the .cu file
+TILE, ROW, QROW, SROW, PROW, IR, BARS = 64, 576, 580, 68, 72, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
 HEADS_PER_CTA = (8, 16)  # one n-tile of 8 heads, or two
 D_CKV, D_KPE = 512, 64
 STAGES = (2, 3, 4, 5)
-CONVERT_ONCE_STAGES = (2, 3)  # rings that fit 227 KB beside the fp16 tile (Instance(..., cvt=True).smem)
 PING_PONG_STAGES = (2,)  # two groups' rings of 2 (4 slots); 3 each do not fit 227 KB
 MIN_ARCH = (8, 9)
 PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch), thread-block clusters
@@ -54,49 +53,43 @@ def heads_per_cta(num_heads: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    """One instance of the decode kernel template: heads per CTA, ring depth, warps, and two layouts: `cvt`
-    (convert_once: the tile's latent kept as fp16 for phase C) and `pp` (ping_pong: 16 warps as two groups of 8,
-    each streaming every other tile through its own ring of `stages` slots, merged in shared memory)."""
+    """One instance of the decode kernel template: heads per CTA, ring depth, warps, and `pp` (ping_pong: 16
+    warps as two groups of 8, each streaming every other tile through its own ring of `stages` slots, merged in
+    shared memory)."""
 
     nh: int
     stages: int
     warps: int
-    cvt: bool = False
     pp: bool = False
 
     def __post_init__(self):
         if self.stages not in STAGES or self.nh not in HEADS_PER_CTA or self.warps not in WARPS:
             raise ValueError(f"stages must be one of {STAGES}, heads per CTA 8 or 16 and warps one of {WARPS}, "
                              f"got {self.stages}, {self.nh}, {self.warps}")
-        if self.cvt and self.stages not in CONVERT_ONCE_STAGES:
-            raise ValueError(f"convert_once takes rings of {CONVERT_ONCE_STAGES} stages (the fp16 tile beside a deeper "
-                             f"one exceeds 227 KB), got {self.stages}")
-        if self.pp and (self.warps != 16 or self.cvt or self.stages not in PING_PONG_STAGES):
-            raise ValueError(f"ping_pong is 16 warps, rings of {PING_PONG_STAGES} stages and no convert_once, got "
-                             f"{self.warps} warps, {self.stages} stages, convert_once {self.cvt}")
+        if self.pp and (self.warps != 16 or self.stages not in PING_PONG_STAGES):
+            raise ValueError(f"ping_pong is 16 warps and rings of {PING_PONG_STAGES} stages, got {self.warps} warps, "
+                             f"{self.stages} stages")
 
     @property
     def name(self) -> str:
-        return (f"fused_mla_decode<{self.nh}, {self.stages}, {self.warps}, {str(self.cvt).lower()}, "
-                f"{str(self.pp).lower()}>")
+        return f"fused_mla_decode<{self.nh}, {self.stages}, {self.warps}, {str(self.pp).lower()}>"
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory of one CTA: the KV ring(s), with cvt the tile's latent converted to fp16,
-        the rings' barriers, the index ring(s), Q (fp16), and per group partial logits, P, softmax state."""
+        """Dynamic shared memory of one CTA: the KV ring(s) and their barriers, the index ring(s), Q (fp16),
+        and per group partial logits, P, softmax state."""
         groups = 2 if self.pp else 1
         warps = self.warps // groups
-        return (groups * self.stages * TILE * ROW + (TILE * VROW * 2 if self.cvt else 0) + BARS
-                + groups * IR * TILE * 4 + self.nh * QROW * 2
+        return (groups * self.stages * TILE * ROW + BARS + groups * IR * TILE * 4 + self.nh * QROW * 2
                 + groups * ((warps // 4) * self.nh * SROW * 4 + self.nh * PROW * 2 + 3 * self.nh * 4))
 
 
 def instances() -> list[Instance]:
     """Every instance fused_fp8 can launch."""
     out = []
-    for nh, warps, stages, cvt, pp in itertools.product(HEADS_PER_CTA, WARPS, STAGES, (False, True), (False, True)):
+    for nh, warps, stages, pp in itertools.product(HEADS_PER_CTA, WARPS, STAGES, (False, True)):
         try:
-            out.append(Instance(nh, stages, warps, cvt, pp))
+            out.append(Instance(nh, stages, warps, pp))
         except ValueError:
             pass
     return out

@@ -81,12 +81,9 @@ class Config:
     pdl_merge: bool = False
     cluster_merge: bool = False
     grid_merge: bool = False
-    # convert_once (CUDA): phase A keeps each tile's latent, converted to fp16 once, in shared memory
-    # (65 KB more: one CTA per SM) and phase C reads V^T from there by ldmatrix.trans instead of
-    # converting the e4m3 bytes a second time. ping_pong (CUDA, 16 warps, 2 stages): two groups of 8
-    # warps each stream every other tile of the split through their own ring, with their own softmax
-    # state, merged in shared memory at the end (two tiles worked on at once without a second split).
-    convert_once: bool = False
+    # ping_pong (CUDA, 16 warps, 2 stages): two groups of 8 warps each stream every other tile of the
+    # split through their own ring, with their own softmax state, merged in shared memory at the end
+    # (two tiles worked on at once without a second split).
     ping_pong: bool = False
 
     def __post_init__(self):
@@ -103,19 +100,19 @@ class Config:
                           or self.split_kernel or self.prefetch or self.reload_v or self.tokens_m):
             raise ValueError(f"the CUDA kernel has block_n 64, 8 or 16 warps, fp16 P.V and 2-5 stages, and no Triton "
                              f"options: {self}")
-        if (self.pdl_merge or self.cluster_merge or self.grid_merge or self.convert_once or self.ping_pong) and not self.cuda:
-            raise ValueError(f"pdl_merge, cluster_merge, grid_merge, convert_once and ping_pong are CUDA kernel options: {self}")
+        if (self.pdl_merge or self.cluster_merge or self.grid_merge or self.ping_pong) and not self.cuda:
+            raise ValueError(f"pdl_merge, cluster_merge, grid_merge and ping_pong are CUDA kernel options: {self}")
         if self.pdl_merge + self.cluster_merge + self.grid_merge > 1:
             raise ValueError(f"pdl_merge, cluster_merge and grid_merge are ways of merging the splits: pick one: {self}")
         if self.cuda:
-            self.cuda_instance(8)  # its own checks: ring depths, warps, convert_once and ping_pong
+            self.cuda_instance(8)  # its own checks: ring depths, warps and ping_pong
         if self.cluster_merge and self.num_splits not in fused_mla_cuda.CLUSTER_SPLITS:
             raise ValueError(f"cluster_merge takes {fused_mla_cuda.CLUSTER_SPLITS} splits (one cluster of them): {self}")
 
     def cuda_instance(self, num_heads: int) -> fused_mla_cuda.Instance:
         """The CUDA kernel instance this Config launches for `num_heads` query heads."""
         return fused_mla_cuda.Instance(fused_mla_cuda.heads_per_cta(num_heads), self.num_stages, self.num_warps,
-                                       self.convert_once, self.ping_pong)
+                                       self.ping_pong)
 
     @property
     def merge_by(self) -> str:

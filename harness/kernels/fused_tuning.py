@@ -15,7 +15,6 @@ from pathlib import Path
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
-from harness.kernels import fused_mla_cuda
 from harness.kernels.fused_mla_decode import BLOCK_H, Config
 
 TABLE_FILE = Path(__file__).with_name("fused_tuning.toml")
@@ -43,6 +42,10 @@ def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> C
     return Config(splits)
 
 
+KEY_FIELDS = ("batch", "kv_len", "heads")  # an entry's key (heads optional); every other field is a Config field
+REQUIRED_FIELDS = ("batch", "kv_len", "num_splits", "block_n", "num_warps", "num_stages")
+
+
 def entry_key(entry: dict) -> tuple[int, ...]:
     """A table entry's key: (batch, kv_len), or (batch, kv_len, heads) for an entry of one head count."""
     return (int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
@@ -53,19 +56,26 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
     """{(batch bucket, length bucket): Config, (batch bucket, length bucket, heads): Config} from the tuning file."""
     doc = read_toml(path)
     table = {}
+    fields = {f.name: f.type for f in dataclasses.fields(Config)}
     for i, entry in enumerate(doc.get("entry", [])):
         where = f"{path.name}: entry[{i}]"
+        if not isinstance(entry, dict):
+            raise HarnessError(where, "must be a [[entry]] table")
+        unknown = sorted(set(entry) - set(fields) - set(KEY_FIELDS))
+        if unknown:
+            raise HarnessError(f"{where}.{unknown[0]}", f"not a field of an entry (those are {', '.join(KEY_FIELDS + tuple(fields))})")
+        for name, value in entry.items():
+            want = bool if fields.get(name) in ("bool", bool) else int
+            if type(value) is not want:  # noqa: E721 (True is an int, 1 is not a bool)
+                raise HarnessError(f"{where}.{name}", f"must be {'true or false' if want is bool else 'an integer'}, got {value!r}")
+        missing = [name for name in REQUIRED_FIELDS if name not in entry]
+        if missing:
+            raise HarnessError(f"{where}.{missing[0]}", f"missing (an entry needs {', '.join(REQUIRED_FIELDS)})")
+        key = entry_key(entry)
         try:
-            key = entry_key(entry)
-            config = Config(int(entry["num_splits"]), int(entry["block_n"]), int(entry["num_warps"]),
-                            int(entry["num_stages"]), bool(entry.get("reload_v", False)),
-                            bool(entry.get("pv_fp16", False)), bool(entry.get("prefetch", False)),
-                            int(entry.get("dv_split", 1)), int(entry.get("qk_chunk", 0)), bool(entry.get("contig", False)),
-                            bool(entry.get("tokens_m", False)), bool(entry.get("cuda", False)),
-                            bool(entry.get("pdl_merge", False)), bool(entry.get("cluster_merge", False)),
-                            bool(entry.get("grid_merge", False)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HarnessError(where, f"needs integer batch, kv_len, num_splits, block_n, num_warps, num_stages ({exc})") from None
+            config = Config(**{name: value for name, value in entry.items() if name in fields})
+        except ValueError as exc:
+            raise HarnessError(where, str(exc)) from None
         if key[:2] != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1 or key[2:3] == (0,):
             raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1, heads >= 1")
         if key in table:
@@ -94,6 +104,6 @@ def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, 
         if not cuda_smem:
             found = None
         elif found.cuda_instance(num_heads).smem > cuda_smem:
-            small = dataclasses.replace(found, num_stages=2, num_warps=8, convert_once=False, ping_pong=False)
+            small = dataclasses.replace(found, num_stages=2, num_warps=8, ping_pong=False)
             found = small if small.cuda_instance(num_heads).smem <= cuda_smem else None
     return found if found is not None else default_config(batch, max_len, num_heads, sm_count)

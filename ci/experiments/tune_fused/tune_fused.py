@@ -16,6 +16,7 @@ on an H200 (compiles included).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -63,10 +64,10 @@ TOKM_TILES = ((32, 4, 4, True, False), (32, 4, 3, True, False),
               (64, 4, 3, True, True), (64, 4, 5, True, True), (64, 8, 3, True, True),
               (128, 8, 3, True, True), (64, 4, 3, False, True))
 TOKM_SPLITS = (1, 2, 4, 8)
-# --search cuda: the CUDA kernel (Config.cuda: 64-token tiles) over (ring depth, warps) and the
+# --search cuda: the CUDA kernel (Config.cuda: 64-token tiles) over (ring depth, warps, ping_pong) and the
 # splits that keep every CTA in one wave: one CTA per SM, two for the 2-stage 8-warp ring; a split
 # launch with each merge (the last CTA of each request, Config.pdl_merge, Config.cluster_merge, Config.grid_merge).
-CUDA_TILES = ((2, 8), (3, 8), (4, 8), (3, 16), (4, 16))
+CUDA_TILES = ((2, 8, False), (3, 8, False), (4, 8, False), (3, 16, False), (4, 16, False), (2, 16, True))  # stages, warps, ping_pong
 CUDA_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 REPLAYS = 15
@@ -91,15 +92,15 @@ def tokens_m_candidates(batch: int, kv_len: int, sm_count: int):
 
 def cuda_candidates(batch: int, kv_len: int, sm_count: int):
     """--search cuda: CUDA_TILES over CUDA_SPLITS, one wave, no split without a tile."""
-    for splits, (stages, warps) in itertools.product(CUDA_SPLITS, CUDA_TILES):
-        per_sm = 2 if (stages, warps) == (2, 8) else 1
+    for splits, (stages, warps, ping_pong) in itertools.product(CUDA_SPLITS, CUDA_TILES):
+        per_sm = 2 if (stages, warps, ping_pong) == (2, 8, False) else 1
         if splits > 1 and (batch * splits > per_sm * sm_count or kv_len < 64 * splits):
             continue
         merges = [{}]
         if splits > 1:
             merges += [dict(pdl_merge=True), dict(grid_merge=True)] + ([dict(cluster_merge=True)] if splits in CLUSTER_SPLITS else [])
         for merge in merges:
-            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, **merge)
+            yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, ping_pong=ping_pong, **merge)
 
 
 def search_space(search: str, batch: int, kv_len: int, heads: int, sm_count: int) -> list[Config]:
@@ -199,13 +200,7 @@ def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
         key = (bucket(e["batch"]), bucket(e["kv_len"]), e["heads"])
         blocks[key] = "\n".join([
             "[[entry]]", f"batch = {key[0]}", f"kv_len = {key[1]}", f"heads = {key[2]}",
-            f"num_splits = {c['num_splits']}", f"block_n = {c['block_n']}", f"num_warps = {c['num_warps']}",
-            f"num_stages = {c['num_stages']}", f"reload_v = {str(c['reload_v']).lower()}",
-            f"pv_fp16 = {str(c['pv_fp16']).lower()}", f"prefetch = {str(c['prefetch']).lower()}",
-            f"dv_split = {c['dv_split']}", f"qk_chunk = {c['qk_chunk']}", f"contig = {str(c['contig']).lower()}",
-            f"tokens_m = {str(c['tokens_m']).lower()}", f"cuda = {str(c['cuda']).lower()}",
-            f"pdl_merge = {str(c['pdl_merge']).lower()}", f"cluster_merge = {str(c['cluster_merge']).lower()}",
-            f"grid_merge = {str(c['grid_merge']).lower()}",
+            *(f"{f.name} = {str(c[f.name]).lower()}" for f in dataclasses.fields(Config)),
             f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
             f"(x{e['best_us'] / e['floor_us']:.2f})"])
     preamble, old = split_table(path.read_text() if path.exists() else "\n".join(HEADER))
