@@ -438,6 +438,20 @@ __device__ __forceinline__ void v_fragments(uint4 w, u32 (&ev)[4], u32 (&od)[4])
   for (int m = 0; m < 4; ++m) e4m3x4_to_f16(byte_perm(movmatrix_t(in[m]), 0x3120), ev[m], od[m]);
 }
 
+// f(x, k) for each of a thread's O^T accumulators o[p][e][jn][c], k = ((2p + e) NT + jn) 4 + c: the order in
+// which the 16-warp and ping-pong joins pass them through shared memory.
+template <int NT, typename F>
+__device__ __forceinline__ void for_each_acc(float (&o)[2][2][NT][4], F f) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) f(o[p][e][jn][c], ((p * 2 + e) * NT + jn) * 4 + c);
+}
+
 // merge_mode may carry WAIT_PRIOR: the launch is a programmatic dependent of the one before it on
 // the stream (the cluster launch of the requests that fit one wave, beside which this one runs the
 // rest) and waits for it when it exits, so whatever the stream runs next finds both done.
@@ -602,14 +616,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   float m_run = NEG_INF, l_run = 0.f;  // softmax state of head (gtid / TPH): its max, this thread's part of its sum
   // O^T accumulators: [matrix pair p][even / odd channels][n-tile][4]; see the epilogue for the channels
   float o[2][2][NT][4];
-#pragma unroll
-  for (int p = 0; p < 2; ++p)
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) o[p][e][j][c] = 0.f;
+  for_each_acc(o, [](float& x, int) { x = 0.f; });
 
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
   const int cb = gwarp % 8, ks0 = (gwarp / 8) * KS;  // phase C: this warp's 64-channel block and first token step
@@ -757,19 +764,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     // exp2(its max - the joint max); group 0's softmax state becomes the joint one.
     float* red = (float*)ring;
     __syncthreads();
-    if (grp == 1) {
-#pragma unroll
-      for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + gwarp) * 32 + lane] = o[p][e][jn][c];
-    }
+    if (grp == 1) for_each_acc(o, [&](float& x, int k) { red[(k * 8 + gwarp) * 32 + lane] = x; });
     __syncthreads();
     const float* ml1 = ml_of(1);
-    float m_joint[NT][2], l_joint[NT][2];
+    float m_joint[NT][2], l_joint[NT][2], a0[NT][2], a1[NT][2];  // per head 8jn + 2t + c: joint state, weights
     if (grp == 0) {
 #pragma unroll
       for (int jn = 0; jn < NT; ++jn)
@@ -777,18 +775,15 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
         for (int c = 0; c < 2; ++c) {
           const int hh = 8 * jn + 2 * t + c;
           const float m0 = ml_s[hh], m1 = ml1[hh], m = fmaxf(m0, m1), base = m == NEG_INF ? 0.f : m;
-          const float a0 = ex2(m0 - base), a1 = ex2(m1 - base);
+          a0[jn][c] = ex2(m0 - base);
+          a1[jn][c] = ex2(m1 - base);
           m_joint[jn][c] = m;
-          l_joint[jn][c] = ml_s[NH + hh] * a0 + ml1[NH + hh] * a1;
-#pragma unroll
-          for (int p = 0; p < 2; ++p)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-              for (int r = 0; r < 2; ++r)
-                o[p][e][jn][c + 2 * r] = o[p][e][jn][c + 2 * r] * a0 +
-                                         a1 * red[((((p * 2 + e) * NT + jn) * 4 + c + 2 * r) * 8 + gwarp) * 32 + lane];
+          l_joint[jn][c] = ml_s[NH + hh] * a0[jn][c] + ml1[NH + hh] * a1[jn][c];
         }
+      for_each_acc(o, [&](float& x, int k) {
+        const int jn = k / 4 % NT, c = k % 2;  // o[..][jn][c + 2r] is head 8jn + 2t + c
+        x = x * a0[jn][c] + a1[jn][c] * red[(k * 8 + gwarp) * 32 + lane];
+      });
     }
     __syncthreads();
     if (warp == 0 && g == 0) {
@@ -805,27 +800,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   } else if constexpr (W == 16) {
     float* red = (float*)ring;  // every tile is consumed: the ring is free
     __syncthreads();
-    if (warp >= 8) {
-#pragma unroll
-      for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + warp - 8) * 32 + lane] = o[p][e][jn][c];
-    }
+    if (warp >= 8) for_each_acc(o, [&](float& x, int k) { red[(k * 8 + warp - 8) * 32 + lane] = x; });
     __syncthreads();
-    if (warp < 8) {
-#pragma unroll
-      for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) o[p][e][jn][c] += red[((((p * 2 + e) * NT + jn) * 4 + c) * 8 + warp) * 32 + lane];
-    }
+    if (warp < 8) for_each_acc(o, [&](float& x, int k) { x += red[(k * 8 + warp) * 32 + lane]; });
   } else {
     __syncthreads();
   }
