@@ -17,6 +17,12 @@ def test_variant_specs():
     assert exp.parse_variant("old@k/old.cu:X=2") == exp.Variant("old", {"X": "2"}, Path("k/old.cu"))
     with pytest.raises(ValueError):  # a define without a value
         exp.parse_variant("bad:DIAG_NO_MERGE")
+    # lower-case items are Config fields of that variant alone, never #defines
+    pp = exp.parse_variant("pp:ping_pong=1,DIAG_NO_MERGE=1,num_splits=4")
+    assert pp == exp.Variant("pp", {"DIAG_NO_MERGE": "1"}, None, "ping_pong=1,num_splits=4")
+    assert exp.config_fields(pp.config) == {"ping_pong": True, "num_splits": 4}
+    with pytest.raises(SystemExit, match="--variant pp 'ping_pnog=1'"):  # a misspelt field is refused, not compiled as a define
+        exp.config_fields(exp.parse_variant("pp:ping_pnog=1").config, "--variant pp")
 
 
 def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
@@ -48,3 +54,12 @@ def test_config_fields_replace_the_table_entry_and_refuse_what_is_not_a_field():
     for bad in ("splits=4", "num_splits=four", "grid_merge"):
         with pytest.raises(SystemExit, match="--config"):
             exp.config_fields(bad)
+
+
+def test_a_bad_variant_field_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "v.json"
+    with pytest.raises(SystemExit, match="--variant pp 'ping_pnog=1'"):
+        exp.main(["time", str(out), "--variant", "pp:ping_pnog=1"])
+    with pytest.raises(SystemExit, match="--config 'splits=4'"):
+        exp.main(["time", str(out), "--config", "splits=4"])
+    assert not out.exists()

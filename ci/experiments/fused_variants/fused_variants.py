@@ -85,14 +85,15 @@ _CACHES: dict[str, dict] = {}
 fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
 
 
-def config_fields(text: str | None) -> dict:
-    """FIELD=V,FIELD=V -> {FIELD: V} of Config fields (integers; booleans as 0 / 1)."""
+def config_fields(text: str | None, option: str = "--config") -> dict:
+    """FIELD=V,FIELD=V -> {FIELD: V} of Config fields (integers; booleans as 0 / 1); `option` names the text's
+    command-line option in the error."""
     fields = {f.name: f.type for f in dataclasses.fields(Config)}
     out = {}
     for item in filter(None, (text or "").split(",")):
         name, _, value = item.partition("=")
         if name not in fields or not value.isdigit():
-            raise SystemExit(f"--config {item!r}: FIELD=INTEGER with FIELD one of {', '.join(fields)}")
+            raise SystemExit(f"{option} {item!r}: FIELD=INTEGER with FIELD one of {', '.join(fields)}")
         out[name] = bool(int(value)) if fields[name] in ("bool", bool) else int(value)
     return out
 
@@ -132,7 +133,7 @@ def time_variants(args, variants, workdir: Path) -> dict:
     for shape in args.shapes.split(","):
         batch, kv_len = (int(x) for x in shape.split("x"))
         step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
-        configs = {name: dataclasses.replace(config, **config_fields(v.config)) for name, v in variants.items()}
+        configs = {name: dataclasses.replace(config, **config_fields(v.config, f"--variant {name}")) for name, v in variants.items()}
         samples = {name: [] for name in variants}
         outputs = {}  # layer 0's (out, lse) of each variant, against base's
         for r in range(args.rounds):
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     variants = {v.name: v for v in ([parse_variant(args.only)] if args.only else
                                      [Variant(BASE, {})] + [parse_variant(v) for v in args.variant])}
+    for v in variants.values():  # a bad field is refused before any pool is built
+        config_fields(v.config, f"--variant {v.name}")
+    config_fields(args.config)
     workdir = Path(tempfile.mkdtemp(prefix="fused-variants-"))
     if args.mode == "time":
         doc = time_variants(args, variants, workdir)
