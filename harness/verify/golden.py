@@ -52,7 +52,8 @@ RECOMPUTE_RTOL = 2.5e-7
 RECOMPUTE_ATOL = 1e-9
 # dtype and rank of each stored tensor, by its name's last part
 TENSOR_TYPES = {"positions": (torch.int64, 1), "out_bf16": (torch.bfloat16, 3), "out_fp32": (torch.float32, 3), "lse": (torch.float32, 2)}
-ITEM_BYTES = {"I64": 8, "BF16": 2, "F32": 4}  # the safetensors names of TENSOR_TYPES' dtypes: bytes per element
+SAFETENSORS_DTYPE = {torch.int64: "I64", torch.bfloat16: "BF16", torch.float32: "F32"}  # safetensors' header names
+ITEM_BYTES = {SAFETENSORS_DTYPE[dtype]: dtype.itemsize for dtype, _ in TENSOR_TYPES.values()}  # per header name
 HEADER_LIMIT = 100_000_000  # safetensors' own bound on a header's bytes
 NOT_REGULAR = "not a regular file (a folder, a device, a dangling link...)"  # why a manifest or outputs path that exists is refused
 
