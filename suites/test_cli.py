@@ -499,6 +499,25 @@ def test_repro_reruns_the_same_case_from_any_folder(tmp_path, monkeypatch):
     assert first.case == second.case and {r.key for r in first.rows} == {r.key for r in second.rows}
 
 
+def test_repro_pins_the_defaults_this_machine_resolved(tmp_path):
+    """`--device auto` (and the scale, pool size, backend and repeats that follow the device) is written as what it
+    resolved to here, so the repro reruns the same case on a machine where auto means something else; the user's own
+    spelling of a pinned option is replaced, every other word kept."""
+    from harness.results.document import pin_options
+
+    assert pin_options(["run", "--device=auto", "--scenario", "b1-l500", "--repeats", "3"], {"--device": "cpu", "--repeats": "3"}) \
+        == ["run", "--scenario", "b1-l500", "--device", "cpu", "--repeats", "3"]
+    proc = harness("run", "--scenario", "b1-l4096", "--strategy", "stock", "--repeats", "0", "--layers", "1",
+                   f"--json={tmp_path / 'r.json'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    words = repro_words(doc["repro"])[1]
+    pinned = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--")}  # every option here takes a value
+    assert pinned["--device"] == "cpu" and pinned["--scale"] == doc["case"]["scale"] == "ci"
+    assert pinned["--slots"] == str(doc["case"]["slots"]) and pinned["--backend"] == doc["case"]["backend"] == "torch"
+    assert pinned["--repeats"] == "0" and words.count("--repeats") == 1
+
+
 def test_repro_names_the_sglang_python_absolutely_and_never_replaces_its_results(tmp_path, monkeypatch):
     """A --sglang-python given as a path is recorded absolutely (a bare command stays one, for PATH to find), and
     --force is left out: rerun word for word, the repro refuses to replace the results file it came from (before:

@@ -22,7 +22,7 @@ def command(args, console: Console) -> int:
     from harness.inputs.cases import refuse_clobbering
     from harness.measure.environment import environment
     from harness.render.table import results_table
-    from harness.results.document import case_record, repro_command, write_results
+    from harness.results.document import case_record, pin_options, repro_command, write_results
     from harness.spec.faults import parse_faults
     from harness.spec.scenario import check_repeats
     from harness.strategies import BASELINE, RUN_DEFAULT
@@ -66,7 +66,9 @@ def command(args, console: Console) -> int:
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
         env["reference"] = outcome.reference
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
-        write_results(args.json, rows, env, repro_command(args.argv), case_record(case, outcome.backend, args.kernel))
+        pinned = pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
+                                         "--backend": outcome.backend, "--repeats": str(repeats)})
+        write_results(args.json, rows, env, repro_command(pinned), case_record(case, outcome.backend, args.kernel))
         console.print(f"results written to {args.json}", markup=False)
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]

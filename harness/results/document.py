@@ -19,7 +19,7 @@ from harness.fsio import write_text
 from harness.results.metrics import METRICS, validate_rows
 from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
 
-__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "repro_command", "workload_digest", "write_results"]
+__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "pin_options", "repro_command", "workload_digest", "write_results"]
 
 
 PATH_OPTIONS = ("--scenario-file", "--json", "--dump-outputs", "--golden-dir", "--allreduce-table", "--sglang-workdir",
@@ -56,6 +56,22 @@ def repro_command(argv: list[str] | None = None) -> str:
     unset = [f"-u {k}" for k in REPRO_UNSET if k not in os.environ]
     env_command = "/usr/bin/env" if os.path.exists("/usr/bin/env") else "env"  # not another `env` first on PATH
     return " ".join([*([env_command, *unset] if unset else []), *env, shlex.join([sys.executable, "-P", "-m", "harness", *args])])
+
+
+def pin_options(argv: list[str], resolved: dict[str, str]) -> list[str]:
+    """`argv` with each option of `resolved` (option: the value this run resolved it to) given as that value, the
+    user's own spelling of it (`--opt v`, `--opt=v`) dropped: a default that depends on the machine (`--device auto`
+    is cuda:0 on a GPU host, cpu elsewhere; the scale, the slots a CPU pool grew to, the backend and the repeats
+    follow it) then reruns as it ran here."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in resolved:
+            skip = True
+        elif word.partition("=")[0] not in resolved:
+            out.append(word)
+    return [*out, *(w for option, value in resolved.items() for w in (option, value))]
 
 
 def _absolute(path: str, option: str) -> str:
