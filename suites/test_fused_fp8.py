@@ -311,11 +311,11 @@ def test_tuning_table_and_default(tmp_path):
     # every entry field is a Config field or the key, of its type, the required ones present: a misspelt field, a
     # string or integer for a boolean and a missing ring depth are named, not read as their defaults
     entry = good.read_text()
-    for text, field in ((entry + "ping_pnog = true\n", "ping_pnog"), (entry.replace("true", '"true"', 1), "pv_fp16"),
-                        (entry.replace("pv_fp16 = true", "pv_fp16 = 1"), "pv_fp16"),
-                        (entry.replace("num_stages = 5\n", ""), "num_stages")):
+    for text, error in ((entry + "ping_pnog = true\n", "ping_pnog: not a field"), (entry.replace("true", '"true"', 1), "pv_fp16: must be true"),
+                        (entry.replace("pv_fp16 = true", "pv_fp16 = 1"), "pv_fp16: must be true"),
+                        (entry.replace("num_stages = 5\n", ""), "num_stages: missing")):
         bad.write_text(text)
-        with pytest.raises(HarnessError, match=f"entry\\[0\\]\\.{field}"):
+        with pytest.raises(HarnessError, match=f"entry\\[0\\]\\.{error}"):
             fused_tuning.load_table(bad)
 
 

@@ -139,6 +139,11 @@ MUTATIONS = [
      [f"{P}::test_asv_setup_cache_hands_asv_seconds"]),
     ("asv-two-rounds", "suites/asv/benchmarks.py", "    rounds = 1  # the samples", "    rounds = 2  # the samples",
      [f"{P}::test_asv_benchmarks_report_seconds_for_every_timed_metric"]),
+    # issue 28's session: a run's repro pins its resolved defaults; the tuning table names a misspelt field
+    ("repro-defaults-unpinned", "harness/cli/run.py", "repro_command(pinned)", "repro_command(args.argv)",
+     ["suites/test_cli.py::test_repro_pins_the_defaults_this_machine_resolved"]),
+    ("tuning-entry-unknown-field-read", "harness/kernels/fused_tuning.py", "        if unknown:", "        if False:",
+     ["suites/test_fused_fp8.py::test_tuning_table_and_default"]),
 ]
 
 
