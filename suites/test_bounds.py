@@ -50,6 +50,20 @@ def test_cpu_pool_grows_in_whole_pages(tmp_path):
     assert schedule.steps[0].kv_indices.size == 100_000
 
 
+def test_cpu_pool_grows_to_an_explicit_layouts_highest_slot(tmp_path, capsys):
+    """An explicit layout's prefilled slots decide the pool too: slot 70,000 on 64-token pages grows the default CPU
+    pool past its page with a fresh page per request for the new tokens, and the schedule builds (it used to stop
+    at "slot 70000 is outside the pool's slots"); a slot no host memory holds is one line naming the file's slots."""
+    path = _scenario_file(tmp_path, 'layout = "explicit"\nkv_lens = [3, 2]\nslots = [[9000, 9001], [70000]]\nsteps = 70')
+    args = cli.build_parser().parse_args(["run", "--scenario-file", str(path), "--device", "cpu"])
+    case = case_from(args, torch.device("cpu"))
+    assert case.scale.slots == (70000 // 64 + 2 * 2) * 64
+    schedule = compile_schedule(case.scenario, case.scale.slots, case.preset.page_size)
+    assert schedule.steps[-1].kv_indices.size == 3 + 2 - 2 + 2 * 70
+    path.write_text(path.read_text().replace("70000]", "70000000000]"))
+    _one_error_line(capsys, ["run", "--scenario-file", str(path), "--device", "cpu"], f"{path}: slots", "lower explicit slots")
+
+
 @pytest.mark.parametrize(("body", "field", "bound"), [
     ("kv_lens = [10]\nsteps = 1000000", "steps", f"{MAX_STEPS:,}"),
     (f"batch_size = {MAX_BATCH + 1}\nkv_len = 1", "batch_size", f"{MAX_BATCH:,}"),

@@ -64,7 +64,8 @@ class MemoryPlan:
             if slots and slots >= least:
                 where, fix = "memory plan", f"the largest pool that fits has {slots} slots (--slots)"
             elif slots:
-                fix = f"the largest pool that fits has {slots:,} slots, fewer than the {least:,} it needs: fewer or shorter requests, or fewer steps"
+                fix = (f"the largest pool that fits has {slots:,} slots, fewer than the {least:,} it needs: fewer or shorter requests, "
+                       f"fewer steps or lower explicit slots")
             else:
                 fix = f"{self.fixed / GIB:.2f} GiB of it does not shrink with the pool: fewer requests, steps or --layers"
             raise HarnessError(

@@ -76,8 +76,13 @@ def pages_needed(scenario: Scenario, page_size: int) -> int:
 
 
 def least_pool(scenario: Scenario, page_size: int) -> tuple[str, int]:
-    """(where, slots): the smallest pool the scenario runs in (whole pages), and the file and field that ask for it."""
-    return _where(scenario, "kv_lens"), max(slots_needed(scenario), pages_needed(scenario, page_size) * page_size)
+    """(where, slots): the smallest pool the scenario runs in (whole pages), and the file and field that ask for it.
+    An explicit layout also needs its highest prefilled slot's page, and past it a fresh page per request for each
+    page_size new tokens (an upper bound: new tokens may fill the rest of a prefilled page first)."""
+    need = max(slots_needed(scenario), pages_needed(scenario, page_size) * page_size)
+    top = max((max(s) for s in scenario.slots if s), default=0)
+    explicit = (top // page_size + len(scenario.kv_lens) * -(-scenario.steps // page_size)) * page_size if top else 0
+    return (_where(scenario, "slots"), explicit) if explicit > need else (_where(scenario, "kv_lens"), need)
 
 
 def _where(scenario: Scenario, field: str) -> str:
