@@ -144,6 +144,8 @@ MUTATIONS = [
      ["suites/test_cli.py::test_repro_pins_the_defaults_this_machine_resolved"]),
     ("tuning-entry-unknown-field-read", "harness/kernels/fused_tuning.py", "        if unknown:", "        if False:",
      ["suites/test_fused_fp8.py::test_tuning_table_and_default"]),
+    ("explicit-top-slot-ignored", "harness/spec/schedule.py", "if explicit > need else", "if False else",
+     [f"{B}::test_cpu_pool_grows_to_an_explicit_layouts_highest_slot"]),
 ]
 
 
