@@ -44,7 +44,7 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
-    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_EARLY_KV"))
+    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE"))
 
 
 def test_config_fields_replace_the_table_entry_and_refuse_what_is_not_a_field():
@@ -63,3 +63,12 @@ def test_a_bad_variant_field_is_refused_before_any_work(tmp_path):
     with pytest.raises(SystemExit, match="--config 'splits=4'"):
         exp.main(["time", str(out), "--config", "splits=4"])
     assert not out.exists()
+
+
+def test_call_fields_default_to_fused_fp8s_call_and_are_not_config_fields():
+    early = exp.parse_variant("wait:new_tokens=99999,num_splits=4")
+    assert exp.call_fields(early.config) == {"new_tokens": 99999}
+    assert exp.config_fields(early.config) == {"num_splits": 4}
+    assert exp.call_fields(exp.parse_variant("pp:ping_pong=1").config) == {"new_tokens": 1}
+    with pytest.raises(SystemExit, match="new_tokens"):
+        exp.config_fields("new_tokens=x")

@@ -74,9 +74,6 @@ typedef long long i64;
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
-#ifndef DIAG_EARLY_KV
-#define DIAG_EARLY_KV 0  // the prologue's tile and Q loads issued before the wait for the previous kernel (a bound
-#endif                   // on overlapping them with its tail: right only where nothing before wrote the pool or Q)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 a;
@@ -471,13 +468,14 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  u16* __restrict__ part_out, float* __restrict__ part_lse, int* __restrict__ arrivals,
                  u16* __restrict__ out, float* __restrict__ lse, int sqn_b, int sqn_h, int sqp_b, int sqp_h,
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
-                 int merge_mode, int whole_rows, double scale_log2_d, double kv_scale_d) {
+                 int merge_mode, int whole_rows, int new_tokens, double scale_log2_d, double kv_scale_d) {
   const WaitPriorAtExit wait_prior{(merge_mode & WAIT_PRIOR) != 0};
   // sm_90+: launched as a programmatic dependent of the stream's previous kernel (a no-op otherwise),
   // it waits for that kernel's writes before it reads anything, or with INDICES_READY once it has
-  // issued its reads of kv_indptr and the first tiles' kv_indices (Q, the KV rows and every write
-  // still come after). A WAIT_PRIOR launch runs beside the cluster launch before it and waits for it
-  // at its end instead.
+  // issued its reads of kv_indptr and the first tiles' kv_indices, and with new_tokens >= 0 also the
+  // loads of its first tiles that end before the request's last new_tokens tokens (rows written before
+  // that kernel started; Q, the other KV rows and every write still come after). A WAIT_PRIOR launch
+  // runs beside the cluster launch before it and waits for it at its end instead.
   const bool wait_first = !wait_prior.on && !(merge_mode & INDICES_READY);
   const bool wait_after_indices = !wait_prior.on && (merge_mode & INDICES_READY);
 #if __CUDA_ARCH__ >= 900
@@ -575,14 +573,23 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     pre_row[s] = pool_row(indices, tok, end);
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
-#if __CUDA_ARCH__ >= 900
-  if (wait_after_indices && !DIAG_EARLY_KV) asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-#pragma unroll
-  for (int s = 0; s < PRE; ++s) {
+  // Tile s's load (bulk copies only: the cp.async groups stay in tile order) may come before the wait when
+  // its rows end before the request's last new_tokens tokens, which the previous kernel may be writing.
+  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && tok0(s) + TILE <= end - new_tokens; };
+  auto prologue_load = [&](int s) {
     const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
     const bool run = group_and<PP>(grp, whole_rows && s < ntg && rows_follow(row, pre_next[s], my_tok, valid));
     if (s < ntg) load_tile(s, run, __shfl_sync(0xffffffffu, row, 0), row);  // lane 0 of the group's warp 0 holds row 0
+  };
+#pragma unroll
+  for (int s = 0; s < PRE; ++s)
+    if (early(s)) prologue_load(s);
+#if __CUDA_ARCH__ >= 900
+  if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#pragma unroll
+  for (int s = 0; s < PRE; ++s) {
+    if (!early(s)) prologue_load(s);
     if (s == 0) {
       for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -596,7 +603,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     cp_async_commit();
   }
 #if __CUDA_ARCH__ >= 900
-  if (wait_after_indices && DIAG_EARLY_KV) asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");  // fused_mla_merge may launch once every CTA is here
 #endif
 

@@ -268,7 +268,7 @@ def whole_rows(ckv2, kpe2) -> bool:
 
 def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
            scale_log2: float, kv_scale: float, num_splits: int, instance: Instance, merge_by: str,
-           indices_ready: bool = False) -> None:
+           indices_ready: bool = False, new_tokens: int | None = None) -> None:
     """fused_mla_decode over (num_splits, batch, head groups), writing out and lse. With more than
     one split, `merge_by` (one of MERGES) says who merges them: "cta" the last CTA per request
     (counting in `arrivals`: `arrival_slots` zeros, left at zero), "grid" all of them, a slice of the
@@ -278,7 +278,10 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     clusters in a launch beside it, see `wave_split`), "kernel" `merge` after it.
     On sm_90+ each launch is a programmatic dependent of the stream's previous kernel and waits for
     it before reading anything; with `indices_ready` (kv_indptr / kv_indices were written before that
-    kernel started, as a plan filled before the step's kernels is) after reading the indices.
+    kernel started, as a plan filled before the step's kernels is) after reading the indices, and with
+    `new_tokens` too (that kernel may write each request's last `new_tokens` KV rows, no other: a decode
+    step's new token, written right before its attention) after issuing its first tiles' loads of the rows
+    before them.
     `instance`: the kernel instance (Config.cuda_instance). Other arguments as in
     harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape
@@ -302,13 +305,16 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     kernel = _kernel(instance, device_index)
     block, smem, groups = 32 * instance.warps, instance.smem, -(-heads // instance.nh)
     whole = int(whole_rows(ckv2, kpe2))
+    if new_tokens is not None and new_tokens < 0:
+        raise ValueError(f"new_tokens must be >= 0, got {new_tokens}")
+    early_after = new_tokens if indices_ready and new_tokens is not None else -1  # the kernel's new_tokens: -1 loads none early
 
     def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1
         q_n, q_p, o, ls = q_nope[lo:hi], q_pe[lo:hi], out[lo:hi], lse[lo:hi]
         mode |= INDICES_READY if indices_ready else 0
         return [q_n, q_p, ckv2, kpe2, kv_indptr[lo:], kv_indices, part_out, part_lse, arrivals, o, ls,
                 q_n.stride(0), q_n.stride(1), q_p.stride(0), q_p.stride(1), ckv2.stride(0), kpe2.stride(0),
-                o.stride(0), o.stride(1), ls.stride(0), heads, splits, mode, whole, float(scale_log2), float(kv_scale)]
+                o.stride(0), o.stride(1), ls.stride(0), heads, splits, mode, whole, early_after, float(scale_log2), float(kv_scale)]
 
     def launch(grid: tuple[int, int, int], kernel_args: list, attributes=()) -> None:
         if pdl:

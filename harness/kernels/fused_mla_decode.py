@@ -525,7 +525,8 @@ def _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices):
 def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor,
                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, config: Config,
                      kv_scale: float = 1.0, partials: tuple[torch.Tensor, ...] | None = None,
-                     p_split: bool = P_SPLIT, indices_ready: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     p_split: bool = P_SPLIT, indices_ready: bool = False,
+                     new_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(out bf16 [B, H, 512], lse fp32 [B, H], natural log) of absorbed-MLA decode.
 
     q_nope bf16 [B, H, 512], q_pe bf16 [B, H, 64]; ckv uint8 [rows, 1, 512] and kpe uint8
@@ -534,7 +535,9 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     from `partial_buffers` (allocated here when None) hold the splits' results.
     `indices_ready`: kv_indptr / kv_indices were written before the stream's previous kernel
     started (a plan filled before the step), so the CUDA kernel may read them before it waits for
-    that kernel (sm_90+, see fused_mla_cuda.decode).
+    that kernel (sm_90+, see fused_mla_cuda.decode); `new_tokens`: that kernel writes at most each
+    request's last `new_tokens` KV rows (a decode step: 1), so with `indices_ready` the rows before them
+    may be loaded before the wait too. None: it may write any row.
     """
     batch, heads, d_ckv, d_kpe = _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices)
     dev = q_nope.device
@@ -560,7 +563,7 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
             raise ValueError(f"arrivals {tuple(arrivals.shape)} do not fit B={batch}, H={heads}")
         fused_mla_cuda.decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, arrivals, out, lse,
                               float(sm_scale) * float(kv_scale) / LN2, float(kv_scale), splits,
-                              config.cuda_instance(heads), config.merge_by, indices_ready)
+                              config.cuda_instance(heads), config.merge_by, indices_ready, new_tokens)
         return out, lse
     if config.tokens_m:
         if d_ckv % 64:

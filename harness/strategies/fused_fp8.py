@@ -123,9 +123,10 @@ class FusedFP8(Strategy):
 
         ckv, kpe = (t.view(torch.uint8) for t in kv)  # e4m3 views or the raw bytes: the kernel reads uint8
         p = plan.problem
-        # the plan's index buffers are filled by copies before the step's kernels (begin_step, replan_step)
+        # the plan's index buffers are filled by copies before the step's kernels (begin_step, replan_step); the
+        # step writes one row per request, its new token's (the last), right before this layer's attention
         return fused_mla_decode(q_nope, q_pe, ckv, kpe, plan.kv_indptr, plan.kv_indices, p.sm_scale, plan.config,
-                                kv_scale=self.kv_scale, partials=plan.partials, indices_ready=True)
+                                kv_scale=self.kv_scale, partials=plan.partials, indices_ready=True, new_tokens=1)
 
 
 def _pool_rows(pool_u8: torch.Tensor) -> torch.Tensor:

@@ -378,3 +378,68 @@ def test_cuda_graph_replan_follows_the_step(gpu_device):
         strategy.replan_step(plan, last)
         graph.replay()
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)) and torch.equal(lse, eager_lse)
+
+
+# A kernel that lets the stream's next (programmatic dependent) launch start at once and writes `n` pool rows
+# `delay_ns` later: a decode step's KV write seen by an attention that loads its first tiles before it waits.
+LATE_WRITE = r"""
+extern "C" __global__ void late_write(unsigned char* pool, const int* rows, const unsigned char* src, int n, int delay_ns) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < (unsigned long long)delay_ns);
+  for (int e = threadIdx.x; e < n * 576; e += blockDim.x) pool[(long long)rows[e / 576] * 576 + e % 576] = src[e];
+}
+"""
+
+
+def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
+    """With indices_ready and new_tokens=1 the kernel issues its first tiles' loads before it waits for the
+    stream's previous kernel, but not a tile holding a request's last row: behind a kernel that lets it start
+    at once and writes every request's last row 200 us later, the outputs are the float64 reference's with
+    the written rows, for direct, split (last-CTA, cluster) and ping-pong launches, whose prologues hold
+    those rows (requests of 64, 128 and 192 tokens; gathered rows and page runs) or do not (1000). Planted fault: new_tokens=0 loads
+    them before they are written, and the outputs miss them."""
+    from torch.cuda._utils import _cuda_load_module
+
+    from harness.kernels import fused_mla_cuda as fc
+    from harness.kernels import nvrtc
+    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+
+    if not fc.dependent_launches(torch.cuda.current_device()):
+        pytest.skip("programmatic dependent launches need sm_90 or newer")
+    major, minor = torch.cuda.get_device_capability()
+    writer = _cuda_load_module(nvrtc.build(LATE_WRITE, [], f"{major}{minor}").cubin, ["late_write"])["late_write"]
+    lens = [128, 64, 1000, 128, 192]
+    q_nope, q_pe, pool, indptr, indices = problem(lens, 8, rows=3000, seed=17)
+    indices[128:192] = torch.arange(2000, 2064)  # the 64 and 192 token requests are page runs (one bulk copy a tile)
+    indices[1320:] = torch.arange(2100, 2292)
+    last = indices[indptr[1:].long() - 1].contiguous()
+    old = pool[last.long()].clone()
+    new = (old.reshape(len(lens), 576) + 0x18).contiguous()  # each exponent + 3: values x8, still finite
+    written = pool.clone()
+    written[last.long()] = new.reshape(old.shape)
+    ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), written.cpu(), indptr.cpu(), indices.cpu())
+
+    def behind_late_write(config, parts, new_tokens):
+        pool[last.long()] = old
+        torch.cuda.synchronize()
+        writer(grid=(1, 1, 1), block=(256, 1, 1), args=[pool, last, new, len(lens), 200_000])
+        out, _ = fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                  partials=parts, indices_ready=True, new_tokens=new_tokens)
+        torch.cuda.synchronize()
+        assert torch.equal(pool, written), config
+        return out.cpu()
+
+    for config in cuda_configs(0, 1, 7, 12, 14):
+        parts = partial_buffers(len(lens), 8, config, 512, "cuda")
+        behind_late_write(config, parts, 1)  # compiled before the timed race
+        out = behind_late_write(config, parts, 1)
+        errors = [norm_rel(out[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))]
+        assert max(errors) < 3e-3, (config, errors)
+        bad = behind_late_write(config, parts, 0)  # negative control: nothing left to after the wait
+        bad_errors = [norm_rel(bad[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))]
+        assert max(bad_errors) > 0.05 and bad_errors[2] < 3e-3, (config, bad_errors)

@@ -11,7 +11,8 @@ production pools, and Nsight Compute's per-instruction profile of one launch (GP
 measured side by side; the JSON has every sample, the medians and the ratios' spread. `--config` replaces fields
 of the table entry's Config (e.g. grid_merge=1,cluster_merge=0 to time the same variants under another merge);
 a variant's lower-case DEF=V items replace Config fields for that variant alone (e.g.
-`once:convert_once=1,num_splits=4`), its upper-case ones are #defines.
+`once:convert_once=1,num_splits=4`), or the call's `new_tokens` (1, as fused_fp8 calls the kernel; a count past
+every request's length, e.g. `wait:new_tokens=99999`, loads nothing before the wait), its upper-case ones are #defines.
 A variant NAME@SOURCE.cu compiles that file (another commit's kernel, say) in place of the committed one, with its
 own partial buffers and arrival words (a kernel of another protocol never shares them).
 `profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
@@ -85,17 +86,28 @@ _CACHES: dict[str, dict] = {}
 fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
 
 
+CALL_FIELDS = {"new_tokens": 1}  # fused_mla_decode's arguments a variant may set, with fused_fp8's values
+
+
 def config_fields(text: str | None, option: str = "--config") -> dict:
     """FIELD=V,FIELD=V -> {FIELD: V} of Config fields (integers; booleans as 0 / 1); `option` names the text's
-    command-line option in the error."""
+    command-line option in the error. CALL_FIELDS items are skipped here (call_fields)."""
     fields = {f.name: f.type for f in dataclasses.fields(Config)}
     out = {}
     for item in filter(None, (text or "").split(",")):
         name, _, value = item.partition("=")
+        if name in CALL_FIELDS and value.isdigit():
+            continue
         if name not in fields or not value.isdigit():
-            raise SystemExit(f"{option} {item!r}: FIELD=INTEGER with FIELD one of {', '.join(fields)}")
+            raise SystemExit(f"{option} {item!r}: FIELD=INTEGER with FIELD one of {', '.join([*fields, *CALL_FIELDS])}")
         out[name] = bool(int(value)) if fields[name] in ("bool", bool) else int(value)
     return out
+
+
+def call_fields(text: str | None) -> dict:
+    """The CALL_FIELDS of FIELD=V,... (integers), each defaulting to fused_fp8's value."""
+    items = dict(item.partition("=")[::2] for item in filter(None, (text or "").split(",")))
+    return {name: int(items.get(name, default)) for name, default in CALL_FIELDS.items()}
 
 
 def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict | None = None):
@@ -116,12 +128,13 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
                                  **(overrides or {}))
     parts = {}  # per kernel source (variant) and Config, allocated at its first, eager, step
 
-    def step(cfg=config):
+    def step(cfg=config, **call):
         key = (fused_mla_cuda.SOURCE, cfg)
         if key not in parts:
             parts[key] = partial_buffers(batch, heads, cfg, 512, dev)
         return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, cfg,
-                                 partials=parts[key], indices_ready=True) for pool, (qn, qp) in zip(pools, qs)]
+                                 partials=parts[key], indices_ready=True, **(call or call_fields(None)))
+                for pool, (qn, qp) in zip(pools, qs)]
     return step, config
 
 
@@ -139,7 +152,7 @@ def time_variants(args, variants, workdir: Path) -> dict:
         for r in range(args.rounds):
             for name, variant in variants.items():
                 use_variant(variant, workdir)
-                run = functools.partial(step, configs[name])
+                run = functools.partial(step, configs[name], **call_fields(variant.config))
                 samples[name].append(time_graph(run) * 1e3 / layers)
                 if r == 0:
                     outputs[name] = run()[0]
@@ -151,7 +164,7 @@ def time_variants(args, variants, workdir: Path) -> dict:
             o, ref = outputs[name], outputs[BASE]
             diff = (o[0].float() - ref[0].float()).norm() / ref[0].float().norm()
             rows[name] = {"defines": variants[name].defines, "source": str(variants[name].source or ""),
-                          "config": configs[name].__dict__, "us": s, "median_us": statistics.median(s),
+                          "config": configs[name].__dict__, "call": call_fields(variants[name].config), "us": s, "median_us": statistics.median(s),
                           "ratio_to_base": ratios, "ratio_median": statistics.median(ratios),
                           "ratio_min": min(ratios), "ratio_max": max(ratios),
                           "out_norm_rel_to_base": float(diff), "lse_max_abs_to_base": float((o[1] - ref[1]).abs().max())}

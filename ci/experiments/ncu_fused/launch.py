@@ -1,8 +1,9 @@
 """One case's layer-0 attention, in a process of its own (GPU): `measure` times it the harness's way and writes
 attn_us, the attention's byte floor and the control copy bandwidth; `profile` calls it inside the NVTX range
-"attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range.
+"attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range; `graph`
+replays, inside the range, a CUDA graph of the harness timer's calls per replay (graph_calls), as it captures them.
 
-    python -m ci.experiments.ncu_fused.launch {measure,profile} --preset P --scenario S [--strategy fused_fp8]
+    python -m ci.experiments.ncu_fused.launch {measure,profile,graph} --preset P --scenario S [--strategy fused_fp8]
         [--repeats 20] [--launches 5] [--out FILE]
 """
 
@@ -27,9 +28,18 @@ NVTX_RANGE = "attn"
 WARMUP = 3
 
 
+def graph_calls() -> int:
+    """Calls per graph replay of harness.measure.timing's single-kernel timer: flashinfer.testing's default."""
+    import inspect
+
+    from flashinfer.testing.utils import bench_gpu_time_with_cudagraph
+
+    return inspect.signature(bench_gpu_time_with_cudagraph).parameters["num_iters_within_graph"].default
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.experiments.ncu_fused.launch", description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("measure", "profile"))
+    parser.add_argument("mode", choices=("measure", "profile", "graph"))
     parser.add_argument("--preset", default="glm5-tp8")
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--strategy", default="fused_fp8")
@@ -47,16 +57,25 @@ def main(argv: list[str] | None = None) -> int:
             last = session.schedule.steps[-1]
             nbytes = roofline.step_bytes(args.strategy, session.strategy.pool.geometry, last, case.preset.heads_per_rank).attn
             doc = {"attn_us": list(attn.values), "attn_bytes": nbytes, "copy_gbps": measure_control(torch.device("cuda")).median,
-                   "kernel": prepared.backend.name}
+                   "kernel": prepared.backend.name, "graph_calls": graph_calls()}
             args.out.write_text(json.dumps(doc) + "\n")
         else:
             fn, fn_args = layer0(session).attend
             for _ in range(WARMUP):
                 fn(*fn_args)
+            call = lambda: fn(*fn_args)  # noqa: E731
+            if args.mode == "graph":
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for _ in range(graph_calls()):
+                        fn(*fn_args)
+                call = graph.replay
+                for _ in range(WARMUP):
+                    call()
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(NVTX_RANGE)
             for _ in range(args.launches):
-                fn(*fn_args)
+                call()
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
     return 0

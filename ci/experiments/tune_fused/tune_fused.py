@@ -157,7 +157,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
         def step():
             for pool, (qn, qp) in zip(pools, qs):
                 fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
-                                 partials=parts, p_split=p_split, indices_ready=True)  # as fused_fp8 calls it
+                                 partials=parts, p_split=p_split, indices_ready=True, new_tokens=1)  # as fused_fp8 calls it
         try:
             us = time_graph(step) * 1e3 / len(pools)
         except Exception as exc:  # a config that does not compile or fit is skipped, not fatal
