@@ -424,12 +424,15 @@ def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
     written[last.long()] = new.reshape(old.shape)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), written.cpu(), indptr.cpu(), indices.cpu())
 
+    stream = torch.cuda.Stream()  # not the legacy default stream, on which a dependent launch waits for the whole kernel
+
     def behind_late_write(config, parts, new_tokens):
         pool[last.long()] = old
         torch.cuda.synchronize()
-        writer(grid=(1, 1, 1), block=(256, 1, 1), args=[pool, last, new, len(lens), 200_000])
-        out, _ = fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
-                                  partials=parts, indices_ready=True, new_tokens=new_tokens)
+        with torch.cuda.stream(stream):
+            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[pool, last, new, len(lens), 200_000])
+            out, _ = fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
+                                      partials=parts, indices_ready=True, new_tokens=new_tokens)
         torch.cuda.synchronize()
         assert torch.equal(pool, written), config
         return out.cpu()
