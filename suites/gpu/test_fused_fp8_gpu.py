@@ -381,7 +381,8 @@ def test_cuda_graph_replan_follows_the_step(gpu_device):
 
 
 # A kernel that lets the stream's next (programmatic dependent) launch start at once and writes `n` pool rows
-# `delay_ns` later: a decode step's KV write seen by an attention that loads its first tiles before it waits.
+# `delay_ns` later: a decode step's KV write seen by an attention that loads its first tiles before it waits
+# (launched eagerly, the attention's host time alone let the writer finish first: the race never ran).
 LATE_WRITE = r"""
 extern "C" __global__ void late_write(unsigned char* pool, const int* rows, const unsigned char* src, int n, int delay_ns) {
   asm volatile("griddepcontrol.launch_dependents;");
@@ -399,10 +400,10 @@ extern "C" __global__ void late_write(unsigned char* pool, const int* rows, cons
 def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
     """With indices_ready and new_tokens=1 the kernel issues its first tiles' loads before it waits for the
     stream's previous kernel, but not a tile holding a request's last row: behind a kernel that lets it start
-    at once and writes every request's last row 200 us later, the outputs are the float64 reference's with
-    the written rows, for direct, split (last-CTA, cluster) and ping-pong launches, whose prologues hold
-    those rows (requests of 64, 128 and 192 tokens; gathered rows and page runs) or do not (1000). Planted fault: new_tokens=0 loads
-    them before they are written, and the outputs miss them."""
+    at once and writes every request's last row 1 ms later (both in one CUDA graph), the outputs are the
+    float64 reference's with the written rows, for direct, split (last-CTA, cluster) and ping-pong launches,
+    whose prologues hold those rows (requests of 64, 128 and 192 tokens; gathered rows and page runs) or do
+    not (1000). Planted fault: new_tokens=0 loads them before they are written, and the outputs miss them."""
     from torch.cuda._utils import _cuda_load_module
 
     from harness.kernels import fused_mla_cuda as fc
@@ -424,22 +425,24 @@ def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
     written[last.long()] = new.reshape(old.shape)
     ref_out, _ = reference(q_nope.cpu(), q_pe.cpu(), written.cpu(), indptr.cpu(), indices.cpu())
 
-    stream = torch.cuda.Stream()  # not the legacy default stream, on which a dependent launch waits for the whole kernel
-
     def behind_late_write(config, parts, new_tokens):
+        """The writer and the attention captured in one graph (as a step's are: no host time between the launches)."""
+        call = lambda: fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE,  # noqa: E731
+                                        config, partials=parts, indices_ready=True, new_tokens=new_tokens)
+        call()  # compiled outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[pool, last, new, len(lens), 1_000_000])
+            out, _ = call()
         pool[last.long()] = old
         torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
-            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[pool, last, new, len(lens), 200_000])
-            out, _ = fused_mla_decode(q_nope, q_pe, pool[..., :512], pool[..., 512:], indptr, indices, SM_SCALE, config,
-                                      partials=parts, indices_ready=True, new_tokens=new_tokens)
+        graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(pool, written), config
         return out.cpu()
 
     for config in cuda_configs(0, 1, 7, 12, 14):
         parts = partial_buffers(len(lens), 8, config, 512, "cuda")
-        behind_late_write(config, parts, 1)  # compiled before the timed race
         out = behind_late_write(config, parts, 1)
         errors = [norm_rel(out[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))]
         assert max(errors) < 3e-3, (config, errors)
