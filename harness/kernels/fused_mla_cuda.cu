@@ -71,9 +71,6 @@ typedef long long i64;
 #ifndef DIAG_NO_MERGE
 #define DIAG_NO_MERGE 0  // splits end before they are merged
 #endif
-#ifndef RING_PREFILL
-#define RING_PREFILL 0  // every ring slot loaded in the prologue (1), or all but one (0) where STAGES > 2
-#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -568,7 +565,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // deeper rings STAGES - 1 (filling the last slot up front measured slower: docs/h200/fused/run12/variants14.json).
   // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD and Q (bf16, 4 channels
   // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
-  constexpr int PRE = STAGES == 2 || RING_PREFILL ? STAGES : STAGES - 1;
+  constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
   int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
