@@ -77,16 +77,16 @@ GRAPH_HEADER = '"ID","Process ID","Process Name","Host Name","Context","Stream",
                '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"'
 
 
-def test_a_graph_workload_is_its_calls_and_judged_as_one_call():
-    """--graph: each row is a replay of the harness timer's graph of `calls` calls (no kernel name column);
-    a call is the median replay over its calls, and agrees within the tolerance; twin: a graph 6% long."""
-    rows = [f'"{i}","42","python3","h","1","7","0","9.0","7,200,000","10,000","{ns:,}"' for i, ns in enumerate((331000, 330000, 329000))]
-    replays = exp.parse_ncu_csv("\n".join([GRAPH_HEADER, '"","","","","","","","","byte","byte","nsecond"', *rows]))
-    one = exp.per_call_of_graph(exp.per_launch(replays, 3), 10)
+def test_a_range_of_graph_replays_is_its_calls_and_judged_as_one_call():
+    """--graph: the one row is the NVTX range of graph replays (no kernel name column), 500 calls in all; a call
+    is the range over its calls, and agrees within the tolerance; twin: a range 6% long."""
+    row = '"0","42","python3","h","1","7","0","9.0","360,000,000","500,000","{:,}"'
+    header = [GRAPH_HEADER, '"","","","","","","","","byte","byte","nsecond"']
+    one = exp.per_call_of_graph(exp.per_launch(exp.parse_ncu_csv("\n".join([*header, row.format(16_500_000)])), 1), 500)
     assert one["us"] == one["longest_us"] == pytest.approx(33.0) and one["dram_bytes"] == pytest.approx(721_000)
     measured = {"attn_us": [32.7, 32.8, 32.9], "attn_bytes": 720_000, "copy_gbps": 3000.0}
     assert exp.judge("b32-l4096", measured, one, 0.05)["agree"] is True
-    slow = exp.per_call_of_graph(exp.per_launch([dict(r, ns=r["ns"] * 1.06) for r in replays], 3), 10)
+    slow = exp.per_call_of_graph(exp.per_launch(exp.parse_ncu_csv("\n".join([*header, row.format(17_490_000)])), 1), 500)
     assert exp.judge("b32-l4096", measured, slow, 0.05)["agree"] is False
     cmd = exp.ncu_command("ncu", Path("x.csv"), ["--scenario", "b32-l4096"], graph=True)
-    assert cmd[cmd.index("--graph-profiling") + 1] == "graph" and cmd[-3:] == ["graph", "--scenario", "b32-l4096"]
+    assert cmd[cmd.index("--replay-mode") + 1] == "app-range" and cmd[-3:] == ["graph", "--scenario", "b32-l4096"]

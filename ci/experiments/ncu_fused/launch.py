@@ -1,10 +1,10 @@
 """One case's layer-0 attention, in a process of its own (GPU): `measure` times it the harness's way and writes
 attn_us, the attention's byte floor and the control copy bandwidth; `profile` calls it inside the NVTX range
 "attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range; `graph`
-replays, inside the range, a CUDA graph of the harness timer's calls per replay (graph_calls), as it captures them.
+replays, inside the range, a CUDA graph of `--calls` calls captured as the harness's timer captures its 10.
 
     python -m ci.experiments.ncu_fused.launch {measure,profile,graph} --preset P --scenario S [--strategy fused_fp8]
-        [--repeats 20] [--launches 5] [--out FILE]
+        [--repeats 20] [--launches 5] [--calls 100] [--out FILE]
 """
 
 from __future__ import annotations
@@ -28,15 +28,6 @@ NVTX_RANGE = "attn"
 WARMUP = 3
 
 
-def graph_calls() -> int:
-    """Calls per graph replay of harness.measure.timing's single-kernel timer: flashinfer.testing's default."""
-    import inspect
-
-    from flashinfer.testing.utils import bench_gpu_time_with_cudagraph
-
-    return inspect.signature(bench_gpu_time_with_cudagraph).parameters["num_iters_within_graph"].default
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.experiments.ncu_fused.launch", description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("measure", "profile", "graph"))
@@ -46,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="prod")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=100, help="graph: calls per graph")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     case = Case(get_preset(args.preset), get_scale(args.scale), load_scenario(args.scenario))
@@ -57,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             last = session.schedule.steps[-1]
             nbytes = roofline.step_bytes(args.strategy, session.strategy.pool.geometry, last, case.preset.heads_per_rank).attn
             doc = {"attn_us": list(attn.values), "attn_bytes": nbytes, "copy_gbps": measure_control(torch.device("cuda")).median,
-                   "kernel": prepared.backend.name, "graph_calls": graph_calls()}
+                   "kernel": prepared.backend.name}
             args.out.write_text(json.dumps(doc) + "\n")
         else:
             fn, fn_args = layer0(session).attend
@@ -67,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode == "graph":
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    for _ in range(graph_calls()):
+                    for _ in range(args.calls):
                         fn(*fn_args)
                 call = graph.replay
                 for _ in range(WARMUP):

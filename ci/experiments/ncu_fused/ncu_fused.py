@@ -1,7 +1,7 @@
 """The harness's attn_us beside Nsight Compute's kernel time and DRAM bytes of the same launch (issue 28). GPU.
 
 usage: python -m ci.experiments.ncu_fused OUT_DIR [--preset glm5-tp8] [--scenario b32-l4096 ...]
-           [--strategy fused_fp8] [--repeats 20] [--launches 5] [--tolerance 0.05] [--ncu ncu] [--graph]
+           [--strategy fused_fp8] [--repeats 20] [--launches 5] [--tolerance 0.05] [--ncu ncu] [--graph [--calls 100]]
 
 Per scenario, two processes on the same production case (ci/experiments/ncu_fused/launch.py):
 1. `measure`: the harness's own attn_us (layer 0's attention, cold L2, graph rounds), the attention's byte
@@ -17,10 +17,12 @@ call lies between the longest kernel and the sum. The harness's attn_us median H
 longest <= H * (1 + tolerance) and sum >= H * (1 - tolerance): for a call of one kernel, |ncu / H - 1| <= tolerance.
 (Range replay, `--replay-mode range`, keeps the overlap but times each NVTX range from its start on the
 host side: 187-324 us for these 5-65 us calls on the H200, so it is not used.)
-With `--graph` ncu times the launch the harness times instead: a CUDA graph of the harness timer's calls
-(flashinfer.testing's calls per replay, ci/experiments/ncu_fused/launch.py `graph`) as one workload
-(`--graph-profiling graph`), kernels overlapping as they do there (programmatic dependent launches); a call
-is the graph's time and DRAM bytes over its calls, and agrees when |ncu / H - 1| <= tolerance.
+With `--graph` ncu times the calls as the harness's timer runs them instead, one after the other in a CUDA graph
+(programmatic dependent launches overlapping each with the one before): the NVTX range holds `--launches` replays
+of a graph of `--calls` calls (launch.py `graph`), profiled as one range by application replay
+(`--replay-mode app-range`); a call is the range's time and DRAM bytes over its calls (the range's host-side start
+spread over them too), and agrees when |ncu / H - 1| <= tolerance. (`--graph-profiling graph` serializes a
+graph's kernels: docs/evidence/ncu/h100-2a839eb/README.md.)
 Writes OUT_DIR/summary.json and summary.md (and each scenario's measure JSON and ncu CSV); exits 0 when
 every scenario agrees, 1 otherwise. `--judge-only` judges the files already in OUT_DIR again (no GPU).
 """
@@ -40,9 +42,9 @@ HEADLINE = ("b32-l4096", "b128-l2048")
 
 
 def ncu_command(ncu: str, csv_path: Path, launch_args: list[str], graph: bool = False) -> list[str]:
-    """ncu over the launcher's NVTX range: each kernel alone, or with `graph` each graph replay as one workload."""
+    """ncu over the launcher's NVTX range: each kernel alone, or with `graph` the range of graph replays as one."""
     return [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "attn/", "--metrics", ",".join(METRICS),
-            *(("--graph-profiling", "graph") if graph else ()),
+            *(("--replay-mode", "app-range") if graph else ()),
             "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path),
             sys.executable, "-m", "ci.experiments.ncu_fused.launch", "graph" if graph else "profile", *launch_args]
 
@@ -92,7 +94,7 @@ def per_launch(kernels: list[dict], launches: int) -> dict:
 
 
 def per_call_of_graph(one: dict, calls: int) -> dict:
-    """per_launch's figures of one graph replay (a workload of `calls` calls) as one call's."""
+    """per_launch's figures of one range (a workload of `calls` calls) as one call's."""
     us, nbytes = one["us"] / calls, one["dram_bytes"] / calls
     return {"us": us, "longest_us": us, "dram_bytes": nbytes, "kernels": [{"name": f"graph / {calls}", "us": us, "dram_bytes": nbytes}]}
 
@@ -113,7 +115,7 @@ def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
 
 
 def markdown(doc: dict) -> str:
-    workload = "the harness's graph, per call" if doc.get("graph") else "us each, alone"
+    workload = f"a range of {doc['graph_calls']} calls in graphs, per call" if doc.get("graph") else "us each, alone"
     lines = [f"# Nsight Compute vs the harness's attn_us ({doc['preset']}, {doc['strategy']}, tolerance {doc['tolerance']:.0%})", "",
              f"| scenario | harness attn_us | ncu kernels ({workload}) | ncu longest / harness | ncu sum / harness | agree | "
              "floor us | harness / floor | DRAM bytes / floor bytes |", "|---|---|---|---|---|---|---|---|---|"]
@@ -136,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--ncu", default="ncu")
-    parser.add_argument("--graph", action="store_true", help="profile the harness timer's CUDA graph as one workload")
+    parser.add_argument("--graph", action="store_true", help="profile a range of graph replays as one workload")
+    parser.add_argument("--calls", type=int, default=100, help="--graph: calls per graph")
     parser.add_argument("--judge-only", action="store_true", help="judge the measure JSONs and ncu CSVs already in OUT_DIR")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"preset": args.preset, "strategy": args.strategy, "tolerance": args.tolerance, "graph": args.graph, "scenarios": [],
+    doc = {"preset": args.preset, "strategy": args.strategy, "tolerance": args.tolerance, "graph": args.graph,
+           "graph_calls": args.calls * args.launches if args.graph else None, "scenarios": [],
            "command": " ".join(["python -m ci.experiments.ncu_fused", *(argv if argv is not None else sys.argv[1:])])}
     for scenario in args.scenario or HEADLINE:
         common = ["--preset", args.preset, "--scenario", scenario, "--strategy", args.strategy]
@@ -149,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.judge_only:
             subprocess.run([sys.executable, "-m", "ci.experiments.ncu_fused.launch", "measure", *common, "--repeats",
                             str(args.repeats), "--out", str(measured_path)], check=True)
-            subprocess.run(ncu_command(args.ncu, csv_path, [*common, "--launches", str(args.launches)], args.graph), check=True)
-        ncu = per_launch(parse_ncu_csv(csv_path.read_text()), args.launches)
-        if args.graph:
-            ncu = per_call_of_graph(ncu, json.loads(measured_path.read_text())["graph_calls"])
+            launch_args = [*common, "--launches", str(args.launches), *(("--calls", str(args.calls)) if args.graph else ())]
+            subprocess.run(ncu_command(args.ncu, csv_path, launch_args, args.graph), check=True)
+        rows = parse_ncu_csv(csv_path.read_text())
+        ncu = per_call_of_graph(per_launch(rows, 1), doc["graph_calls"]) if args.graph else per_launch(rows, args.launches)
         doc["scenarios"].append(judge(scenario, json.loads(measured_path.read_text()), ncu, args.tolerance))
         print(f"{scenario}: harness {doc['scenarios'][-1]['harness_attn_us']:.1f} us, ncu {ncu['us']:.1f} us", flush=True)
     doc["agree"] = all(r["agree"] for r in doc["scenarios"])
