@@ -3,8 +3,6 @@ agreement criterion, with their twins (a disagreement beyond the tolerance, an u
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ci.experiments.ncu_fused import ncu_fused as exp
@@ -71,22 +69,3 @@ def test_ncu_runs_the_launcher_in_the_nvtx_range_with_base_units(tmp_path):
     from ci.experiments.ncu_fused import launch
 
     assert launch.NVTX_RANGE + "/" == cmd[cmd.index("--nvtx-include") + 1]
-
-
-GRAPH_HEADER = '"ID","Process ID","Process Name","Host Name","Context","Stream","Device","CC",' \
-               '"dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"'
-
-
-def test_a_range_of_graph_replays_is_its_calls_and_judged_as_one_call():
-    """--graph: the one row is the NVTX range of graph replays (no kernel name column), 500 calls in all; a call
-    is the range over its calls, and agrees within the tolerance; twin: a range 6% long."""
-    row = '"0","42","python3","h","1","7","0","9.0","360,000,000","500,000","{:,}"'
-    header = [GRAPH_HEADER, '"","","","","","","","","byte","byte","nsecond"']
-    one = exp.per_call_of_graph(exp.per_launch(exp.parse_ncu_csv("\n".join([*header, row.format(16_500_000)])), 1), 500)
-    assert one["us"] == one["longest_us"] == pytest.approx(33.0) and one["dram_bytes"] == pytest.approx(721_000)
-    measured = {"attn_us": [32.7, 32.8, 32.9], "attn_bytes": 720_000, "copy_gbps": 3000.0}
-    assert exp.judge("b32-l4096", measured, one, 0.05)["agree"] is True
-    slow = exp.per_call_of_graph(exp.per_launch(exp.parse_ncu_csv("\n".join([*header, row.format(17_490_000)])), 1), 500)
-    assert exp.judge("b32-l4096", measured, slow, 0.05)["agree"] is False
-    cmd = exp.ncu_command("ncu", Path("x.csv"), ["--scenario", "b32-l4096"], graph=True)
-    assert cmd[cmd.index("--replay-mode") + 1] == "app-range" and cmd[-3:] == ["graph", "--scenario", "b32-l4096"]

@@ -1,10 +1,9 @@
 """One case's layer-0 attention, in a process of its own (GPU): `measure` times it the harness's way and writes
 attn_us, the attention's byte floor and the control copy bandwidth; `profile` calls it inside the NVTX range
-"attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range; `graph`
-replays, inside the range, a CUDA graph of `--calls` calls captured as the harness's timer captures its 10.
+"attn" for Nsight Compute (`ncu --nvtx --nvtx-include attn/`), after a warm-up outside the range.
 
-    python -m ci.experiments.ncu_fused.launch {measure,profile,graph} --preset P --scenario S [--strategy fused_fp8]
-        [--repeats 20] [--launches 5] [--calls 100] [--out FILE]
+    python -m ci.experiments.ncu_fused.launch {measure,profile} --preset P --scenario S [--strategy fused_fp8]
+        [--repeats 20] [--launches 5] [--out FILE]
 """
 
 from __future__ import annotations
@@ -30,14 +29,13 @@ WARMUP = 3
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.experiments.ncu_fused.launch", description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("measure", "profile", "graph"))
+    parser.add_argument("mode", choices=("measure", "profile"))
     parser.add_argument("--preset", default="glm5-tp8")
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--strategy", default="fused_fp8")
     parser.add_argument("--scale", default="prod")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--launches", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=100, help="graph: calls per graph")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     case = Case(get_preset(args.preset), get_scale(args.scale), load_scenario(args.scenario))
@@ -55,19 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             fn, fn_args = layer0(session).attend
             for _ in range(WARMUP):
                 fn(*fn_args)
-            call = lambda: fn(*fn_args)  # noqa: E731
-            if args.mode == "graph":
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for _ in range(args.calls):
-                        fn(*fn_args)
-                call = graph.replay
-                for _ in range(WARMUP):
-                    call()
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(NVTX_RANGE)
             for _ in range(args.launches):
-                call()
+                fn(*fn_args)
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
     return 0

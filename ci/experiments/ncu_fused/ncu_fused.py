@@ -1,7 +1,7 @@
 """The harness's attn_us beside Nsight Compute's kernel time and DRAM bytes of the same launch (issue 28). GPU.
 
 usage: python -m ci.experiments.ncu_fused OUT_DIR [--preset glm5-tp8] [--scenario b32-l4096 ...]
-           [--strategy fused_fp8] [--repeats 20] [--launches 5] [--tolerance 0.05] [--ncu ncu] [--graph [--calls 100]]
+           [--strategy fused_fp8] [--repeats 20] [--launches 5] [--tolerance 0.05] [--ncu ncu]
 
 Per scenario, two processes on the same production case (ci/experiments/ncu_fused/launch.py):
 1. `measure`: the harness's own attn_us (layer 0's attention, cold L2, graph rounds), the attention's byte
@@ -17,12 +17,6 @@ call lies between the longest kernel and the sum. The harness's attn_us median H
 longest <= H * (1 + tolerance) and sum >= H * (1 - tolerance): for a call of one kernel, |ncu / H - 1| <= tolerance.
 (Range replay, `--replay-mode range`, keeps the overlap but times each NVTX range from its start on the
 host side: 187-324 us for these 5-65 us calls on the H200, so it is not used.)
-With `--graph` ncu times the calls as the harness's timer runs them instead, one after the other in a CUDA graph
-(programmatic dependent launches overlapping each with the one before): the NVTX range holds `--launches` replays
-of a graph of `--calls` calls (launch.py `graph`), profiled as one range by application replay
-(`--replay-mode app-range`); a call is the range's time and DRAM bytes over its calls (the range's host-side start
-spread over them too), and agrees when |ncu / H - 1| <= tolerance. (`--graph-profiling graph` serializes a
-graph's kernels: docs/evidence/ncu/h100-2a839eb/README.md.)
 Writes OUT_DIR/summary.json and summary.md (and each scenario's measure JSON and ncu CSV); exits 0 when
 every scenario agrees, 1 otherwise. `--judge-only` judges the files already in OUT_DIR again (no GPU).
 """
@@ -41,12 +35,10 @@ METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.
 HEADLINE = ("b32-l4096", "b128-l2048")
 
 
-def ncu_command(ncu: str, csv_path: Path, launch_args: list[str], graph: bool = False) -> list[str]:
-    """ncu over the launcher's NVTX range: each kernel alone, or with `graph` the range of graph replays as one."""
+def ncu_command(ncu: str, csv_path: Path, launch_args: list[str]) -> list[str]:
     return [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "attn/", "--metrics", ",".join(METRICS),
-            *(("--replay-mode", "app-range") if graph else ()),
             "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path),
-            sys.executable, "-m", "ci.experiments.ncu_fused.launch", "graph" if graph else "profile", *launch_args]
+            sys.executable, "-m", "ci.experiments.ncu_fused.launch", "profile", *launch_args]
 
 
 def _number(text: str) -> float:
@@ -54,21 +46,21 @@ def _number(text: str) -> float:
 
 
 def parse_ncu_csv(text: str) -> list[dict]:
-    """Workload rows (kernels, or graphs) of `ncu --csv --page raw --print-units base`: [{name, ns, read, write}]
-    in launch order. Lines before the header (the program's and ncu's own output) and the units row are skipped."""
+    """Kernel rows of `ncu --csv --page raw --print-units base`: [{name, ns, read, write}] in launch order.
+    Lines before the header (the program's and ncu's own output) and the units row are skipped."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError("no ncu CSV header (a line starting with \"ID\") in the log")
     rows = list(csv.DictReader(lines[start:]))
-    missing = [m for m in METRICS if rows and m not in rows[0]]
+    missing = [m for m in (*METRICS, "Kernel Name") if rows and m not in rows[0]]
     if missing:
         raise ValueError(f"ncu CSV lacks columns {missing}")
     out = []
     for row in rows:
         if not row.get("ID", "").strip().isdigit():
             continue  # the units row
-        out.append({"name": row.get("Kernel Name") or "graph", "ns": _number(row[METRICS[0]]), "read": _number(row[METRICS[1]]),
+        out.append({"name": row["Kernel Name"], "ns": _number(row[METRICS[0]]), "read": _number(row[METRICS[1]]),
                     "write": _number(row[METRICS[2]])})
     if not out:
         raise ValueError("ncu profiled no kernel inside the NVTX range")
@@ -93,12 +85,6 @@ def per_launch(kernels: list[dict], launches: int) -> dict:
                         for p, m in enumerate(med)]}
 
 
-def per_call_of_graph(one: dict, calls: int) -> dict:
-    """per_launch's figures of one range (a workload of `calls` calls) as one call's."""
-    us, nbytes = one["us"] / calls, one["dram_bytes"] / calls
-    return {"us": us, "longest_us": us, "dram_bytes": nbytes, "kernels": [{"name": f"graph / {calls}", "us": us, "dram_bytes": nbytes}]}
-
-
 def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
     """The harness's attn_us median against ncu's bounds of the call (its longest kernel .. the sum of its
     kernels), and both against the attention's byte floor."""
@@ -115,9 +101,8 @@ def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
 
 
 def markdown(doc: dict) -> str:
-    workload = f"a range of {doc['graph_calls']} calls in graphs, per call" if doc.get("graph") else "us each, alone"
     lines = [f"# Nsight Compute vs the harness's attn_us ({doc['preset']}, {doc['strategy']}, tolerance {doc['tolerance']:.0%})", "",
-             f"| scenario | harness attn_us | ncu kernels ({workload}) | ncu longest / harness | ncu sum / harness | agree | "
+             "| scenario | harness attn_us | ncu kernels (us each, alone) | ncu longest / harness | ncu sum / harness | agree | "
              "floor us | harness / floor | DRAM bytes / floor bytes |", "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["scenarios"]:
         h = r["harness_attn_us"]
@@ -138,25 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--ncu", default="ncu")
-    parser.add_argument("--graph", action="store_true", help="profile a range of graph replays as one workload")
-    parser.add_argument("--calls", type=int, default=100, help="--graph: calls per graph")
     parser.add_argument("--judge-only", action="store_true", help="judge the measure JSONs and ncu CSVs already in OUT_DIR")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"preset": args.preset, "strategy": args.strategy, "tolerance": args.tolerance, "graph": args.graph,
-           "graph_calls": args.calls * args.launches if args.graph else None, "scenarios": [],
+    doc = {"preset": args.preset, "strategy": args.strategy, "tolerance": args.tolerance, "scenarios": [],
            "command": " ".join(["python -m ci.experiments.ncu_fused", *(argv if argv is not None else sys.argv[1:])])}
     for scenario in args.scenario or HEADLINE:
         common = ["--preset", args.preset, "--scenario", scenario, "--strategy", args.strategy]
-        measured_path = args.out / f"{scenario}-measure.json"
-        csv_path = args.out / f"{scenario}-ncu{'-graph' if args.graph else ''}.csv"
+        measured_path, csv_path = args.out / f"{scenario}-measure.json", args.out / f"{scenario}-ncu.csv"
         if not args.judge_only:
             subprocess.run([sys.executable, "-m", "ci.experiments.ncu_fused.launch", "measure", *common, "--repeats",
                             str(args.repeats), "--out", str(measured_path)], check=True)
-            launch_args = [*common, "--launches", str(args.launches), *(("--calls", str(args.calls)) if args.graph else ())]
-            subprocess.run(ncu_command(args.ncu, csv_path, launch_args, args.graph), check=True)
-        rows = parse_ncu_csv(csv_path.read_text())
-        ncu = per_call_of_graph(per_launch(rows, 1), doc["graph_calls"]) if args.graph else per_launch(rows, args.launches)
+            subprocess.run(ncu_command(args.ncu, csv_path, [*common, "--launches", str(args.launches)]), check=True)
+        ncu = per_launch(parse_ncu_csv(csv_path.read_text()), args.launches)
         doc["scenarios"].append(judge(scenario, json.loads(measured_path.read_text()), ncu, args.tolerance))
         print(f"{scenario}: harness {doc['scenarios'][-1]['harness_attn_us']:.1f} us, ncu {ncu['us']:.1f} us", flush=True)
     doc["agree"] = all(r["agree"] for r in doc["scenarios"])
