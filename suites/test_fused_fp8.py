@@ -545,3 +545,29 @@ def test_python_mirrors_the_kernel_defines():
     source = fc.SOURCE.read_text()
     assert _define_mismatches(source) == []
     assert _define_mismatches(source.replace("#define PROW 72", "#define PROW 64")) == ["PROW"]
+
+
+def test_fused_fp8_tells_the_kernel_which_rows_the_step_writes(monkeypatch):
+    """The CUDA kernel loads rows before it waits for the step's previous kernel, all but each request's last
+    `new_tokens` (fused_mla_cuda.decode): fused_fp8 must pass as many as the step writes per request, and the
+    rows it writes must be those last ones, in every step of a schedule that reuses freed slots."""
+    from harness.execute.prepared import PreparedCase
+    from harness.inputs.cases import load_case
+    from harness.kernels import fused_mla_decode as fmd
+
+    calls = []
+
+    def record(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices, *args, **kwargs):
+        calls.append((kv_indptr.clone(), kv_indices.clone(), kwargs))
+        return torch.zeros(*q_nope.shape, dtype=torch.bfloat16), torch.zeros(q_nope.shape[:2])
+
+    monkeypatch.setattr(fmd, "fused_mla_decode", record)
+    prep = PreparedCase(load_case("glm5-tp8.ci.multistep-reuse"), torch.device("cpu")).build()
+    with prep.session("fused_fp8") as session:
+        assert len(session.schedule.steps) > 1 and any(len(b.reused_slots) for b in session.schedule.steps)
+        for batch in session.schedule.steps:
+            q = session.data.steps[batch.step]
+            session.strategy.attend(session.strategy.begin_step(batch), q.q_nope[0], q.q_pe[0], session.strategy.prepare_kv(0))
+            indptr, indices, kwargs = calls[-1]
+            assert kwargs["indices_ready"] and kwargs["new_tokens"] == len(batch.write_slots) // batch.batch_size == 1
+            assert indices[indptr[1:].long() - 1].tolist() == batch.write_slots.tolist()

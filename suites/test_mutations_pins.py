@@ -146,6 +146,9 @@ MUTATIONS = [
      ["suites/test_fused_fp8.py::test_tuning_table_and_default"]),
     ("explicit-top-slot-ignored", "harness/spec/schedule.py", "if explicit > need else", "if False else",
      [f"{B}::test_cpu_pool_grows_to_an_explicit_layouts_highest_slot"]),
+    # the fused kernel's early tile loads: fused_fp8 names the rows its step writes (the GPU race test pins the kernel)
+    ("fused-new-tokens-none-left", "harness/strategies/fused_fp8.py", "indices_ready=True, new_tokens=1)",
+     "indices_ready=True, new_tokens=0)", ["suites/test_fused_fp8.py::test_fused_fp8_tells_the_kernel_which_rows_the_step_writes"]),
 ]
 
 
