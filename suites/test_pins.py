@@ -270,7 +270,7 @@ def test_fused_launcher_checks_and_buffers():
     """fused_mla_decode's launch helper: what it refuses before launching, the options that exclude
     each other, and the split buffers' shapes (the CTA merge's arrival counters start at zero)."""
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.kernels.fused_mla_decode import Config, _check, partial_buffers
+    from harness.kernels.fused_mla_decode import Config, _check, fused_mla_decode, partial_buffers
 
     def args(**kw):
         a = dict(q_nope=torch.zeros(2, 8, 512, dtype=torch.bfloat16), q_pe=torch.zeros(2, 8, 64, dtype=torch.bfloat16),
@@ -290,6 +290,8 @@ def test_fused_launcher_checks_and_buffers():
     ]:
         with pytest.raises(error, match=match):
             _check(**args(**bad))
+    with pytest.raises(ValueError, match="new_tokens must be None or >= 0, got -1"):
+        fused_mla_decode(**args(), sm_scale=1.0, config=Config(num_splits=1), new_tokens=-1)
     for bad in (dict(prefetch=True, reload_v=True), dict(dv_split=3), dict(qk_chunk=32), dict(pdl_merge=True),
                 dict(tokens_m=True, prefetch=True), dict(contig=True, reload_v=True)):
         with pytest.raises(ValueError):

@@ -305,8 +305,6 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     kernel = _kernel(instance, device_index)
     block, smem, groups = 32 * instance.warps, instance.smem, -(-heads // instance.nh)
     whole = int(whole_rows(ckv2, kpe2))
-    if new_tokens is not None and new_tokens < 0:
-        raise ValueError(f"new_tokens must be >= 0, got {new_tokens}")
     early_after = new_tokens if indices_ready and new_tokens is not None else -1  # the kernel's new_tokens: -1 loads none early
 
     def args(lo: int, hi: int, splits: int, mode: int) -> list:  # requests lo .. hi-1

@@ -540,6 +540,8 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     may be loaded before the wait too. None: it may write any row.
     """
     batch, heads, d_ckv, d_kpe = _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices)
+    if new_tokens is not None and new_tokens < 0:
+        raise ValueError(f"new_tokens must be None or >= 0, got {new_tokens}")
     dev = q_nope.device
     out = torch.empty((batch, heads, d_ckv), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((batch, heads), dtype=torch.float32, device=dev)
