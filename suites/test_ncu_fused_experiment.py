@@ -69,3 +69,22 @@ def test_ncu_runs_the_launcher_in_the_nvtx_range_with_base_units(tmp_path):
     from ci.experiments.ncu_fused import launch
 
     assert launch.NVTX_RANGE + "/" == cmd[cmd.index("--nvtx-include") + 1]
+
+
+def test_cupti_spans_are_per_replay_over_its_calls():
+    """The third timer: per replay the first kernel's start to the last one's end (kernels overlap: the span,
+    not their sum), over the calls; a count that is not the same each replay is refused."""
+    from ci.experiments.ncu_fused.launch import spans_per_call
+
+    # two replays of 2 calls, each call one kernel overlapping the next by 1 us
+    kernels = [(0.0, 30.0), (29.0, 61.0), (100.0, 131.0), (130.0, 162.0)]
+    assert spans_per_call(kernels, 2, 2) == pytest.approx([30.5, 31.0])
+    with pytest.raises(ValueError, match="same kernels in each of 2 replays"):
+        spans_per_call(kernels[:3], 2, 2)
+    measured = {"attn_us": [31.0], "attn_bytes": 70_000_000, "copy_gbps": 3000.0, "cupti_us": [30.5, 31.0, 30.9]}
+    row = exp.judge("b32-l4096", measured, {"us": 33.0, "longest_us": 33.0, "dram_bytes": 1, "kernels": []}, 0.05)
+    assert row["cupti_ratio"] == pytest.approx(30.9 / 31.0) and row["agree"] is False  # ncu's verdict alone
+    doc = {"preset": "p", "strategy": "s", "tolerance": 0.05, "scenarios": [row], "agree": False, "command": "c"}
+    assert "| 0.997 |" in exp.markdown(doc)
+    del measured["cupti_us"]
+    assert exp.judge("b32-l4096", measured, {"us": 31.0, "longest_us": 31.0, "dram_bytes": 1, "kernels": []}, 0.05)["cupti_us"] is None

@@ -17,6 +17,10 @@ call lies between the longest kernel and the sum. The harness's attn_us median H
 longest <= H * (1 + tolerance) and sum >= H * (1 - tolerance): for a call of one kernel, |ncu / H - 1| <= tolerance.
 (Range replay, `--replay-mode range`, keeps the overlap but times each NVTX range from its start on the
 host side: 187-324 us for these 5-65 us calls on the H200, so it is not used.)
+Beside both, the measure process's third timer: CUPTI's kernel records (torch.profiler) of the timer's graph, the
+first kernel's start to the last one's end over its calls (ci/experiments/ncu_fused/launch.py cupti_per_call);
+unlike ncu it leaves the calls overlapping as the graph runs them, so it checks attn_us where ncu cannot
+(reported, not part of the agreement above).
 Writes OUT_DIR/summary.json and summary.md (and each scenario's measure JSON and ncu CSV); exits 0 when
 every scenario agrees, 1 otherwise. `--judge-only` judges the files already in OUT_DIR again (no GPU).
 """
@@ -93,7 +97,9 @@ def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
     harness_us = statistics.median(measured["attn_us"])
     floor_us = roofline_floor_us(measured["attn_bytes"], measured["copy_gbps"])
     agree = ncu["longest_us"] <= harness_us * (1 + tolerance) and ncu["us"] >= harness_us * (1 - tolerance)
+    cupti_us = statistics.median(measured["cupti_us"]) if measured.get("cupti_us") else None
     return {"scenario": scenario, "harness_attn_us": harness_us, "ncu_us": ncu["us"], "ncu_longest_us": ncu["longest_us"],
+            "cupti_us": cupti_us, "cupti_ratio": cupti_us / harness_us if cupti_us else None,
             "ratio": ncu["us"] / harness_us, "agree": agree, "floor_us": floor_us,
             "harness_floor_ratio": harness_us / floor_us, "ncu_floor_ratio": ncu["longest_us"] / floor_us,
             "attn_bytes": measured["attn_bytes"], "dram_bytes": ncu["dram_bytes"],
@@ -103,11 +109,13 @@ def judge(scenario: str, measured: dict, ncu: dict, tolerance: float) -> dict:
 def markdown(doc: dict) -> str:
     lines = [f"# Nsight Compute vs the harness's attn_us ({doc['preset']}, {doc['strategy']}, tolerance {doc['tolerance']:.0%})", "",
              "| scenario | harness attn_us | ncu kernels (us each, alone) | ncu longest / harness | ncu sum / harness | agree | "
-             "floor us | harness / floor | DRAM bytes / floor bytes |", "|---|---|---|---|---|---|---|---|---|"]
+             "CUPTI in the graph / harness | floor us | harness / floor | DRAM bytes / floor bytes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["scenarios"]:
-        h = r["harness_attn_us"]
+        h, cupti = r["harness_attn_us"], r.get("cupti_ratio")
         lines.append(f"| {r['scenario']} | {h:.1f} | {' + '.join(format(k['us'], '.1f') for k in r['kernels'])} | "
                      f"{r['ncu_longest_us'] / h:.3f} | {r['ncu_us'] / h:.3f} | {'yes' if r['agree'] else 'NO'} | "
+                     f"{'-' if cupti is None else format(cupti, '.3f')} | "
                      f"{r['floor_us']:.1f} | {r['harness_floor_ratio']:.2f} | {r['dram_over_floor_bytes']:.3f} |")
     lines += ["", f"Agree: {doc['agree']}. Command: `{doc['command']}`."]
     return "\n".join(lines) + "\n"
