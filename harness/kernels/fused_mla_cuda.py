@@ -279,9 +279,9 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     On sm_90+ each launch is a programmatic dependent of the stream's previous kernel and waits for
     it before reading anything; with `indices_ready` (kv_indptr / kv_indices were written before that
     kernel started, as a plan filled before the step's kernels is) after reading the indices, and with
-    `new_tokens` too (that kernel may write each request's last `new_tokens` KV rows, no other: a decode
-    step's new token, written right before its attention) after issuing its first tiles' loads of the rows
-    before them.
+    `new_tokens` too (the kernels still running when it starts may write each request's last `new_tokens` KV
+    rows, no other: a decode step's new token, written right before its attention) after issuing its first
+    tiles' loads of the rows before them.
     `instance`: the kernel instance (Config.cuda_instance). Other arguments as in
     harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape

@@ -535,9 +535,10 @@ def fused_mla_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor
     from `partial_buffers` (allocated here when None) hold the splits' results.
     `indices_ready`: kv_indptr / kv_indices were written before the stream's previous kernel
     started (a plan filled before the step), so the CUDA kernel may read them before it waits for
-    that kernel (sm_90+, see fused_mla_cuda.decode); `new_tokens`: that kernel writes at most each
-    request's last `new_tokens` KV rows (a decode step: 1), so with `indices_ready` the rows before them
-    may be loaded before the wait too. None: it may write any row.
+    that kernel (sm_90+, see fused_mla_cuda.decode); `new_tokens`: no kernel before it on the stream
+    that may still be running when it starts (that one, or an earlier one it does not wait for) writes
+    any KV row but each request's last `new_tokens` (a decode step: its new token, 1), so with
+    `indices_ready` the rows before them may be loaded before the wait too. None: any row may be written.
     """
     batch, heads, d_ckv, d_kpe = _check(q_nope, q_pe, ckv, kpe, kv_indptr, kv_indices)
     if new_tokens is not None and new_tokens < 0:
