@@ -473,8 +473,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // sm_90+: launched as a programmatic dependent of the stream's previous kernel (a no-op otherwise),
   // it waits for that kernel's writes before it reads anything, or with INDICES_READY once it has
   // issued its reads of kv_indptr and the first tiles' kv_indices, and with new_tokens >= 0 also the
-  // loads of its first tiles that end before the request's last new_tokens tokens (rows written before
-  // that kernel started; Q, the other KV rows and every write still come after). A WAIT_PRIOR launch
+  // loads of its first tiles that end before the request's last new_tokens tokens (rows no kernel still
+  // running before it writes; Q, the other KV rows and every write still come after). A WAIT_PRIOR launch
   // runs beside the cluster launch before it and waits for it at its end instead.
   const bool wait_first = !wait_prior.on && !(merge_mode & INDICES_READY);
   const bool wait_after_indices = !wait_prior.on && (merge_mode & INDICES_READY);
@@ -574,7 +574,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
   // Tile s's load (bulk copies only: the cp.async groups stay in tile order) may come before the wait when
-  // its rows end before the request's last new_tokens tokens, which the previous kernel may be writing.
+  // its rows end before the request's last new_tokens tokens, which a kernel before it may be writing.
   auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && tok0(s) + TILE <= end - new_tokens; };
   auto prologue_load = [&](int s) {
     const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
