@@ -147,7 +147,7 @@ MUTATIONS = [
     ("explicit-top-slot-ignored", "harness/spec/schedule.py", "if explicit > need else", "if False else",
      [f"{B}::test_cpu_pool_grows_to_an_explicit_layouts_highest_slot"]),
     # the fused kernel's early tile loads: fused_fp8 names the rows its step writes (the GPU race test pins the kernel)
-    ("fused-new-tokens-none-left", "harness/strategies/fused_fp8.py", "indices_ready=True, new_tokens=1)",
+    ("fused-new-tokens-none-left", "harness/strategies/fused_fp8.py", "indices_ready=True, new_tokens=NEW_TOKENS)",
      "indices_ready=True, new_tokens=0)", ["suites/test_fused_fp8.py::test_fused_fp8_tells_the_kernel_which_rows_the_step_writes"]),
     ("fused-new-tokens-negative-taken", "harness/kernels/fused_mla_decode.py", "if new_tokens is not None and new_tokens < 0:",
      "if False:", [f"{P}::test_fused_launcher_checks_and_buffers"]),

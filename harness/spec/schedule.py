@@ -25,6 +25,8 @@ from harness.errors import HarnessError
 from harness.spec import synth
 from harness.spec.scenario import Scenario
 
+NEW_TOKENS = 1  # KV rows a decode step writes per request: its new token, the last of its indices (write_slots)
+
 
 @dataclass(frozen=True)
 class StepBatch:

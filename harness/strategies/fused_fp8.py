@@ -20,6 +20,7 @@ import torch
 from harness.backends.base import AttnProblem
 from harness.errors import HarnessError
 from harness.spec.faults import Fault
+from harness.spec.schedule import NEW_TOKENS
 from harness.strategies.base import Strategy, register, triton_e4m3_reason
 
 KV_SCALE = 1.0  # SGLang's pool holds unscaled e4m3 bits
@@ -124,9 +125,9 @@ class FusedFP8(Strategy):
         ckv, kpe = (t.view(torch.uint8) for t in kv)  # e4m3 views or the raw bytes: the kernel reads uint8
         p = plan.problem
         # the plan's index buffers are filled by copies before the step's kernels (begin_step, replan_step); the
-        # step writes one row per request, its new token's (the last), right before this layer's attention
+        # step writes each request's last NEW_TOKENS rows right before this layer's attention
         return fused_mla_decode(q_nope, q_pe, ckv, kpe, plan.kv_indptr, plan.kv_indices, p.sm_scale, plan.config,
-                                kv_scale=self.kv_scale, partials=plan.partials, indices_ready=True, new_tokens=1)
+                                kv_scale=self.kv_scale, partials=plan.partials, indices_ready=True, new_tokens=NEW_TOKENS)
 
 
 def _pool_rows(pool_u8: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,7 @@ from harness.kernels import fused_mla_cuda
 from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
 from harness.kernels.fused_tuning import default_config, entry_for, load_table
 from harness.spec.presets import get_preset, get_scale
+from harness.spec.schedule import NEW_TOKENS
 
 BASE = "base"
 NVTX_RANGE = "attn"
@@ -86,7 +87,7 @@ _CACHES: dict[str, dict] = {}
 fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
 
 
-CALL_FIELDS = {"new_tokens": 1}  # fused_mla_decode's arguments a variant may set, with fused_fp8's values
+CALL_FIELDS = {"new_tokens": NEW_TOKENS}  # fused_mla_decode's arguments a variant may set, with fused_fp8's values
 
 
 def config_fields(text: str | None, option: str = "--config") -> dict:

@@ -35,6 +35,7 @@ from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, ent
 from harness.measure.control import measure_control  # noqa: E402
 from harness.measure.timing import event_time_ms  # noqa: E402
 from harness.spec.presets import get_preset, get_scale  # noqa: E402
+from harness.spec.schedule import NEW_TOKENS  # noqa: E402
 
 SHAPES = "1x512,1x4096,32x4096,128x2048,8x2048,64x1024"
 # (block_n, num_warps, num_stages, reload_v, prefetch, pv_fp16): the tile variants searched. Only
@@ -157,7 +158,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
         def step():
             for pool, (qn, qp) in zip(pools, qs):
                 fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, config,
-                                 partials=parts, p_split=p_split, indices_ready=True, new_tokens=1)  # as fused_fp8 calls it
+                                 partials=parts, p_split=p_split, indices_ready=True, new_tokens=NEW_TOKENS)  # as fused_fp8 calls it
         try:
             us = time_graph(step) * 1e3 / len(pools)
         except Exception as exc:  # a config that does not compile or fit is skipped, not fatal
