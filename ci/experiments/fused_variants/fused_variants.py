@@ -129,12 +129,12 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
                                  **(overrides or {}))
     parts = {}  # per kernel source (variant) and Config, allocated at its first, eager, step
 
-    def step(cfg=config, **call):
+    def step(cfg=config, new_tokens=NEW_TOKENS):
         key = (fused_mla_cuda.SOURCE, cfg)
         if key not in parts:
             parts[key] = partial_buffers(batch, heads, cfg, 512, dev)
         return [fused_mla_decode(qn, qp, pool[..., :512], pool[..., 512:], indptr, indices, preset.sm_scale, cfg,
-                                 partials=parts[key], indices_ready=True, **(call or call_fields(None)))
+                                 partials=parts[key], indices_ready=True, new_tokens=new_tokens)
                 for pool, (qn, qp) in zip(pools, qs)]
     return step, config
 
