@@ -44,7 +44,7 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
-    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE"))
+    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_CLOCK"))
 
 
 def test_config_fields_replace_the_table_entry_and_refuse_what_is_not_a_field():
@@ -72,3 +72,40 @@ def test_call_fields_default_to_fused_fp8s_call_and_are_not_config_fields():
     assert exp.call_fields(exp.parse_variant("pp:ping_pong=1").config) == {"new_tokens": 1}
     with pytest.raises(SystemExit, match="new_tokens"):
         exp.config_fields("new_tokens=x")
+
+
+def _records(rows):
+    """uint64 records as DIAG_CLOCK writes them: (pool, x, y, smid, merge_mode, tiles, five globaltimer ns, wait and
+    loop clocks)."""
+    import numpy as np
+
+    return np.array([[key, x | (y << 8) | (sm << 24) | (mode << 32) | (tiles << 40), *t, wait | (loop << 32)]
+                     for key, x, y, sm, mode, tiles, t, wait, loop in rows], dtype=np.uint64)
+
+
+def test_timeline_phases_per_launch_and_the_last_cta():
+    # two layers; in each a cluster-launch CTA and one beside it (WAIT_PRIOR), the latter exiting last in layer 2
+    recs = _records([
+        (1, 0, 0, 0, 2, 16, (1000, 1500, 3000, 28000, 30000), 100, 1000),
+        (1, 0, 1, 1, 1 | 4, 11, (1200, 1300, 2800, 20000, 29000), 300, 1000),
+        (2, 0, 0, 0, 2, 16, (31000, 31500, 33000, 58000, 60000), 500, 1000),
+        (2, 0, 1, 1, 1 | 4, 11, (31400, 31500, 33000, 59000, 61000), 700, 1000),
+    ])
+    doc = exp.timeline.summarize(recs)
+    assert (doc["ctas"], doc["layers"], doc["sms"]) == (4, 2, 2)
+    main, beside = doc["kinds"]["main"], doc["kinds"]["beside"]
+    assert main["ctas_per_layer"] == beside["ctas_per_layer"] == 1
+    assert main["wait"]["median"] == 0.5 and main["first_tile"]["median"] == 1.5 and main["tail"]["median"] == 2.0
+    assert main["loop"]["median"] == 25.0 and main["loop_waiting_share"]["median"] == 0.3
+    assert beside["start_skew"]["max"] == 0.4 and main["end_skew"]["max"] == 1.0
+    assert doc["last"]["kind_beside"] == 1 and doc["last"]["wait"]["median"] == 0.3  # layer 1: the cluster CTA, 2: beside
+    assert doc["layer_span_us"]["median"] == 29.5 and doc["layer_period_us"]["median"] == 30.0
+
+
+def test_the_clock_diagnostic_is_compiled_only_when_asked_for():
+    from harness.kernels import nvrtc
+
+    instance = fused_mla_cuda.Instance(8, 3, 8).name
+    for define, present in (("", False), ("#define DIAG_CLOCK 1\n", True)):
+        cubin = nvrtc.build(define + exp.fused_mla_cuda.SOURCE_TEXT, [instance], "90", fused_mla_cuda.OPTIONS).cubin
+        assert (b"diag_clock" in cubin and b"diag_count" in cubin) == present, define or "the committed kernel"

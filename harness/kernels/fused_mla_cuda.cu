@@ -71,6 +71,9 @@ typedef long long i64;
 #ifndef DIAG_NO_MERGE
 #define DIAG_NO_MERGE 0  // splits end before they are merged
 #endif
+#ifndef DIAG_CLOCK
+#define DIAG_CLOCK 0  // thread 0 of every CTA records its timeline in diag_clock (fused_variants timeline)
+#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -461,6 +464,43 @@ struct WaitPriorAtExit {
   }
 };
 
+// DIAG_CLOCK: one record of DIAG_WORDS words per CTA, in the order the CTAs exit: the pool (ckv: which
+// layer's launch), the CTA (x | y << 8 | z << 20 | smid << 24 | merge_mode << 32 | tiles << 40), the
+// globaltimer (ns) at entry, past the wait on the previous kernel, when the first tile has landed, past
+// the last tile and at exit, and the SM clocks spent waiting for tiles | in the tile loop << 32.
+#define DIAG_RECORDS 16384
+#define DIAG_WORDS 8
+#if DIAG_CLOCK
+__device__ unsigned long long diag_clock[DIAG_RECORDS * DIAG_WORDS];
+__device__ unsigned int diag_count;
+#endif
+
+struct ClockAtExit {
+  unsigned long long key, ids, t[5];
+  long long wait, loop;
+  __device__ static unsigned long long now() {
+    unsigned long long v;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+    return v;
+  }
+  __device__ void mark(int k) {
+    if (DIAG_CLOCK && threadIdx.x == 0) t[k] = now();
+  }
+  __device__ ~ClockAtExit() {
+#if DIAG_CLOCK
+    if (threadIdx.x != 0) return;
+    mark(4);
+    const unsigned int r = atomicAdd(&diag_count, 1u);
+    if (r >= DIAG_RECORDS) return;
+    unsigned long long* w = diag_clock + (unsigned long long)r * DIAG_WORDS;
+    w[0] = key;
+    w[1] = ids;
+    for (int k = 0; k < 5; ++k) w[2 + k] = t[k];
+    w[7] = (unsigned long long)(u32)wait | ((unsigned long long)(u32)loop << 32);
+#endif
+  }
+};
+
 template <int NH, int STAGES, int W, bool PP>
 __global__ void __launch_bounds__(32 * W, (W == 8 && STAGES == 2) ? 2 : 1)
 fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u8* __restrict__ ckv,
@@ -470,6 +510,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                  int s_ckv, int s_kpe, int so_b, int so_h, int sl_b, int num_heads, int num_splits,
                  int merge_mode, int whole_rows, int new_tokens, double scale_log2_d, double kv_scale_d) {
   const WaitPriorAtExit wait_prior{(merge_mode & WAIT_PRIOR) != 0};
+  ClockAtExit clk{};
+  clk.mark(0);
   // sm_90+: launched as a programmatic dependent of the stream's previous kernel (a no-op otherwise),
   // it waits for that kernel's writes before it reads anything, or with INDICES_READY once it has
   // issued its reads of kv_indptr and the first tiles' kv_indices, and with new_tokens >= 0 also the
@@ -587,6 +629,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 #if __CUDA_ARCH__ >= 900
   if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  clk.mark(1);
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
     if (!early(s)) prologue_load(s);
@@ -627,8 +670,17 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
   const int cb = gwarp % 8, ks0 = (gwarp / 8) * KS;  // phase C: this warp's 64-channel block and first token step
   // The group's tile i is cp.async group i: the prologue's groups 0 .. PRE-1, then one per refill.
+  if (DIAG_CLOCK && tid == 0) {
+    u32 smid;
+    asm("mov.u32 %0, %%smid;" : "=r"(smid));
+    clk.key = (unsigned long long)ckv;
+    clk.ids = blockIdx.x | (blockIdx.y << 8) | (blockIdx.z << 20) | ((unsigned long long)smid << 24)
+              | ((unsigned long long)(merge_mode | (wait_prior.on ? WAIT_PRIOR : 0)) << 32) | ((unsigned long long)ntg << 40);
+    clk.loop = clock64();
+  }
   for (int i = 0; i < ntg; ++i) {
     const int si = i % STAGES;
+    const long long wait0 = DIAG_CLOCK ? clock64() : 0;
     if ((bulk_bits >> si) & 1) {  // bulk copies: its barrier; the cp.async groups since tile i hold only index tiles
       cp_async_wait<STAGES - 1>();
       mbar_wait(bar0 + 8 * si, (phase_bits >> si) & 1);
@@ -637,6 +689,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       cp_async_wait<STAGES - 1>();
     } else {
       cp_async_wait<STAGES - 2>();
+    }
+    if (DIAG_CLOCK && tid == 0) {
+      clk.wait += clock64() - wait0;
+      if (i == 0) clk.mark(2);
     }
     // Every warp is past tile i - 1: its slot takes tile j = i + STAGES - 1, whose indices (fetched
     // IAHEAD >= STAGES - 1 iterations ago, visible since an earlier barrier) decide how it is loaded.
@@ -757,6 +813,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     }
   }
 
+  if (DIAG_CLOCK && tid == 0) {
+    clk.loop = clock64() - clk.loop;
+    clk.mark(3);
+  }
   {  // epilogue: the softmax sums; with 16 warps the second token half's O^T is added to the first's
 #pragma unroll
     for (int off = TPH / 2; off; off >>= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, off);

@@ -4,6 +4,7 @@ production pools, and Nsight Compute's per-instruction profile of one launch (GP
   python -m ci.experiments.fused_variants time OUT.json [--preset glm5-tp8] [--shapes 32x4096,128x2048]
       [--variant NAME[@SOURCE.cu]:DEF=V,DEF=V ...] [--rounds 5] [--layers N] [--config FIELD=V,FIELD=V]
   python -m ci.experiments.fused_variants profile OUT_DIR [--preset P] [--shapes 32x4096] [--variant ...] [--ncu ncu]
+  python -m ci.experiments.fused_variants timeline OUT.json [--preset P] [--shapes ...] [--variant ...] [--config ...]
 
 `time`: per shape, the committed table entry's Config (harness.kernels.fused_tuning) as the tuner times it
 (a CUDA graph of every layer's attention over its own pool, median replay / layers), each variant in turn,
@@ -15,6 +16,8 @@ a variant's lower-case DEF=V items replace Config fields for that variant alone 
 every request's length, e.g. `wait:new_tokens=99999`, loads nothing before the wait), its upper-case ones are #defines.
 A variant NAME@SOURCE.cu compiles that file (another commit's kernel, say) in place of the committed one, with its
 own partial buffers and arrival words (a kernel of another protocol never shares them).
+`timeline`: each variant built with DIAG_CLOCK=1, every CTA's timeline over one replay of the timer's graph
+(timeline.py says what is recorded and summarized).
 `profile`: for each shape and variant, one launch of layer 0 under `ncu --set full --import-source yes`,
 then the report's details and SASS source pages as CSV (stall reasons per instruction).
 """
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from ci.experiments.fused_variants import timeline
 from ci.experiments.tune_fused.tune_fused import page_indices, time_graph
 from harness.kernels import fused_mla_cuda
 from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
@@ -175,6 +179,37 @@ def time_variants(args, variants, workdir: Path) -> dict:
     return doc
 
 
+def timelines(args, variants, workdir: Path) -> dict:
+    """Per shape and variant: the DIAG_CLOCK build's us/layer (the timer's graph) and its CTAs' timeline summary."""
+    dev = torch.device("cuda")
+    preset = get_preset(args.preset)
+    layers = args.layers or preset.num_layers
+    doc = {"preset": preset.name, "layers": layers, "device": torch.cuda.get_device_name(dev), "shapes": []}
+    for shape in args.shapes.split(","):
+        batch, kv_len = (int(x) for x in shape.split("x"))
+        step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
+        rows = {}
+        for name, variant in variants.items():
+            cfg = dataclasses.replace(config, **config_fields(variant.config, f"--variant {name}"))
+            use_variant(dataclasses.replace(variant, name=f"{name}-clock", defines={**variant.defines, "DIAG_CLOCK": "1"}), workdir)
+            run = functools.partial(step, cfg, **call_fields(variant.config))
+            us = time_graph(run) * 1e3 / layers  # builds, captures and replays the graph
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            kernel = fused_mla_cuda._kernel(cfg.cuda_instance(preset.heads_per_rank), dev.index or 0)
+            for _ in range(3):
+                graph.replay()
+            timeline.reset(kernel)
+            graph.replay()
+            rows[name] = {"config": cfg.__dict__, "defines": variant.defines, "clocked_us_per_layer": us,
+                          **timeline.summarize(timeline.read(kernel))}
+            print(f"{shape} {name}: {us:.2f} us/layer clocked, layer span {rows[name]['layer_span_us']['median']:.2f} us, "
+                  f"period {rows[name]['layer_period_us']['median']:.2f} us", flush=True)
+        doc["shapes"].append({"shape": shape, "variants": rows})
+    return doc
+
+
 def profile_one(args, variants, workdir: Path) -> None:
     """Child of `profile` under ncu: a warm-up launch, then one inside the NVTX range (layer 0 only)."""
     dev = torch.device("cuda")
@@ -213,7 +248,7 @@ def profile(args, variants) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="python -m ci.experiments.fused_variants", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("time", "profile", "profile-child"))
+    ap.add_argument("mode", choices=("time", "timeline", "profile", "profile-child"))
     ap.add_argument("out")
     ap.add_argument("--preset", default="glm5-tp8")
     ap.add_argument("--shapes", default="32x4096,128x2048")
@@ -230,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         config_fields(v.config, f"--variant {v.name}")
     config_fields(args.config)
     workdir = Path(tempfile.mkdtemp(prefix="fused-variants-"))
-    if args.mode == "time":
-        doc = time_variants(args, variants, workdir)
+    if args.mode in ("time", "timeline"):
+        doc = (time_variants if args.mode == "time" else timelines)(args, variants, workdir)
         doc["command"] = "python -m ci.experiments.fused_variants " + " ".join(argv)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     elif args.mode == "profile":
