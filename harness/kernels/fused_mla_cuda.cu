@@ -74,6 +74,12 @@ typedef long long i64;
 #ifndef DIAG_CLOCK
 #define DIAG_CLOCK 0  // thread 0 of every CTA records its timeline in diag_clock (fused_variants timeline)
 #endif
+#ifndef DIAG_EARLY_Q
+#define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
+#endif
+#ifndef Q_PREFETCH
+#define Q_PREFETCH 0  // with the early tile loads, Q's lines prefetched into L2 before the wait
+#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -466,17 +472,19 @@ struct WaitPriorAtExit {
 
 // DIAG_CLOCK: one record of DIAG_WORDS words per CTA, in the order the CTAs exit: the pool (ckv: which
 // layer's launch), the CTA (x | y << 8 | z << 20 | smid << 24 | merge_mode << 32 | tiles << 40), the
-// globaltimer (ns) at entry, past the wait on the previous kernel, when the first tile has landed, past
-// the last tile and at exit, and the SM clocks spent waiting for tiles | in the tile loop << 32.
+// globaltimer (ns) at entry, before and past the wait on the previous kernel, when Q is in shared memory,
+// when the first tile has landed, past the last tile and at exit, and the SM clocks spent waiting for
+// tiles | in the tile loop << 32.
 #define DIAG_RECORDS 16384
-#define DIAG_WORDS 8
+#define DIAG_MARKS 7
+#define DIAG_WORDS (3 + DIAG_MARKS)
 #if DIAG_CLOCK
 __device__ unsigned long long diag_clock[DIAG_RECORDS * DIAG_WORDS];
 __device__ unsigned int diag_count;
 #endif
 
 struct ClockAtExit {
-  unsigned long long key, ids, t[5];
+  unsigned long long key, ids, t[DIAG_MARKS];
   long long wait, loop;
   __device__ static unsigned long long now() {
     unsigned long long v;
@@ -489,14 +497,14 @@ struct ClockAtExit {
   __device__ ~ClockAtExit() {
 #if DIAG_CLOCK
     if (threadIdx.x != 0) return;
-    mark(4);
+    mark(DIAG_MARKS - 1);
     const unsigned int r = atomicAdd(&diag_count, 1u);
     if (r >= DIAG_RECORDS) return;
     unsigned long long* w = diag_clock + (unsigned long long)r * DIAG_WORDS;
     w[0] = key;
     w[1] = ids;
-    for (int k = 0; k < 5; ++k) w[2 + k] = t[k];
-    w[7] = (unsigned long long)(u32)wait | ((unsigned long long)(u32)loop << 32);
+    for (int k = 0; k < DIAG_MARKS; ++k) w[2 + k] = t[k];
+    w[2 + DIAG_MARKS] = (unsigned long long)(u32)wait | ((unsigned long long)(u32)loop << 32);
 #endif
   }
 };
@@ -608,6 +616,25 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD and Q (bf16, 4 channels
   // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
   constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
+  // Q (bf16, 4 channels per 8-byte cp.async; zeros for heads past num_heads) into qs's rows, in cp.async group 0.
+  auto issue_q = [&]() {
+    for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
+      const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
+      const bool ok = h0 + h < num_heads;
+      const u16* src = k < D_CKV ? q_nope + (i64)b * sqn_b + (i64)(h0 + (ok ? h : 0)) * sqn_h + k
+                                 : q_pe + (i64)b * sqp_b + (i64)(h0 + (ok ? h : 0)) * sqp_h + (k - D_CKV);
+      cp_async8(smem_addr(qs + h * QROW + k), src, ok ? 8 : 0);
+    }
+  };
+  // Q_PREFETCH: Q's 128-byte lines (each head's 1024 latent and 128 RoPE bytes, any alignment: a line per 128
+  // bytes and the last byte's) fetched into L2 before the wait. L2 is where a kernel still writing Q writes,
+  // so the loads after the wait read the written values whether or not the prefetch came first.
+  if (Q_PREFETCH && wait_after_indices && tid < NH * 11 && h0 + tid / 11 < num_heads) {
+    const int h = h0 + tid / 11, k = tid % 11;
+    const u8* a = k < 9 ? (const u8*)(q_nope + (i64)b * sqn_b + (i64)h * sqn_h) + min(128 * k, 2 * D_CKV - 1)
+                        : (const u8*)(q_pe + (i64)b * sqp_b + (i64)h * sqp_h) + (k == 9 ? 0 : 127);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
   int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
@@ -626,22 +653,18 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 #pragma unroll
   for (int s = 0; s < PRE; ++s)
     if (early(s)) prologue_load(s);
+  if (DIAG_EARLY_Q) issue_q();
+  clk.mark(1);
 #if __CUDA_ARCH__ >= 900
   if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  clk.mark(1);
+  clk.mark(2);
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
     if (!early(s)) prologue_load(s);
     if (s == 0) {
       for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
-      for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
-        const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
-        const bool ok = h0 + h < num_heads;
-        const u16* src = k < D_CKV ? q_nope + (i64)b * sqn_b + (i64)(h0 + (ok ? h : 0)) * sqn_h + k
-                                   : q_pe + (i64)b * sqp_b + (i64)(h0 + (ok ? h : 0)) * sqp_h + (k - D_CKV);
-        cp_async8(smem_addr(qs + h * QROW + k), src, ok ? 8 : 0);
-      }
+      if (!DIAG_EARLY_Q) issue_q();
     }
     cp_async_commit();
   }
@@ -652,6 +675,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // Q: bf16 -> fp16 in place once the first group has landed (each thread converts what it reads).
   cp_async_wait<PRE - 1>();
   __syncthreads();
+  clk.mark(3);
   for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
     const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
     const uint2 v = *(const uint2*)(qs + h * QROW + k);
@@ -692,7 +716,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     }
     if (DIAG_CLOCK && tid == 0) {
       clk.wait += clock64() - wait0;
-      if (i == 0) clk.mark(2);
+      if (i == 0) clk.mark(4);
     }
     // Every warp is past tile i - 1: its slot takes tile j = i + STAGES - 1, whose indices (fetched
     // IAHEAD >= STAGES - 1 iterations ago, visible since an earlier barrier) decide how it is loaded.
@@ -815,7 +839,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 
   if (DIAG_CLOCK && tid == 0) {
     clk.loop = clock64() - clk.loop;
-    clk.mark(3);
+    clk.mark(5);
   }
   {  // epilogue: the softmax sums; with 16 warps the second token half's O^T is added to the first's
 #pragma unroll

@@ -1,12 +1,12 @@
 """`python -m ci.experiments.fused_variants timeline OUT.json`: where a launch's time goes, CTA by CTA.
 
 Each variant is built with DIAG_CLOCK=1 (harness/kernels/fused_mla_cuda.cu): thread 0 of every CTA records
-the globaltimer at entry, past the wait on the previous kernel, when its first tile has landed, past its last
-tile and at exit, and the SM clocks its tile loop spent waiting for tiles. One replay of the timer's graph (every
+the globaltimer at entry, before and past the wait on the previous kernel, when Q is in shared memory, when its
+first tile has landed, past its last tile and at exit, and the SM clocks its tile loop spent waiting for tiles. One replay of the timer's graph (every
 layer's launch, after warm replays) is read back; per launch (a layer's pool, and the cluster launch apart from
 the one beside it) the CTAs' phases are summarized over every layer: start skew (entry after the layer's first
-CTA), wait, first tile, loop (and its share spent waiting), tail (epilogue and merge), end skew (exit before the
-layer's last CTA); per layer its span (first entry to last exit) and period (to the next layer's first entry).
+CTA), issue (index loads and the early tile loads), wait, q (Q's loads), first tile, loop (and its share spent
+waiting), tail (epilogue and merge), end skew (exit before the layer's last CTA); per layer its span (first entry to last exit) and period (to the next layer's first entry).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import statistics
 import numpy as np
 import torch
 
-WORDS, RECORDS = 8, 16384  # DIAG_WORDS, DIAG_RECORDS in the .cu file
+MARKS, RECORDS = 7, 16384  # DIAG_MARKS, DIAG_RECORDS in the .cu file
+WORDS = 3 + MARKS
 WAIT_PRIOR = 4  # merge_mode flag of the launch beside the cluster launch
+PHASES = ("issue", "wait", "q", "first_tile", "loop", "tail")  # between consecutive marks
 
 
 def _global(kernel, name: str) -> int:
@@ -75,7 +77,7 @@ def summarize(records: np.ndarray) -> dict:
     the layers' spans and periods (timer_step_ns: the finest step between two timestamps, the globaltimer's
 resolution as seen); `last` holds the phases of each layer's last CTA to exit."""
     r = records.astype(np.int64)
-    key, ids, t, clocks = r[:, 0], r[:, 1], r[:, 2:7], records[:, 7]
+    key, ids, t, clocks = r[:, 0], r[:, 1], r[:, 2:2 + MARKS], records[:, 2 + MARKS]
     kind = np.where((ids >> 32) & WAIT_PRIOR, "beside", "main")
     tiles = (ids >> 40) & 0xFFFF
     smid = (ids >> 24) & 0xFF
@@ -83,11 +85,11 @@ resolution as seen); `last` holds the phases of each layer's last CTA to exit.""
     layers = {}
     for k in np.unique(key):
         m = key == k
-        layers[int(k)] = (t[m, 0].min(), t[m, 4].max())
+        layers[int(k)] = (t[m, 0].min(), t[m, -1].max())
     start = np.array([layers[int(k)][0] for k in key])
     end = np.array([layers[int(k)][1] for k in key])
-    phases = {"start_skew": t[:, 0] - start, "wait": t[:, 1] - t[:, 0], "first_tile": t[:, 2] - t[:, 1],
-              "loop": t[:, 3] - t[:, 2], "tail": t[:, 4] - t[:, 3], "end_skew": end - t[:, 4]}
+    phases = {"start_skew": t[:, 0] - start, **{name: t[:, i + 1] - t[:, i] for i, name in enumerate(PHASES)},
+              "end_skew": end - t[:, -1]}
     stamps = np.unique(t)
     doc = {"ctas": int(len(r)), "layers": len(layers), "sms": int(len(np.unique(smid))),
            "timer_step_ns": int(np.diff(stamps).min()) if len(stamps) > 1 else None, "kinds": {}}
@@ -100,7 +102,7 @@ resolution as seen); `last` holds the phases of each layer's last CTA to exit.""
         row["tiles"] = _stats(tiles[m].tolist())
         row["loop_waiting_share"] = _stats((wait_clk[m] / np.maximum(loop_clk[m], 1)).tolist())
         doc["kinds"][kd] = row
-    last = np.array([int(np.argmax(np.where(key == k, t[:, 4], -1))) for k in layers])
+    last = np.array([int(np.argmax(np.where(key == k, t[:, -1], -1))) for k in layers])
     doc["last"] = {name: _stats((v[last] / 1e3).tolist()) for name, v in phases.items()}
     doc["last"]["kind_beside"] = int((kind[last] == "beside").sum())
     starts = sorted(s for s, _ in layers.values())
