@@ -80,6 +80,12 @@ typedef long long i64;
 #ifndef Q_PREFETCH
 #define Q_PREFETCH 0  // with the early tile loads, Q's lines prefetched into L2 before the wait
 #endif
+#ifndef EARLY_INDICES
+#define EARLY_INDICES 0  // with the early tile loads, the index tiles after the prologue's fetched before the wait
+#endif
+#ifndef KV_EVICT_FIRST
+#define KV_EVICT_FIRST 0  // the KV rows' bulk copies marked evict-first in L2 (read once a step)
+#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -122,8 +128,15 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // One bulk copy global -> shared (sm_90+), its bytes counted on mbarrier bar.
 __device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
 #if __CUDA_ARCH__ >= 900  // sm_89 never loads runs
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+  if (KV_EVICT_FIRST) {
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+  }
 #endif
 }
 
@@ -635,6 +648,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
                         : (const u8*)(q_pe + (i64)b * sqp_b + (i64)h * sqp_h) + (k == 9 ? 0 : 127);
     asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
   }
+  const bool early_indices = EARLY_INDICES && wait_after_indices;
+  if (early_indices)
+    for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
   int pre_row[PRE], pre_next[PRE];  // all of the prologue's index loads in flight at once
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
@@ -663,7 +679,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   for (int s = 0; s < PRE; ++s) {
     if (!early(s)) prologue_load(s);
     if (s == 0) {
-      for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
+      if (!early_indices)
+        for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
       if (!DIAG_EARLY_Q) issue_q();
     }
     cp_async_commit();
