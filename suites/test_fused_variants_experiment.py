@@ -44,7 +44,7 @@ def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
     exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)
     assert fused_mla_cuda._kernel is stream_kernel  # compiled once per variant, kept across rounds
     # the committed kernel's diagnostics are off unless a variant defines them
-    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_CLOCK"))
+    assert all(f"#define {d} 0" in exp.fused_mla_cuda.SOURCE_TEXT for d in ("DIAG_STREAM_ONLY", "DIAG_NO_MERGE", "DIAG_CLOCK", "DIAG_EARLY_Q"))
 
 
 def test_config_fields_replace_the_table_entry_and_refuse_what_is_not_a_field():

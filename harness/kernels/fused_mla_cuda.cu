@@ -78,10 +78,10 @@ typedef long long i64;
 #define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
 #endif
 #ifndef Q_PREFETCH
-#define Q_PREFETCH 0  // with the early tile loads, Q's lines prefetched into L2 before the wait
+#define Q_PREFETCH 1  // with the early tile loads, Q's lines prefetched into L2 before the wait
 #endif
 #ifndef EARLY_INDICES
-#define EARLY_INDICES 0  // with the early tile loads, the index tiles after the prologue's fetched before the wait
+#define EARLY_INDICES 1  // with the early tile loads, the index tiles after the prologue's fetched before the wait
 #endif
 #ifndef KV_EVICT_FIRST
 #define KV_EVICT_FIRST 0  // the KV rows' bulk copies marked evict-first in L2 (read once a step)

@@ -449,3 +449,72 @@ def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
         bad = behind_late_write(config, parts, 0)  # negative control: nothing left to after the wait
         bad_errors = [norm_rel(bad[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))]
         assert max(bad_errors) > 0.05 and bad_errors[2] < 3e-3, (config, bad_errors)
+
+
+# Copies n bytes from src to dst `delay_ns` after letting the stream's next (programmatic dependent) launch start.
+LATE_COPY = r"""
+extern "C" __global__ void late_copy(unsigned char* dst, const unsigned char* src, long long n, int delay_ns) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < (unsigned long long)delay_ns);
+  for (long long e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+}
+"""
+
+
+def test_cuda_q_is_read_after_the_wait(tmp_path, monkeypatch):
+    """The kernel prefetches Q's lines into L2 and fetches its index tiles before it waits for the stream's previous
+    kernel, but loads Q after the wait: behind a kernel that lets it start at once and writes a new Q 1 ms later
+    (both in one CUDA graph), the outputs are the float64 reference's with the new Q, for direct, split (last-CTA,
+    cluster) and ping-pong launches. Planted fault: the kernel built with DIAG_EARLY_Q=1 (Q loaded before the wait)
+    reads the old Q and fails."""
+    import functools
+
+    from torch.cuda._utils import _cuda_load_module
+
+    from harness.kernels import fused_mla_cuda as fc
+    from harness.kernels import nvrtc
+    from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
+
+    if not fc.dependent_launches(torch.cuda.current_device()):
+        pytest.skip("programmatic dependent launches need sm_90 or newer")
+    major, minor = torch.cuda.get_device_capability()
+    writer = _cuda_load_module(nvrtc.build(LATE_COPY, [], f"{major}{minor}").cubin, ["late_copy"])["late_copy"]
+    lens = [128, 64, 1000, 128, 192]
+    q_nope, q_pe, pool, indptr, indices = problem(lens, 8, rows=3000, seed=19)
+    old = torch.cat([q_nope, q_pe], -1).contiguous()
+    new = (old.float() * -1.5).to(old.dtype)  # every logit changes
+    q = old.clone()  # Q as one buffer of [B, H, 576], as the writer writes it
+    ref_out, _ = reference(new[..., :512].cpu(), new[..., 512:].cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
+
+    def behind_late_q(config, parts):
+        call = lambda: fused_mla_decode(q[..., :512], q[..., 512:], pool[..., :512], pool[..., 512:], indptr, indices,  # noqa: E731
+                                        SM_SCALE, config, partials=parts, indices_ready=True, new_tokens=1)
+        call()  # compiled outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[q, new, q.numel() * q.element_size(), 1_000_000])
+            out, _ = call()
+        q.copy_(old)
+        torch.cuda.synchronize()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(q, new), config
+        return out.cpu()
+
+    configs = cuda_configs(0, 1, 7, 12, 14)
+    for config in configs:
+        out = behind_late_q(config, partial_buffers(len(lens), 8, config, 512, "cuda"))
+        errors = [norm_rel(out[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))]
+        assert max(errors) < 3e-3, (config, errors)
+    planted = tmp_path / "early_q.cu"  # negative control: the kernel loading Q before the wait
+    planted.write_text("#define DIAG_EARLY_Q 1\n" + fc.SOURCE.read_text())
+    monkeypatch.setattr(fc, "SOURCE", planted)
+    for name in ("_kernel", "_wave", "_merge_kernel", "_slots"):
+        monkeypatch.setattr(fc, name, functools.cache(getattr(fc, name).__wrapped__))
+    bad = behind_late_q(configs[0], partial_buffers(len(lens), 8, configs[0], 512, "cuda"))
+    assert min(norm_rel(bad[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))) > 0.05
