@@ -380,9 +380,10 @@ def test_cuda_graph_replan_follows_the_step(gpu_device):
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)) and torch.equal(lse, eager_lse)
 
 
-# A kernel that lets the stream's next (programmatic dependent) launch start at once and writes `n` pool rows
-# `delay_ns` later: a decode step's KV write seen by an attention that loads its first tiles before it waits
-# (launched eagerly, the attention's host time alone let the writer finish first: the race never ran).
+# A kernel that lets the stream's next (programmatic dependent) launch start at once and writes `n` 576-byte rows
+# `delay_ns` later: a decode step's KV write (or a Q written by the kernel before the attention) seen by an
+# attention that loads its first tiles before it waits (launched eagerly, the attention's host time alone let the
+# writer finish first: the race never ran).
 LATE_WRITE = r"""
 extern "C" __global__ void late_write(unsigned char* pool, const int* rows, const unsigned char* src, int n, int delay_ns) {
   asm volatile("griddepcontrol.launch_dependents;");
@@ -397,6 +398,18 @@ extern "C" __global__ void late_write(unsigned char* pool, const int* rows, cons
 """
 
 
+def late_writer():
+    """LATE_WRITE compiled for this GPU (a skip where programmatic dependent launches are missing: before sm_90)."""
+    from torch.cuda._utils import _cuda_load_module
+
+    from harness.kernels import fused_mla_cuda as fc
+    from harness.kernels import nvrtc
+
+    if not fc.dependent_launches(torch.cuda.current_device()):
+        pytest.skip("programmatic dependent launches need sm_90 or newer")
+    major, minor = torch.cuda.get_device_capability()
+    return _cuda_load_module(nvrtc.build(LATE_WRITE, [], f"{major}{minor}").cubin, ["late_write"])["late_write"]
+
 def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
     """With indices_ready and new_tokens=1 the kernel issues its first tiles' loads before it waits for the
     stream's previous kernel, but not a tile holding a request's last row: behind a kernel that lets it start
@@ -404,16 +417,9 @@ def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
     float64 reference's with the written rows, for direct, split (last-CTA, cluster) and ping-pong launches,
     whose prologues hold those rows (requests of 64, 128 and 192 tokens; gathered rows and page runs) or do
     not (1000). Planted fault: new_tokens=0 loads them before they are written, and the outputs miss them."""
-    from torch.cuda._utils import _cuda_load_module
-
-    from harness.kernels import fused_mla_cuda as fc
-    from harness.kernels import nvrtc
     from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
 
-    if not fc.dependent_launches(torch.cuda.current_device()):
-        pytest.skip("programmatic dependent launches need sm_90 or newer")
-    major, minor = torch.cuda.get_device_capability()
-    writer = _cuda_load_module(nvrtc.build(LATE_WRITE, [], f"{major}{minor}").cubin, ["late_write"])["late_write"]
+    writer = late_writer()
     lens = [128, 64, 1000, 128, 192]
     q_nope, q_pe, pool, indptr, indices = problem(lens, 8, rows=3000, seed=17)
     indices[128:192] = torch.arange(2000, 2064)  # the 64 and 192 token requests are page runs (one bulk copy a tile)
@@ -451,21 +457,6 @@ def test_cuda_early_tiles_leave_the_new_token_rows_to_after_the_wait():
         assert max(bad_errors) > 0.05 and bad_errors[2] < 3e-3, (config, bad_errors)
 
 
-# Copies n bytes from src to dst `delay_ns` after letting the stream's next (programmatic dependent) launch start.
-LATE_COPY = r"""
-extern "C" __global__ void late_copy(unsigned char* dst, const unsigned char* src, long long n, int delay_ns) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < (unsigned long long)delay_ns);
-  for (long long e = threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
-}
-"""
-
-
 def test_cuda_q_is_read_after_the_wait(tmp_path, monkeypatch):
     """The kernel prefetches Q's lines into L2 and fetches its index tiles before it waits for the stream's previous
     kernel, but loads Q after the wait: behind a kernel that lets it start at once and writes a new Q 1 ms later
@@ -474,21 +465,16 @@ def test_cuda_q_is_read_after_the_wait(tmp_path, monkeypatch):
     reads the old Q and fails."""
     import functools
 
-    from torch.cuda._utils import _cuda_load_module
-
     from harness.kernels import fused_mla_cuda as fc
-    from harness.kernels import nvrtc
     from harness.kernels.fused_mla_decode import fused_mla_decode, partial_buffers
 
-    if not fc.dependent_launches(torch.cuda.current_device()):
-        pytest.skip("programmatic dependent launches need sm_90 or newer")
-    major, minor = torch.cuda.get_device_capability()
-    writer = _cuda_load_module(nvrtc.build(LATE_COPY, [], f"{major}{minor}").cubin, ["late_copy"])["late_copy"]
+    writer = late_writer()
     lens = [128, 64, 1000, 128, 192]
     q_nope, q_pe, pool, indptr, indices = problem(lens, 8, rows=3000, seed=19)
     old = torch.cat([q_nope, q_pe], -1).contiguous()
     new = (old.float() * -1.5).to(old.dtype)  # every logit changes
-    q = old.clone()  # Q as one buffer of [B, H, 576], as the writer writes it
+    q = old.clone()  # Q as one buffer of [B, H, 576], written by late_write as 576-byte rows
+    q_rows = torch.arange(q.numel() * q.element_size() // 576, dtype=torch.int32, device=q.device)
     ref_out, _ = reference(new[..., :512].cpu(), new[..., 512:].cpu(), pool.cpu(), indptr.cpu(), indices.cpu())
 
     def behind_late_q(config, parts):
@@ -497,7 +483,7 @@ def test_cuda_q_is_read_after_the_wait(tmp_path, monkeypatch):
         call()  # compiled outside the capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[q, new, q.numel() * q.element_size(), 1_000_000])
+            writer(grid=(1, 1, 1), block=(256, 1, 1), args=[q, q_rows, new, len(q_rows), 1_000_000])
             out, _ = call()
         q.copy_(old)
         torch.cuda.synchronize()

@@ -143,14 +143,23 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
     return step, config
 
 
-def time_variants(args, variants, workdir: Path) -> dict:
+def cases(args):
+    """(the output document's header, an iterator of (shape, layers, step, config) per --shapes item: problem's)."""
     dev = torch.device("cuda")
     preset = get_preset(args.preset)
     layers = args.layers or preset.num_layers
     doc = {"preset": preset.name, "layers": layers, "device": torch.cuda.get_device_name(dev), "shapes": []}
-    for shape in args.shapes.split(","):
-        batch, kv_len = (int(x) for x in shape.split("x"))
-        step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
+
+    def each():
+        for shape in args.shapes.split(","):
+            batch, kv_len = (int(x) for x in shape.split("x"))
+            yield (shape, layers, *problem(preset, layers, batch, kv_len, dev, config_fields(args.config)))
+    return doc, each()
+
+
+def time_variants(args, variants, workdir: Path) -> dict:
+    doc, each = cases(args)
+    for shape, layers, step, config in each:
         configs = {name: dataclasses.replace(config, **config_fields(v.config, f"--variant {name}")) for name, v in variants.items()}
         samples = {name: [] for name in variants}
         outputs = {}  # layer 0's (out, lse) of each variant, against base's
@@ -181,13 +190,9 @@ def time_variants(args, variants, workdir: Path) -> dict:
 
 def timelines(args, variants, workdir: Path) -> dict:
     """Per shape and variant: the DIAG_CLOCK build's us/layer (the timer's graph) and its CTAs' timeline summary."""
-    dev = torch.device("cuda")
-    preset = get_preset(args.preset)
-    layers = args.layers or preset.num_layers
-    doc = {"preset": preset.name, "layers": layers, "device": torch.cuda.get_device_name(dev), "shapes": []}
-    for shape in args.shapes.split(","):
-        batch, kv_len = (int(x) for x in shape.split("x"))
-        step, config = problem(preset, layers, batch, kv_len, dev, config_fields(args.config))
+    doc, each = cases(args)
+    heads = get_preset(args.preset).heads_per_rank
+    for shape, layers, step, config in each:
         rows = {}
         for name, variant in variants.items():
             cfg = dataclasses.replace(config, **config_fields(variant.config, f"--variant {name}"))
@@ -197,7 +202,7 @@ def timelines(args, variants, workdir: Path) -> dict:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 run()
-            kernel = fused_mla_cuda._kernel(cfg.cuda_instance(preset.heads_per_rank), dev.index or 0)
+            kernel = fused_mla_cuda._kernel(cfg.cuda_instance(heads), torch.cuda.current_device())
             for _ in range(3):
                 graph.replay()
             timeline.reset(kernel)
