@@ -83,15 +83,6 @@ typedef long long i64;
 #ifndef EARLY_INDICES
 #define EARLY_INDICES 1  // with the early tile loads, the index tiles after the prologue's fetched before the wait
 #endif
-#ifndef Q_FIRST
-#define Q_FIRST 0  // Q's loads issued right after the wait, before the prologue's tile loads that come after it
-#endif
-#ifndef EARLY_MAX
-#define EARLY_MAX 8  // at most this many of a group's prologue tiles loaded before the wait
-#endif
-#ifndef KV_EVICT_FIRST
-#define KV_EVICT_FIRST 0  // the KV rows' bulk copies marked evict-first in L2 (read once a step)
-#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -134,15 +125,8 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // One bulk copy global -> shared (sm_90+), its bytes counted on mbarrier bar.
 __device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
 #if __CUDA_ARCH__ >= 900  // sm_89 never loads runs
-  if (KV_EVICT_FIRST) {
-    unsigned long long policy;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
-  } else {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-  }
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 #endif
 }
 
@@ -666,9 +650,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   }
   // Tile s's load (bulk copies only: the cp.async groups stay in tile order) may come before the wait when
   // its rows end before the request's last new_tokens tokens, which a kernel before it may be writing.
-  auto early = [&](int s) {
-    return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && s < EARLY_MAX && tok0(s) + TILE <= end - new_tokens;
-  };
+  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && tok0(s) + TILE <= end - new_tokens; };
   auto prologue_load = [&](int s) {
     const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
     const bool run = group_and<PP>(grp, whole_rows && s < ntg && rows_follow(row, pre_next[s], my_tok, valid));
@@ -683,18 +665,13 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (wait_after_indices) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   clk.mark(2);
-  if (Q_FIRST && !DIAG_EARLY_Q) {
-    if (!early_indices)
-      for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
-    issue_q();
-  }
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
     if (!early(s)) prologue_load(s);
     if (s == 0) {
-      if (!early_indices && !Q_FIRST)
+      if (!early_indices)
         for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
-      if (!DIAG_EARLY_Q && !Q_FIRST) issue_q();
+      if (!DIAG_EARLY_Q) issue_q();
     }
     cp_async_commit();
   }

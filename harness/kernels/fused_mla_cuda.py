@@ -281,7 +281,8 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     kernel started, as a plan filled before the step's kernels is) after reading the indices, and with
     `new_tokens` too (the kernels still running when it starts may write each request's last `new_tokens` KV
     rows, no other: a decode step's new token, written right before its attention) after issuing its first
-    tiles' loads of the rows before them.
+    tiles' loads of the rows before them, the next tiles' index loads and an L2 prefetch of Q's lines (Q itself is
+    loaded after the wait).
     `instance`: the kernel instance (Config.cuda_instance). Other arguments as in
     harness.kernels.fused_mla_decode (ckv2 / kpe2: the pool's uint8 rows as 2-D views)."""
     batch, heads, _ = q_nope.shape
