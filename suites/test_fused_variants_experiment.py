@@ -75,7 +75,7 @@ def test_call_fields_default_to_fused_fp8s_call_and_are_not_config_fields():
 
 
 def _records(rows):
-    """uint64 records as DIAG_CLOCK writes them: (pool, x, y, smid, merge_mode, tiles, seven globaltimer ns, wait and
+    """uint64 records as DIAG_CLOCK writes them: (pool, x, y, smid, merge_mode, tiles, nine globaltimer ns, wait and
     loop clocks)."""
     import numpy as np
 
@@ -86,10 +86,10 @@ def _records(rows):
 def test_timeline_phases_per_launch_and_the_last_cta():
     # two layers; in each a cluster-launch CTA and one beside it (WAIT_PRIOR), the latter exiting last in layer 2
     recs = _records([
-        (1, 0, 0, 0, 2, 16, (1000, 1200, 1500, 2500, 3000, 28000, 30000), 100, 1000),
-        (1, 0, 1, 1, 1 | 4, 11, (1200, 1200, 1300, 2000, 2800, 20000, 29000), 300, 1000),
-        (2, 0, 0, 0, 2, 16, (31000, 31200, 31500, 32500, 33000, 58000, 60000), 500, 1000),
-        (2, 0, 1, 1, 1 | 4, 11, (31400, 31400, 31500, 32000, 33000, 59000, 61000), 700, 1000),
+        (1, 0, 0, 0, 2, 16, (1000, 1200, 1500, 2500, 3000, 28000, 28500, 29500, 30000), 100, 1000),
+        (1, 0, 1, 1, 1 | 4, 11, (1200, 1200, 1300, 2000, 2800, 20000, 20000, 20000, 29000), 300, 1000),
+        (2, 0, 0, 0, 2, 16, (31000, 31200, 31500, 32500, 33000, 58000, 58500, 59500, 60000), 500, 1000),
+        (2, 0, 1, 1, 1 | 4, 11, (31400, 31400, 31500, 32000, 33000, 59000, 59000, 59000, 61000), 700, 1000),
     ])
     doc = exp.timeline.summarize(recs)
     assert (doc["ctas"], doc["layers"], doc["sms"]) == (4, 2, 2)
@@ -97,6 +97,8 @@ def test_timeline_phases_per_launch_and_the_last_cta():
     assert main["ctas_per_layer"] == beside["ctas_per_layer"] == 1
     assert main["issue"]["median"] == 0.2 and main["wait"]["median"] == 0.3 and main["q"]["median"] == 1.0
     assert main["first_tile"]["median"] == 0.5 and main["tail"]["median"] == 2.0
+    assert (main["publish"]["median"], main["siblings"]["median"], main["merge"]["median"]) == (0.5, 1.0, 0.5)
+    assert beside["publish"]["max"] == beside["siblings"]["max"] == 0 and beside["merge"]["median"] == 5.5
     assert main["loop"]["median"] == 25.0 and main["loop_waiting_share"]["median"] == 0.3
     assert beside["start_skew"]["max"] == 0.4 and main["end_skew"]["max"] == 1.0
     assert doc["last"]["kind_beside"] == 1 and doc["last"]["wait"]["median"] == 0.2  # layer 1: the cluster CTA, 2: beside

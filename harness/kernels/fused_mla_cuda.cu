@@ -476,10 +476,11 @@ struct WaitPriorAtExit {
 // DIAG_CLOCK: one record of DIAG_WORDS words per CTA, in the order the CTAs exit: the pool (ckv: which
 // layer's launch), the CTA (x | y << 8 | z << 20 | smid << 24 | merge_mode << 32 | tiles << 40), the
 // globaltimer (ns) at entry, before and past the wait on the previous kernel, when Q is in shared memory,
-// when the first tile has landed, past the last tile and at exit, and the SM clocks spent waiting for
-// tiles | in the tile loop << 32.
+// when the first tile has landed, past the last tile, when its partial output is published to the request's
+// other splits (cluster, grid and last-CTA merges), once they have all published, and at exit (a mark a launch
+// does not reach takes the one before it), and the SM clocks spent waiting for tiles | in the tile loop << 32.
 #define DIAG_RECORDS 16384
-#define DIAG_MARKS 7
+#define DIAG_MARKS 9
 #define DIAG_WORDS (3 + DIAG_MARKS)
 #if DIAG_CLOCK
 __device__ unsigned long long diag_clock[DIAG_RECORDS * DIAG_WORDS];
@@ -501,6 +502,8 @@ struct ClockAtExit {
 #if DIAG_CLOCK
     if (threadIdx.x != 0) return;
     mark(DIAG_MARKS - 1);
+    for (int k = 1; k < DIAG_MARKS - 1; ++k)
+      if (!t[k]) t[k] = t[k - 1];
     const unsigned int r = atomicAdd(&diag_count, 1u);
     if (r >= DIAG_RECORDS) return;
     unsigned long long* w = diag_clock + (unsigned long long)r * DIAG_WORDS;
@@ -926,7 +929,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
               *(float2*)(xo + (8 * jn + 2 * t + c) * D_CKV + d) = make_float2(o[p][0][jn][c + 2 * r], o[p][1][jn][c + 2 * r]);
             }
     }
+    clk.mark(6);
     cluster_sync();
+    clk.mark(7);
     const int cw = D_CKV / num_splits, rank = cluster_ctarank();  // channels per CTA; rank == split
     const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
     for (int e = tid; e < NH * cw / 4; e += THREADS) {
@@ -1012,9 +1017,11 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     __syncthreads();
     if (tid == 0) {
       __threadfence();
+      clk.mark(6);
       atomicAdd(arrived, 1);
       while (ld_acquire(arrived) < num_splits) __nanosleep(32);
       __threadfence();
+      clk.mark(7);
     }
     __syncthreads();
     const int cw = D_CKV / num_splits, chunks = NH * cw / 4;
@@ -1044,8 +1051,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   __shared__ int is_last;
   __threadfence();
   __syncthreads();
+  clk.mark(6);
   if (tid == 0) is_last = atomicAdd(arrived, 1) == num_splits - 1;
   __syncthreads();
+  clk.mark(7);
   if (!is_last) return;
   __threadfence();
   // Each thread merges CPT float4 chunks of one head: an online softmax over the splits, MB splits'

@@ -2,11 +2,13 @@
 
 Each variant is built with DIAG_CLOCK=1 (harness/kernels/fused_mla_cuda.cu): thread 0 of every CTA records
 the globaltimer at entry, before and past the wait on the previous kernel, when Q is in shared memory, when its
-first tile has landed, past its last tile and at exit, and the SM clocks its tile loop spent waiting for tiles. One replay of the timer's graph (every
+first tile has landed, past its last tile, when it has published its partial output to its request's other splits
+and once they all have (merges across CTAs), and at exit, and the SM clocks its tile loop spent waiting for tiles. One replay of the timer's graph (every
 layer's launch, after warm replays) is read back; per launch (a layer's pool, and the cluster launch apart from
 the one beside it) the CTAs' phases are summarized over every layer: start skew (entry after the layer's first
 CTA), issue (index loads and the early tile loads), wait, q (Q's loads), first tile, loop (and its share spent
-waiting), tail (epilogue and merge), end skew (exit before the layer's last CTA); per layer its span (first entry to last exit) and period (to the next layer's first entry).
+waiting), tail (epilogue and merge: publish, siblings (waiting for the request's other splits), merge), end skew
+(exit before the layer's last CTA); per layer its span (first entry to last exit) and period (to the next layer's first entry).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import statistics
 import numpy as np
 import torch
 
-MARKS, RECORDS = 7, 16384  # DIAG_MARKS, DIAG_RECORDS in the .cu file
+MARKS, RECORDS = 9, 16384  # DIAG_MARKS, DIAG_RECORDS in the .cu file
 WORDS = 3 + MARKS
 WAIT_PRIOR = 4  # merge_mode flag of the launch beside the cluster launch
-PHASES = ("issue", "wait", "q", "first_tile", "loop", "tail")  # between consecutive marks
+PHASES = ("issue", "wait", "q", "first_tile", "loop", "publish", "siblings", "merge")  # between consecutive marks
+LOOP_END = 1 + PHASES.index("loop")  # the mark past the last tile
 
 
 def _global(kernel, name: str) -> int:
@@ -89,7 +92,7 @@ resolution as seen); `last` holds the phases of each layer's last CTA to exit.""
     start = np.array([layers[int(k)][0] for k in key])
     end = np.array([layers[int(k)][1] for k in key])
     phases = {"start_skew": t[:, 0] - start, **{name: t[:, i + 1] - t[:, i] for i, name in enumerate(PHASES)},
-              "end_skew": end - t[:, -1]}
+              "tail": t[:, -1] - t[:, LOOP_END], "end_skew": end - t[:, -1]}
     stamps = np.unique(t)
     doc = {"ctas": int(len(r)), "layers": len(layers), "sms": int(len(np.unique(smid))),
            "timer_step_ns": int(np.diff(stamps).min()) if len(stamps) > 1 else None, "kinds": {}}
