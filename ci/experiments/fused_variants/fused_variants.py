@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from ci.experiments.fused_variants import timeline
-from ci.experiments.tune_fused.tune_fused import page_indices, time_graph
+from ci.experiments.tune_fused.tune_fused import capture, page_indices, replay_ms, time_graph
 from harness.kernels import fused_mla_cuda
 from harness.kernels.fused_mla_decode import Config, fused_mla_decode, partial_buffers
 from harness.kernels.fused_tuning import default_config, entry_for, load_table
@@ -198,13 +198,9 @@ def timelines(args, variants, workdir: Path) -> dict:
             cfg = dataclasses.replace(config, **config_fields(variant.config, f"--variant {name}"))
             use_variant(dataclasses.replace(variant, name=f"{name}-clock", defines={**variant.defines, "DIAG_CLOCK": "1"}), workdir)
             run = functools.partial(step, cfg, **call_fields(variant.config))
-            us = time_graph(run) * 1e3 / layers  # builds, captures and replays the graph
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
+            graph = capture(run)
+            us = replay_ms(graph) * 1e3 / layers  # its replays also warm the graph up for the one read below
             kernel = fused_mla_cuda._kernel(cfg.cuda_instance(heads), torch.cuda.current_device())
-            for _ in range(3):
-                graph.replay()
             timeline.reset(kernel)
             graph.replay()
             rows[name] = {"config": cfg.__dict__, "defines": variant.defines, "clocked_us_per_layer": us,

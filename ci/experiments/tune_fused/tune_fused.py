@@ -128,8 +128,8 @@ def page_indices(batch: int, kv_len: int, page: int, slots: int, generator, devi
     return rows.reshape(-1).to(torch.int32)
 
 
-def time_graph(fn, replays: int = REPLAYS) -> float:
-    """Median ms of one replay of a graph that calls fn() once."""
+def capture(fn) -> torch.cuda.CUDAGraph:
+    """A CUDA graph that calls fn() once (fn run eagerly first: it compiles and allocates), replayed once."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -137,7 +137,17 @@ def time_graph(fn, replays: int = REPLAYS) -> float:
         fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, replays: int = REPLAYS) -> float:
+    """Median ms of one replay of `graph`."""
     return statistics.median(event_time_ms(graph.replay, replays, warmup=0))
+
+
+def time_graph(fn, replays: int = REPLAYS) -> float:
+    """Median ms of one replay of a graph that calls fn() once."""
+    return replay_ms(capture(fn), replays)
 
 
 def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False, search="tiles"):
