@@ -112,3 +112,24 @@ def test_the_clock_diagnostic_is_compiled_only_when_asked_for():
     for define, present in (("", False), ("#define DIAG_CLOCK 1\n", True)):
         cubin = nvrtc.build(define + exp.fused_mla_cuda.SOURCE_TEXT, [instance], "90", fused_mla_cuda.OPTIONS).cubin
         assert (b"diag_clock" in cubin and b"diag_count" in cubin) == present, define or "the committed kernel"
+
+
+def test_timeline_names_a_kernel_built_without_the_clock(monkeypatch):
+    """A module without diag_clock (CUDA_ERROR_NOT_FOUND from cuModuleGetGlobal) is one error that says why; a driver
+    call that succeeds raises nothing (its twin)."""
+    import torch.cuda._utils as cuda_utils
+
+    class Driver:
+        def __init__(self, err):
+            self.err = err
+
+        def cuModuleGetGlobal_v2(self, *args):
+            return self.err
+
+    kernel = type("Kernel", (), {"module": None})()
+    monkeypatch.setattr(cuda_utils, "_get_gpu_runtime_library", lambda: Driver(500))
+    with pytest.raises(RuntimeError, match="cuModuleGetGlobal_v2 failed with CUDA error 500 for diag_clock: was the kernel "
+                                           "built with DIAG_CLOCK=1"):
+        exp.timeline._global(kernel, "diag_clock")
+    monkeypatch.setattr(cuda_utils, "_get_gpu_runtime_library", lambda: Driver(0))
+    assert exp.timeline._global(kernel, "diag_clock").value == 0

@@ -26,44 +26,42 @@ PHASES = ("issue", "wait", "q", "first_tile", "loop", "publish", "siblings", "me
 LOOP_END = 1 + PHASES.index("loop")  # the mark past the last tile
 
 
-def _global(kernel, name: str) -> int:
-    """The device address of the kernel module's __device__ variable `name`."""
+def _driver(name: str, *args) -> None:
+    """The CUDA driver call `name`(*args), raising on an error."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
-    ptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    err = _get_gpu_runtime_library().cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), kernel.module,
-                                                          name.encode())
+    err = getattr(_get_gpu_runtime_library(), name)(*args)
     if err:
-        raise RuntimeError(f"cuModuleGetGlobal({name}) failed with CUDA error {err}: was the kernel built with DIAG_CLOCK=1?")
-    return ptr.value
+        raise RuntimeError(f"{name} failed with CUDA error {err}")
+
+
+def _global(kernel, name: str) -> ctypes.c_uint64:
+    """The device address of the kernel module's __device__ variable `name`."""
+    ptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+    try:
+        _driver("cuModuleGetGlobal_v2", ctypes.byref(ptr), ctypes.byref(size), kernel.module, name.encode())
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc} for {name}: was the kernel built with DIAG_CLOCK=1?") from None
+    return ptr
 
 
 def reset(kernel) -> None:
     """Zero the record count (after the stream's work is done)."""
-    from torch.cuda._utils import _get_gpu_runtime_library
-
     torch.cuda.synchronize()
-    err = _get_gpu_runtime_library().cuMemsetD32_v2(ctypes.c_uint64(_global(kernel, "diag_count")), ctypes.c_uint(0),
-                                                    ctypes.c_size_t(1))
-    if err:
-        raise RuntimeError(f"cuMemsetD32(diag_count) failed with CUDA error {err}")
+    _driver("cuMemsetD32_v2", _global(kernel, "diag_count"), ctypes.c_uint(0), ctypes.c_size_t(1))
 
 
 def read(kernel) -> np.ndarray:
     """The records written since the last reset: uint64 [n, WORDS]."""
-    from torch.cuda._utils import _get_gpu_runtime_library
-
-    cu = _get_gpu_runtime_library()
     torch.cuda.synchronize()
     count = ctypes.c_uint32(0)
-    cu.cuMemcpyDtoH_v2(ctypes.byref(count), ctypes.c_uint64(_global(kernel, "diag_count")), ctypes.c_size_t(4))
-    n = min(count.value, RECORDS)
-    out = np.zeros((n, WORDS), dtype=np.uint64)
-    if n:
-        cu.cuMemcpyDtoH_v2(out.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(_global(kernel, "diag_clock")),
-                           ctypes.c_size_t(out.nbytes))
+    _driver("cuMemcpyDtoH_v2", ctypes.byref(count), _global(kernel, "diag_count"), ctypes.c_size_t(4))
     if count.value > RECORDS:
         raise RuntimeError(f"{count.value} CTAs recorded, the kernel keeps {RECORDS}: time fewer layers (--layers)")
+    out = np.zeros((count.value, WORDS), dtype=np.uint64)
+    if count.value:
+        _driver("cuMemcpyDtoH_v2", out.ctypes.data_as(ctypes.c_void_p), _global(kernel, "diag_clock"),
+                ctypes.c_size_t(out.nbytes))
     return out
 
 
@@ -78,7 +76,7 @@ def _stats(values) -> dict:
 def summarize(records: np.ndarray) -> dict:
     """Per launch kind ("main", "beside" for the WAIT_PRIOR launch) the CTAs' phases in µs over every layer, and
     the layers' spans and periods (timer_step_ns: the finest step between two timestamps, the globaltimer's
-resolution as seen); `last` holds the phases of each layer's last CTA to exit."""
+    resolution as seen); `last` holds the phases of each layer's last CTA to exit."""
     r = records.astype(np.int64)
     key, ids, t, clocks = r[:, 0], r[:, 1], r[:, 2:2 + MARKS], records[:, 2 + MARKS]
     kind = np.where((ids >> 32) & WAIT_PRIOR, "beside", "main")
