@@ -619,10 +619,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // Ring prologue: tiles 0 .. PRE-1 in flight before anything else, one cp.async group each: with 2
   // stages both slots (the first refill then waits for tile 1, not for tile 0's round trip), with
   // deeper rings STAGES - 1 (filling the last slot up front measured slower: docs/h200/fused/run12/variants14.json).
-  // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD and Q (bf16, 4 channels
-  // per 8-byte cp.async; zeros for heads past num_heads) staged in qs's rows.
+  // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD (issued before the wait with
+  // EARLY_INDICES) and Q (issue_q, after the wait).
   constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
-  // Q (bf16, 4 channels per 8-byte cp.async; zeros for heads past num_heads) into qs's rows, in cp.async group 0.
+  // Q (bf16, 4 channels per 8-byte cp.async; zeros for heads past num_heads) into qs's rows.
   auto issue_q = [&]() {
     for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
       const int h = e / (D_ALL / 4), k = 4 * (e % (D_ALL / 4));
