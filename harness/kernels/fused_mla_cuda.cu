@@ -940,18 +940,28 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     const int cw = D_CKV / num_splits, rank = cluster_ctarank();  // channels per CTA; rank == split
     // Lane (g, t)'s o[p][e][jn][c + 2r]: head 8jn + 2t + c, channel d(p, r) + e (see the epilogue below)
     auto chan = [&](int p, int r) { return 64 * cb + 16 * (g >> 1) + 4 * (2 * p + r) + 2 * (g & 1); };
+    float* xin = (float*)(group_smem + GROUPS * GROUP_BYTES);  // CLUSTER_PUSH: [num_splits][NH][cw], CTA k's slice of this one
+    float* mlin = xin + NH * D_CKV;                             // and [num_splits][2 * NH], CTA k's ml_s
+    float* xo = (float*)ring;                                   // else [NH][D_CKV], this CTA's O
+    const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
     // The merge of chunk e (4 channels of a head) from every CTA's (m, l) and channels, all issued at once
     // (CLUSTER_MAX loads in flight, not one round trip per CTA), then weighted.
-    auto merge_chunk = [&](int e, auto m_of, auto l_of, auto v_of) {
+    auto merge_chunk = [&](int e) {
       const int hh = e / (cw / 4), dl = 4 * (e % (cw / 4)), head = h0 + hh;
       float mk[CLUSTER_MAX], lk[CLUSTER_MAX];
       float4 vk[CLUSTER_MAX];
 #pragma unroll
       for (int k = 0; k < CLUSTER_MAX; ++k) {
         const bool in = k < num_splits;
-        mk[k] = in ? m_of(k, hh) : NEG_INF;
-        lk[k] = in ? l_of(k, hh) : 0.f;
-        vk[k] = in ? v_of(k, hh, dl) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (CLUSTER_PUSH) {
+          mk[k] = in ? mlin[k * 2 * NH + hh] : NEG_INF;
+          lk[k] = in ? mlin[k * 2 * NH + NH + hh] : 0.f;
+          vk[k] = in ? *(const float4*)(xin + (k * NH + hh) * cw + dl) : make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
+          mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
+          lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
+          vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + rank * cw + dl), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
       float m = NEG_INF;
 #pragma unroll
@@ -972,8 +982,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       if (head < num_heads) write_merged(out, lse, so_b, so_h, sl_b, b, head, rank * cw + dl, m, l, acc, kv_scale);
     };
     if (CLUSTER_PUSH) {
-      float* xin = (float*)(group_smem + GROUPS * GROUP_BYTES);  // [num_splits][NH][cw]: CTA k's slice of this one
-      float* mlin = xin + NH * D_CKV;                             // [num_splits][2 * NH]: CTA k's ml_s
       cluster_wait();  // the prologue's arrival: every CTA of the cluster has started
       if (W == 8 || warp < 8) {
         const int owner = 64 * cb / cw;  // a warp's 64 channels go to one CTA
@@ -993,13 +1001,9 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       clk.mark(6);
       cluster_sync();  // every CTA's stores into this one are visible
       clk.mark(7);
-      for (int e = tid; e < NH * cw / 4; e += THREADS)
-        merge_chunk(e, [&](int k, int hh) { return mlin[k * 2 * NH + hh]; },
-                    [&](int k, int hh) { return mlin[k * 2 * NH + NH + hh]; },
-                    [&](int k, int hh, int dl) { return *(const float4*)(xin + (k * NH + hh) * cw + dl); });
+      for (int e = tid; e < NH * cw / 4; e += THREADS) merge_chunk(e);
       return;
     }
-    float* xo = (float*)ring;  // [NH][D_CKV]
     if (W == 8 || warp < 8) {
 #pragma unroll
       for (int jn = 0; jn < NT; ++jn)
@@ -1014,11 +1018,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     clk.mark(6);
     cluster_sync();
     clk.mark(7);
-    const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
-    for (int e = tid; e < NH * cw / 4; e += THREADS)
-      merge_chunk(e, [&](int k, int hh) { return ld_dsmem(mapa(ml_a + 4 * hh, k)); },
-                  [&](int k, int hh) { return ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)); },
-                  [&](int k, int hh, int dl) { return ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + rank * cw + dl), k)); });
+    for (int e = tid; e < NH * cw / 4; e += THREADS) merge_chunk(e);
     cluster_sync_relaxed();  // publishes nothing: only keeps this CTA's shared memory alive for the others' loads
     return;
   }
