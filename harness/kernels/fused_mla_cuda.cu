@@ -77,8 +77,11 @@ typedef long long i64;
 #ifndef DIAG_EARLY_Q
 #define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
 #endif
-#ifndef CLUSTER_PUSH
-#define CLUSTER_PUSH 0  // a cluster merge stores each split's slices into the merging CTA's shared memory (one barrier)
+#ifndef GATHER_ODD
+#define GATHER_ODD 0  // a group's odd tiles after the prologue that are not one run: cp.async gathers beside the bulk copies
+#endif
+#ifndef EARLY_TILES
+#define EARLY_TILES 8  // the most prologue tiles loaded before the wait
 #endif
 #ifndef Q_PREFETCH
 #define Q_PREFETCH 1  // with the early tile loads, Q's lines prefetched into L2 before the wait
@@ -156,12 +159,6 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-// The two halves of a cluster barrier apart: an early arrival, and the wait before the first store to another CTA's
-// shared memory (which needs every CTA of the cluster started).
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-
 __device__ __forceinline__ u32 mapa(u32 a, int rank) {
   u32 r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
@@ -178,14 +175,6 @@ __device__ __forceinline__ float4 ld_dsmem4(u32 a) {
   float4 v;
   asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
   return v;
-}
-
-__device__ __forceinline__ void st_dsmem(u32 a, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
-}
-
-__device__ __forceinline__ void st_dsmem2(u32 a, float x, float y) {
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x), "f"(y) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -555,9 +544,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   merge_mode &= ~(WAIT_PRIOR | INDICES_READY);
-#if __CUDA_ARCH__ >= 900
-  if (CLUSTER_PUSH && merge_mode == MERGE_CLUSTER && num_splits > 1) cluster_arrive_relaxed();  // waited on before the push
-#endif
   static_assert(!PP || W == 16, "two tile groups are two groups of 8 warps");
   constexpr int GROUPS = PP ? 2 : 1;     // thread groups streaming every GROUPS-th tile (own ring slots and softmax)
   constexpr int WG = W / GROUPS;         // warps per group
@@ -628,7 +614,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     if (run) {
       issue_run(ring_g + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
-    } else if (BULK_ROWS && whole_rows) {
+    } else if (BULK_ROWS && whole_rows && !(GATHER_ODD && j >= (STAGES == 2 ? 2 : STAGES - 1) && (j & 1))) {
       issue_row_copies(ring_g + s * TILE * ROW, ckv, s_ckv, my_tok, my_row, lane < RPW, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
     } else {
@@ -673,7 +659,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   }
   // Tile s's load (bulk copies only: the cp.async groups stay in tile order) may come before the wait when
   // its rows end before the request's last new_tokens tokens, which a kernel before it may be writing.
-  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && tok0(s) + TILE <= end - new_tokens; };
+  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && s < EARLY_TILES && tok0(s) + TILE <= end - new_tokens; };
   auto prologue_load = [&](int s) {
     const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
     const bool run = group_and<PP>(grp, whole_rows && s < ntg && rows_follow(row, pre_next[s], my_tok, valid));
@@ -930,38 +916,42 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (DIAG_NO_MERGE && !direct) return;
 #if __CUDA_ARCH__ >= 900
   if (!direct && merge_mode == MERGE_CLUSTER) {
-    // Cluster merge: the num_splits CTAs of (request, head group) are one thread-block cluster, and CTA r
-    // merges channels [r, r + 1) * 512 / num_splits of every head from all of them. Each CTA's unnormalized O
-    // (fp32) and softmax state (ml_s) reach the merging CTAs through distributed shared memory, nothing
-    // through global memory: with CLUSTER_PUSH each CTA stores its slices into the merging CTA's buffer past
-    // the tile's (that CTA may still be streaming) and after one cluster barrier merges from its own shared
-    // memory; else each puts its O in its ring (every tile is consumed) and after a cluster barrier loads
-    // the others', and a second barrier keeps its shared memory alive until they have read it.
+    // Cluster merge: the num_splits CTAs of (request, head group) are one thread-block cluster. Each
+    // puts its unnormalized O (fp32, in the ring: every tile is consumed) beside its softmax state
+    // (ml_s), and after a cluster barrier CTA r merges channels [r, r + 1) * 512 / num_splits of
+    // every head from all of them through distributed shared memory; a second barrier keeps each
+    // CTA's shared memory alive until the others have read it. Nothing goes through global memory.
+    float* xo = (float*)ring;  // [NH][D_CKV]
+    if (W == 8 || warp < 8) {
+#pragma unroll
+      for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int d = 64 * cb + 16 * (g >> 1) + 4 * (2 * p + r) + 2 * (g & 1);
+              *(float2*)(xo + (8 * jn + 2 * t + c) * D_CKV + d) = make_float2(o[p][0][jn][c + 2 * r], o[p][1][jn][c + 2 * r]);
+            }
+    }
+    clk.mark(6);
+    cluster_sync();
+    clk.mark(7);
     const int cw = D_CKV / num_splits, rank = cluster_ctarank();  // channels per CTA; rank == split
-    // Lane (g, t)'s o[p][e][jn][c + 2r]: head 8jn + 2t + c, channel d(p, r) + e (see the epilogue below)
-    auto chan = [&](int p, int r) { return 64 * cb + 16 * (g >> 1) + 4 * (2 * p + r) + 2 * (g & 1); };
-    float* xin = (float*)(group_smem + GROUPS * GROUP_BYTES);  // CLUSTER_PUSH: [num_splits][NH][cw], CTA k's slice of this one
-    float* mlin = xin + NH * D_CKV;                             // and [num_splits][2 * NH], CTA k's ml_s
-    float* xo = (float*)ring;                                   // else [NH][D_CKV], this CTA's O
     const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
-    // The merge of chunk e (4 channels of a head) from every CTA's (m, l) and channels, all issued at once
-    // (CLUSTER_MAX loads in flight, not one round trip per CTA), then weighted.
-    auto merge_chunk = [&](int e) {
-      const int hh = e / (cw / 4), dl = 4 * (e % (cw / 4)), head = h0 + hh;
+    for (int e = tid; e < NH * cw / 4; e += THREADS) {
+      const int hh = e / (cw / 4), d = rank * cw + 4 * (e % (cw / 4)), head = h0 + hh;
+      // every CTA's (m, l) and channels issued at once (CLUSTER_MAX loads in flight, not one round
+      // trip per CTA), then weighted
       float mk[CLUSTER_MAX], lk[CLUSTER_MAX];
       float4 vk[CLUSTER_MAX];
 #pragma unroll
       for (int k = 0; k < CLUSTER_MAX; ++k) {
         const bool in = k < num_splits;
-        if (CLUSTER_PUSH) {
-          mk[k] = in ? mlin[k * 2 * NH + hh] : NEG_INF;
-          lk[k] = in ? mlin[k * 2 * NH + NH + hh] : 0.f;
-          vk[k] = in ? *(const float4*)(xin + (k * NH + hh) * cw + dl) : make_float4(0.f, 0.f, 0.f, 0.f);
-        } else {
-          mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
-          lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
-          vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + rank * cw + dl), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
+        lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
+        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       float m = NEG_INF;
 #pragma unroll
@@ -979,46 +969,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
           acc.w += w * vk[k].w;
         }
       }
-      if (head < num_heads) write_merged(out, lse, so_b, so_h, sl_b, b, head, rank * cw + dl, m, l, acc, kv_scale);
-    };
-    if (CLUSTER_PUSH) {
-      cluster_wait();  // the prologue's arrival: every CTA of the cluster has started
-      if (W == 8 || warp < 8) {
-        const int owner = 64 * cb / cw;  // a warp's 64 channels go to one CTA
-        const u32 dst = mapa(smem_addr(xin + rank * NH * cw), owner);
-#pragma unroll
-        for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-          for (int c = 0; c < 2; ++c)
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-              for (int r = 0; r < 2; ++r)
-                st_dsmem2(dst + 4 * ((8 * jn + 2 * t + c) * cw + chan(p, r) - owner * cw), o[p][0][jn][c + 2 * r], o[p][1][jn][c + 2 * r]);
-      }
-      if (tid < 2 * NH * num_splits)
-        st_dsmem(mapa(smem_addr(mlin + rank * 2 * NH + tid % (2 * NH)), tid / (2 * NH)), ml_s[tid % (2 * NH)]);
-      clk.mark(6);
-      cluster_sync();  // every CTA's stores into this one are visible
-      clk.mark(7);
-      for (int e = tid; e < NH * cw / 4; e += THREADS) merge_chunk(e);
-      return;
+      if (head < num_heads) write_merged(out, lse, so_b, so_h, sl_b, b, head, d, m, l, acc, kv_scale);
     }
-    if (W == 8 || warp < 8) {
-#pragma unroll
-      for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-#pragma unroll
-          for (int p = 0; p < 2; ++p)
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-              *(float2*)(xo + (8 * jn + 2 * t + c) * D_CKV + chan(p, r)) = make_float2(o[p][0][jn][c + 2 * r], o[p][1][jn][c + 2 * r]);
-    }
-    clk.mark(6);
-    cluster_sync();
-    clk.mark(7);
-    for (int e = tid; e < NH * cw / 4; e += THREADS) merge_chunk(e);
     cluster_sync_relaxed();  // publishes nothing: only keeps this CTA's shared memory alive for the others' loads
     return;
   }

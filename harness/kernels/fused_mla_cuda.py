@@ -43,7 +43,6 @@ WAIT_PRIOR = 4  # merge_mode flag: the launch waits for the one it runs beside b
 INDICES_READY = 8  # merge_mode flag: the indices were written before the previous kernel started
 MAX_REST_SPLITS = 16  # splits per request of the launch beside a wave of clusters (wave_split)
 CLUSTER_SPLITS = (2, 4, 8)  # a cluster merge: portable cluster sizes that divide the 512 channels
-CLUSTER_MAX = max(CLUSTER_SPLITS)  # as #defined in the .cu file
 OPTIONS = ("-std=c++17",)  # NVRTC's, beside the target arch
 
 
@@ -83,13 +82,6 @@ class Instance:
         warps = self.warps // groups
         return (groups * self.stages * TILE * ROW + BARS + groups * IR * TILE * 4 + self.nh * QROW * 2
                 + groups * ((warps // 4) * self.nh * SROW * 4 + self.nh * PROW * 2 + 3 * self.nh * 4))
-
-
-    @property
-    def cluster_smem(self) -> int:
-        """Dynamic shared memory of a CTA of a cluster merge: smem and the merge's buffer past it (every
-        split's fp32 slice of the merged channels and its softmax state)."""
-        return self.smem + self.nh * D_CKV * 4 + CLUSTER_MAX * 2 * self.nh * 4
 
 
 def instances() -> list[Instance]:
@@ -145,12 +137,6 @@ def _load(name: str, device_index: int):
         return _cuda_load_module(cubin, [lowered])[lowered]
 
 
-def _cluster_smem(instance: Instance, device_index: int) -> int:
-    """A cluster launch's dynamic shared memory: with the merge's buffer where the device has room for it."""
-    fits = instance.cluster_smem <= _props(device_index).shared_memory_per_block_optin
-    return instance.cluster_smem if fits else instance.smem
-
-
 @functools.cache
 def _kernel(instance: Instance, device_index: int):
     props = _props(device_index)
@@ -160,7 +146,7 @@ def _kernel(instance: Instance, device_index: int):
                                         f"{props.name} allows {props.shared_memory_per_block_optin}")
     kernel = _load(instance.name, device_index)
     with torch.cuda.device(device_index):
-        kernel.set_shared_memory_config(_cluster_smem(instance, device_index))
+        kernel.set_shared_memory_config(need)
     return kernel
 
 
@@ -256,7 +242,7 @@ def _wave(instance: Instance, num_splits: int, device_index: int) -> tuple[int, 
     from torch.cuda._utils import _get_gpu_runtime_library
 
     cu, kernel = _get_gpu_runtime_library(), _kernel(instance, device_index)
-    config = _launch_config((num_splits, 1, 1), 32 * instance.warps, _cluster_smem(instance, device_index),
+    config = _launch_config((num_splits, 1, 1), 32 * instance.warps, instance.smem,
                             ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), None)
     clusters = ctypes.c_int(0)
     with torch.cuda.device(device_index):
@@ -329,7 +315,7 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
                 q_n.stride(0), q_n.stride(1), q_p.stride(0), q_p.stride(1), ckv2.stride(0), kpe2.stride(0),
                 o.stride(0), o.stride(1), ls.stride(0), heads, splits, mode, whole, early_after, float(scale_log2), float(kv_scale)]
 
-    def launch(grid: tuple[int, int, int], kernel_args: list, attributes=(), smem=smem) -> None:
+    def launch(grid: tuple[int, int, int], kernel_args: list, attributes=()) -> None:
         if pdl:
             _launch_ex(kernel, grid, block, smem, kernel_args, attributes + _PDL)
         else:
@@ -345,7 +331,7 @@ def decode(q_nope, q_pe, ckv2, kpe2, kv_indptr, kv_indices, part_out, part_lse, 
     head, rest_splits = wave_split(batch, groups, num_splits, *_wave(instance, num_splits, device_index))
     if head:
         launch((num_splits, head, groups), args(0, head, num_splits, MERGES.index("cluster")),
-               ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),), _cluster_smem(instance, device_index))
+               ((_CLUSTER_ATTRIBUTE, (num_splits, 1, 1)),))
     if head < batch:  # beside the clusters: placed once they all are (PDL), waits for them at its end
         launch((rest_splits, batch - head, groups), args(head, batch, rest_splits, MERGES.index("cta") | (WAIT_PRIOR if head else 0)))
 
