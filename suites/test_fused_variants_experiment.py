@@ -103,6 +103,8 @@ def test_timeline_phases_per_launch_and_the_last_cta():
     assert beside["start_skew"]["max"] == 0.4 and main["end_skew"]["max"] == 1.0
     assert doc["last"]["kind_beside"] == 1 and doc["last"]["wait"]["median"] == 0.2  # layer 1: the cluster CTA, 2: beside
     assert doc["layer_span_us"]["median"] == 29.5 and doc["layer_period_us"]["median"] == 30.0
+    # layer 1 ends at 30000 (its cluster CTA); layer 2 starts at 31000 and its cluster CTA is past its wait at 31500
+    assert doc["layer_gap_us"]["median"] == 1.0 and doc["layer_release_us"]["median"] == 1.5
 
 
 def test_the_clock_diagnostic_is_compiled_only_when_asked_for():

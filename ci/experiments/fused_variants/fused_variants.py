@@ -206,7 +206,8 @@ def timelines(args, variants, workdir: Path) -> dict:
             rows[name] = {"config": cfg.__dict__, "defines": variant.defines, "clocked_us_per_layer": us,
                           **timeline.summarize(timeline.read(kernel))}
             print(f"{shape} {name}: {us:.2f} us/layer clocked, layer span {rows[name]['layer_span_us']['median']:.2f} us, "
-                  f"period {rows[name]['layer_period_us']['median']:.2f} us", flush=True)
+                  f"period {rows[name]['layer_period_us']['median']:.2f} us, "
+                  f"release {rows[name]['layer_release_us']['median']:.2f} us", flush=True)
         doc["shapes"].append({"shape": shape, "variants": rows})
     return doc
 

@@ -8,7 +8,9 @@ layer's launch, after warm replays) is read back; per launch (a layer's pool, an
 the one beside it) the CTAs' phases are summarized over every layer: start skew (entry after the layer's first
 CTA), issue (index loads and the early tile loads), wait, q (Q's loads), first tile, loop (and its share spent
 waiting), tail (epilogue and merge: publish, siblings (waiting for the request's other splits), merge), end skew
-(exit before the layer's last CTA); per layer its span (first entry to last exit) and period (to the next layer's first entry).
+(exit before the layer's last CTA); per layer its span (first entry to last exit), period (to the next layer's first
+entry), gap (its last exit to the next layer's first entry: negative where that starts before it ends) and release
+(its last exit to the next layer's first CTA past its wait: the dependent launch's release).
 """
 
 from __future__ import annotations
@@ -106,7 +108,11 @@ def summarize(records: np.ndarray) -> dict:
     last = np.array([int(np.argmax(np.where(key == k, t[:, -1], -1))) for k in layers])
     doc["last"] = {name: _stats((v[last] / 1e3).tolist()) for name, v in phases.items()}
     doc["last"]["kind_beside"] = int((kind[last] == "beside").sum())
-    starts = sorted(s for s, _ in layers.values())
+    order = sorted(layers, key=lambda k: layers[k][0])
+    starts = [layers[k][0] for k in order]
+    past_wait = {k: t[(key == k) & (kind == "main"), 2].min() for k in order}
     doc["layer_span_us"] = _stats([(e - s) / 1e3 for s, e in layers.values()])
     doc["layer_period_us"] = _stats([(b - a) / 1e3 for a, b in zip(starts, starts[1:])])
+    doc["layer_gap_us"] = _stats([(layers[b][0] - layers[a][1]) / 1e3 for a, b in zip(order, order[1:])])
+    doc["layer_release_us"] = _stats([(past_wait[b] - layers[a][1]) / 1e3 for a, b in zip(order, order[1:])])
     return doc
