@@ -77,11 +77,8 @@ typedef long long i64;
 #ifndef DIAG_EARLY_Q
 #define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
 #endif
-#ifndef GATHER_ODD
-#define GATHER_ODD 0  // a group's odd tiles after the prologue that are not one run: cp.async gathers beside the bulk copies
-#endif
-#ifndef EARLY_TILES
-#define EARLY_TILES 8  // the most prologue tiles loaded before the wait
+#ifndef EARLY_CTA_TILES
+#define EARLY_CTA_TILES 2  // the most prologue tiles a CTA loads before the wait (its groups' first tiles first)
 #endif
 #ifndef Q_PREFETCH
 #define Q_PREFETCH 1  // with the early tile loads, Q's lines prefetched into L2 before the wait
@@ -614,7 +611,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     if (run) {
       issue_run(ring_g + s * TILE * ROW, ckv + (i64)row0 * s_ckv, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
-    } else if (BULK_ROWS && whole_rows && !(GATHER_ODD && j >= (STAGES == 2 ? 2 : STAGES - 1) && (j & 1))) {
+    } else if (BULK_ROWS && whole_rows) {
       issue_row_copies(ring_g + s * TILE * ROW, ckv, s_ckv, my_tok, my_row, lane < RPW, valid, bar0 + 8 * s, gtid, TG);
       bulk_bits |= 1u << s;
     } else {
@@ -658,8 +655,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     pre_next[s] = pool_row(indices, tok + 1, end);
   }
   // Tile s's load (bulk copies only: the cp.async groups stay in tile order) may come before the wait when
-  // its rows end before the request's last new_tokens tokens, which a kernel before it may be writing.
-  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && s < EARLY_TILES && tok0(s) + TILE <= end - new_tokens; };
+  // its rows end before the request's last new_tokens tokens, which a kernel before it may be writing, and it
+  // is one of the CTA's first EARLY_CTA_TILES (with more, issuing them kept DeepSeek-V3's ping-pong CTAs past
+  // the wait's release: docs/evidence/fused/tail-h100).
+  auto early = [&](int s) { return wait_after_indices && whole_rows && new_tokens >= 0 && s < ntg && GROUPS * s < EARLY_CTA_TILES && tok0(s) + TILE <= end - new_tokens; };
   auto prologue_load = [&](int s) {
     const int valid = min(TILE, end - tok0(s)), row = pre_row[s];
     const bool run = group_and<PP>(grp, whole_rows && s < ntg && rows_follow(row, pre_next[s], my_tok, valid));
