@@ -77,12 +77,6 @@ typedef long long i64;
 #ifndef DIAG_EARLY_Q
 #define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
 #endif
-#ifndef BESIDE_GRID
-#define BESIDE_GRID 0  // the launch beside the clusters merges its splits the grid way (it is one wave)
-#endif
-#ifndef Q_FIRST
-#define Q_FIRST 0  // after the wait, Q's loads before the prologue's other tile loads
-#endif
 #ifndef EARLY_CTA_TILES
 #define EARLY_CTA_TILES 2  // the most prologue tiles a CTA loads before the wait (its groups' first tiles first)
 #endif
@@ -547,7 +541,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   merge_mode &= ~(WAIT_PRIOR | INDICES_READY);
-  if (BESIDE_GRID && wait_prior.on && merge_mode == MERGE_CTA) merge_mode = MERGE_GRID;
   static_assert(!PP || W == 16, "two tile groups are two groups of 8 warps");
   constexpr int GROUPS = PP ? 2 : 1;     // thread groups streaming every GROUPS-th tile (own ring slots and softmax)
   constexpr int WG = W / GROUPS;         // warps per group
@@ -682,12 +675,11 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   clk.mark(2);
 #pragma unroll
   for (int s = 0; s < PRE; ++s) {
-    if (Q_FIRST && s == 0 && !DIAG_EARLY_Q) issue_q();
     if (!early(s)) prologue_load(s);
     if (s == 0) {
       if (!early_indices)
         for (int j = PRE; j < PRE + IAHEAD; ++j) fetch_indices(j);
-      if (!Q_FIRST && !DIAG_EARLY_Q) issue_q();
+      if (!DIAG_EARLY_Q) issue_q();
     }
     cp_async_commit();
   }
@@ -1023,8 +1015,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   int* arrived = arrivals + b * gridDim.z + blockIdx.z;
   if (merge_mode == MERGE_GRID) {
     // Grid merge: once every split of (request, head group) has written its partials (an arrival count;
-    // the launch is one wave, so they all run at once), split s merges its share of the 4-channel chunks
-    // (channels [s, s + 1) * 512 / num_splits where that divides) of every head: each chunk by G lanes, each lane every G-th split, then the
+    // the launch is one wave, so they all run at once), split s merges channels [s, s + 1) * 512 /
+    // num_splits of every head: each 4-channel chunk by G lanes, each lane every G-th split, then the
     // lanes' states combined; the count goes on to 2 * num_splits as the splits finish, and the last
     // re-arms it. One thread fences for the CTA after the barrier (as a cooperative grid sync does).
     __syncthreads();
@@ -1037,14 +1029,12 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       clk.mark(7);
     }
     __syncthreads();
-    // this split's 4-channel chunks of each head: [c0, c1) of D_CKV / 4, the splits' shares within one of each other
-    const int c0 = split * (D_CKV / 4) / num_splits, cn = (split + 1) * (D_CKV / 4) / num_splits - c0, chunks = NH * cn;
-    int G = 1;  // lanes per chunk: a power of two, at most 32
-    while (G < 32 && 2 * G * chunks <= THREADS) G *= 2;
+    const int cw = D_CKV / num_splits, chunks = NH * cw / 4;
+    const int G = chunks >= THREADS ? 1 : min(32, THREADS / chunks);  // lanes per chunk (a power of two)
     for (int e0 = 0; e0 < chunks * G; e0 += THREADS) {
       const int e = (e0 + tid) / G, r = (e0 + tid) % G;
       if (e0 + tid - r >= chunks * G) break;  // whole groups past the last chunk (whole warps: G divides 32)
-      const int head = h0 + e / cn, d0 = 4 * (c0 + e % cn);
+      const int head = h0 + e / (cw / 4), d0 = split * cw + 4 * (e % (cw / 4));
       float m = NEG_INF, l = 0.f;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       if (head < num_heads) merge_splits<8>(part_out, part_lse, b, head, d0, num_heads, num_splits, r, G, m, l, acc);
