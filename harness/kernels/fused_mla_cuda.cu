@@ -77,9 +77,6 @@ typedef long long i64;
 #ifndef DIAG_EARLY_Q
 #define DIAG_EARLY_Q 0  // Q's loads before the wait on the previous kernel (unsafe where it writes Q): a bound
 #endif
-#ifndef TILE_STRIDE
-#define TILE_STRIDE 0  // split s takes the request's tiles s, s + num_splits, ... (else one run of them)
-#endif
 #ifndef EARLY_CTA_TILES
 #define EARLY_CTA_TILES 2  // the most prologue tiles a CTA loads before the wait (its groups' first tiles first)
 #endif
@@ -578,11 +575,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
 
   const int start = indptr[b], end = indptr[b + 1];
   const int tiles_all = (end - start + TILE - 1) / TILE;
-#if TILE_STRIDE
-  const int nt = split < tiles_all ? (tiles_all - split + num_splits - 1) / num_splits : 0;
-  const int ntg = max(0, nt - grp + GROUPS - 1) / GROUPS;
-  auto tok0 = [&](int j) { return start + (split + num_splits * (grp + GROUPS * j)) * TILE; };
-#else
   const int per_split = (tiles_all + num_splits - 1) / num_splits;
   const int t0 = min(tiles_all, split * per_split);
   const int nt = min(tiles_all, t0 + per_split) - t0;
@@ -590,7 +582,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // The group's tiles: tile j of the group is tile grp + GROUPS * j of the split, from token tok0(j).
   const int ntg = max(0, nt - grp + GROUPS - 1) / GROUPS;
   auto tok0 = [&](int j) { return first + (grp + GROUPS * j) * TILE; };
-#endif
 #if __CUDA_ARCH__ < 900
   whole_rows = 0;  // no bulk copies before sm_90
 #endif
