@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 26's H200 evidence on ONE H200, from a checkout holding .bundle/flashinfer-0.7.2.post1-py312.tar.xz,
+# Issue 26's (and with `fused` issue 28's) H200 evidence on ONE H200, from a checkout holding .bundle/flashinfer-0.7.2.post1-py312.tar.xz,
 # .bundle/sglang-0.5.23-py312.tar.xz (ci/build_sglang_bundle.sh) and .whl/msgspec-*.whl:
-#   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|suite|runs]...   (default: env tests runs)
+#   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|suite|runs|fused]...   (default: env tests runs)
 # env    the environment: GPU, torch, the time `import flashinfer_mla_backend` takes, the sgl_kernel stand-in
 # tests  python -m pytest suites/gpu -m gpu -k sglang  (junit: OUT/gpu-sglang-junit.xml)
 # suite  the whole GPU suite, SGLang-backed tests included, in one process (no xdist: one worker per GPU is the
@@ -9,8 +9,10 @@
 #        OUT/gpu-junit.xml; a suite past SUITE_TIMEOUT is interrupted, so its junit still holds what ran). JIT_TAR= / TRITON_TAR= name packed FlashInfer JIT and Triton caches (cold: minutes)
 # runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
 #        REPEATS= override its --runs and --repeats)
+# fused  python -m ci.experiments.fused_runs: issue 28's fused_fp8 production runs (2 per case, ~200 s) and its
+#        targets judged (OUT/fused-summary.md; the run files in OUT/fused.tar.gz)
 set -uo pipefail
-OUT=${1:?usage: run.sh OUT [env|tests|suite|runs]...}
+OUT=${1:?usage: run.sh OUT [env|tests|suite|runs|fused]...}
 shift
 steps=${*:-env tests runs}
 mkdir -p "$OUT"
@@ -35,6 +37,9 @@ print('fa3 backend:', runtime.import_reason(runtime.FA3_BACKEND))"; } 2>&1 | tee
     runs) timeout -k 5 "${RUNS_TIMEOUT:-500}" python3 -m ci.experiments.sglang_h200 /tmp/sglang-runs --repeats "${REPEATS:-20}" \
              ${RUNS:+--runs $RUNS} 2>&1 | tee "$OUT/runs.log" | grep -v '^\s*$' | tail -60
           tar -czf "$OUT/runs.tar.gz" -C /tmp sglang-runs ;;  # one file back (a device call returns at most 8)
+    fused) python3 -m ci.experiments.fused_runs /tmp/fused-runs 2>&1 | tee "$OUT/fused.log" | tail -20
+           cp /tmp/fused-runs/summary.md "$OUT/fused-summary.md"
+           tar -czf "$OUT/fused.tar.gz" -C /tmp fused-runs ;;
   esac
   echo "== $step: $(( $(date +%s) - t0 )) s"
 done
