@@ -96,6 +96,13 @@ def test_a_run_that_cannot_be_judged_is_one_error_naming_it(out, capsys, fault, 
     assert not (out / "summary.json").exists()
 
 
+def test_an_out_dir_that_is_a_file_is_one_error(tmp_path, capsys):
+    (tmp_path / "out").write_text("not a folder")
+    assert exp.main([str(tmp_path / "out"), "--runs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "out") in err[0] and (tmp_path / "out").read_text() == "not a folder"
+
+
 def test_a_run_over_files_already_there_overwrites_none(out, capsys):
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert exp.main([str(out), "--runs", "1"]) == 2  # refused before any harness run starts

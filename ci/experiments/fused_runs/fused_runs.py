@@ -155,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             run_cases(args.out, args.runs, args.repeats)
         doc = judge(args.out, args.runs)
-    except RunError as exc:
+        doc["command"] = " ".join(["python -m ci.experiments.fused_runs", *(argv if argv is not None else sys.argv[1:])])
+        (args.out / "summary.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (args.out / "summary.md").write_text(markdown(doc))
+    except (RunError, OSError) as exc:
         print(f"fused_runs: error: {exc}", file=sys.stderr)
         return 2
-    doc["command"] = " ".join(["python -m ci.experiments.fused_runs", *(argv if argv is not None else sys.argv[1:])])
-    (args.out / "summary.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "summary.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0 if doc["all_hold"] else 1
