@@ -1,6 +1,7 @@
 """ci/experiments/fused_runs (issue 28's production runs judged) on CPU, on the committed H100 run files of afa7656:
 each target judged from the files, and its twins: every target made to hold, a failing verdict, a missing run, a file
-of another case, of another commit, a malformed file, and a run over files already there (none overwritten)."""
+of another case, of another commit, runs that name no commit, a malformed file, and a run over files already there
+(none overwritten)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def test_every_target_held_passes_and_a_failing_verdict_does_not(out):
     ("missing", "run2-glm5-tp8-b1-l4096.json: missing"),
     ("other_case", "run1-glm5-tp8-b32-l4096.json: case is deepseek-v3-tp8 b32-l4096 prod, expected glm5-tp8 b32-l4096 prod"),
     ("other_commit", "run1-glm5-tp8-b128-l2048.json: commit 'beef'"),
+    ("no_commit", "run1-glm5-tp8-b32-l4096.json: no environment.git_commit"),
     ("malformed", "run1-deepseek-v3-tp8-b128-l2048.json: "),
     ("no_attention", "run1-glm5-tp8-b1-l4096.json: no fused_fp8 attn_us value"),
 ])
@@ -86,6 +88,9 @@ def test_a_run_that_cannot_be_judged_is_one_error_naming_it(out, capsys, fault, 
         shutil.copy(out / "run1-deepseek-v3-tp8-b32-l4096.json", out / "run1-glm5-tp8-b32-l4096.json")
     elif fault == "other_commit":
         edit(out / "run1-glm5-tp8-b128-l2048.json", lambda d: d["environment"].update(git_commit="beef"))
+    elif fault == "no_commit":
+        for f in out.glob("run1-*.json"):
+            edit(f, lambda d: d["environment"].update(git_commit=None))
     elif fault == "malformed":
         (out / "run1-deepseek-v3-tp8-b128-l2048.json").write_text('{"schema": "mla-harness-results/5", "rows": [')
     elif fault == "no_attention":

@@ -5,8 +5,8 @@ usage: python -m ci.experiments.fused_runs OUT_DIR [--runs 2] [--repeats 20] [--
 For run k = 1 .. --runs and each case a TARGET names: `python -m harness run --scale prod --preset P --scenario S
 --strategy fused_fp8 --repeats R --json OUT_DIR/run{k}-{P}-{S}.json` (a run file already there is an error: none is
 overwritten; judge it with --judge-only). Every run file is then read back (harness.results.schema.read_results) and
-must be of its case at production scale, hold fused_fp8's attention, its byte floor and a verdict, and come from the
-same commit and GPU as the others; else one error line names the file. Each run's fused_fp8 attention (median
+must be of its case at production scale, hold fused_fp8's attention, its byte floor and a verdict, and come from one
+named commit and GPU, the same as the others'; else one error line names the file. Each run's fused_fp8 attention (median
 attn_us and its upper quartile) is set against the attention's byte floor at that run's copy bandwidth (the
 floor_ratio row), and each TARGET is judged on every run. Writes OUT_DIR/summary.json and summary.md (derived from
 the run files beside them: rewritten at each judgement). Exit 0 when every target holds and every verdict passes,
@@ -104,6 +104,9 @@ def judge(out: Path, runs: int) -> dict:
     """Every run file read back and every TARGET judged on each run (RunError on a file that cannot be)."""
     table = {k: {case: read_run(run_path(out, k, case), case) for case in CASES} for k in range(1, runs + 1)}
     first = table[1][CASES[0]]
+    if not first["commit"]:
+        raise RunError(f"{out / first['file']}: no environment.git_commit (a checkout without .git: set "
+                       "MLA_HARNESS_GIT_COMMIT for the runs), so the runs cannot say which code they measured")
     for k, per_case in table.items():
         for r in per_case.values():
             for field in ("commit", "gpu"):

@@ -10,7 +10,8 @@
 # runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
 #        REPEATS= override its --runs and --repeats)
 # fused  python -m ci.experiments.fused_runs: issue 28's fused_fp8 production runs (2 per case, ~200 s) and its
-#        targets judged (OUT/fused-summary.md; the run files in OUT/fused.tar.gz)
+#        targets judged (OUT/fused-summary.md; the run files in OUT/fused.tar.gz); a checkout without .git sets
+#        MLA_HARNESS_GIT_COMMIT, else the judgement refuses runs that name no commit
 set -uo pipefail
 OUT=${1:?usage: run.sh OUT [env|tests|suite|runs|fused]...}
 shift
