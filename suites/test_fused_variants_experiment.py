@@ -26,7 +26,8 @@ def test_variant_specs():
 
 
 def test_each_variant_compiles_its_own_source(tmp_path, monkeypatch):
-    for name in ("SOURCE", "_kernel", "_wave", "_merge_kernel"):
+    assert all(hasattr(getattr(fused_mla_cuda, name), "cache_clear") for name in fused_mla_cuda.SOURCE_CACHES)
+    for name in ("SOURCE", *fused_mla_cuda.SOURCE_CACHES):
         monkeypatch.setattr(fused_mla_cuda, name, getattr(fused_mla_cuda, name))
     monkeypatch.setattr(exp, "_CACHES", {})
     exp.use_variant(exp.Variant("stream", {"DIAG_STREAM_ONLY": "1"}), tmp_path)

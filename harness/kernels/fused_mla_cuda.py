@@ -27,6 +27,7 @@ import torch
 from harness.errors import HarnessError
 
 SOURCE = Path(__file__).with_name("fused_mla_cuda.cu")
+SOURCE_CACHES = ("_kernel", "_slots", "_wave", "_merge_kernel")  # the functools caches of what was built from SOURCE
 TILE, ROW, QROW, SROW, PROW, IR, BARS = 64, 576, 580, 68, 72, 16, 64  # as #defined in the .cu file
 WARPS = (8, 16)
 HEADS_PER_CTA = (8, 16)  # one n-tile of 8 heads, or two

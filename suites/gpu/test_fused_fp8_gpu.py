@@ -500,7 +500,7 @@ def test_cuda_q_is_read_after_the_wait(tmp_path, monkeypatch):
     planted = tmp_path / "early_q.cu"  # negative control: the kernel loading Q before the wait
     planted.write_text("#define DIAG_EARLY_Q 1\n" + fc.SOURCE.read_text())
     monkeypatch.setattr(fc, "SOURCE", planted)
-    for name in ("_kernel", "_wave", "_merge_kernel", "_slots"):
+    for name in fc.SOURCE_CACHES:
         monkeypatch.setattr(fc, name, functools.cache(getattr(fc, name).__wrapped__))
     bad = behind_late_q(configs[0], partial_buffers(len(lens), 8, configs[0], 512, "cuda"))
     assert min(norm_rel(bad[b:b + 1], ref_out[b:b + 1]) for b in range(len(lens))) > 0.05

@@ -35,6 +35,10 @@ class Limit:
     stat: str
     most: float
 
+    @property
+    def cases(self) -> tuple:
+        return (self.case,)
+
     def value(self, runs: dict) -> float:
         return runs[self.case][self.stat]
 
@@ -48,6 +52,10 @@ class Gap:
     base: tuple[str, str]
     most: float
 
+    @property
+    def cases(self) -> tuple:
+        return (self.case, self.base)
+
     def value(self, runs: dict) -> float:
         return runs[self.case]["ratio"] - runs[self.base]["ratio"]
 
@@ -60,7 +68,7 @@ TARGETS = (
     Gap("DeepSeek-V3 b32-l4096 floor ratio within 0.1 of GLM-5's", (DSV3, "b32-l4096"), (GLM5, "b32-l4096"), 0.1),
     Gap("DeepSeek-V3 b128-l2048 floor ratio within 0.1 of GLM-5's", (DSV3, "b128-l2048"), (GLM5, "b128-l2048"), 0.1),
 )
-CASES = tuple(dict.fromkeys(c for t in TARGETS for c in (t.case, getattr(t, "base", t.case))))
+CASES = tuple(dict.fromkeys(c for t in TARGETS for c in t.cases))
 
 
 class RunError(Exception):
@@ -85,11 +93,11 @@ def read_run(path: Path, case: tuple[str, str]) -> dict:
     if got != (*case, "prod"):
         raise RunError(f"{path}: case is {' '.join(got)}, expected {case[0]} {case[1]} prod")
     rows = {(r.strategy, r.metric): r for r in doc.rows}
-    attn, floor, verdict = (rows.get((STRATEGY, m)) for m in ("attn_us", "floor_ratio", "verdict"))
-    copy = rows.get(("control", "control_copy_gbps"))
-    for name, row in (("attn_us", attn), ("floor_ratio", floor), ("verdict", verdict), ("control_copy_gbps", copy)):
-        if row is None or row.value is None:
-            raise RunError(f"{path}: no {STRATEGY if name != 'control_copy_gbps' else 'control'} {name} value")
+    wanted = ((STRATEGY, "attn_us"), (STRATEGY, "floor_ratio"), (STRATEGY, "verdict"), ("control", "control_copy_gbps"))
+    for strategy, metric in wanted:
+        if rows.get((strategy, metric)) is None or rows[strategy, metric].value is None:
+            raise RunError(f"{path}: no {strategy} {metric} value")
+    attn, floor, verdict, copy = (rows[key] for key in wanted)
     floor_us = (floor.detail or {}).get("attn_floor_us")
     if not isinstance(floor_us, (int, float)) or floor_us <= 0:
         raise RunError(f"{path}: {STRATEGY} floor_ratio has no detail.attn_floor_us")

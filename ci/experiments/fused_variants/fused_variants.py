@@ -74,7 +74,7 @@ def use_variant(variant: Variant, workdir: Path) -> None:
         text = variant.source.read_text() if variant.source else fused_mla_cuda.SOURCE_TEXT
         src.write_text("".join(f"#define {k} {v}\n" for k, v in variant.defines.items()) + text)
     caches = _CACHES.setdefault(variant.name, {})
-    for fn in ("_kernel", "_wave", "_merge_kernel"):
+    for fn in fused_mla_cuda.SOURCE_CACHES:
         if fn not in caches:
             wrapped = getattr(_ORIGINAL[fn], "__wrapped__")
 
@@ -86,7 +86,7 @@ def use_variant(variant: Variant, workdir: Path) -> None:
     fused_mla_cuda.SOURCE = src
 
 
-_ORIGINAL = {fn: getattr(fused_mla_cuda, fn) for fn in ("_kernel", "_wave", "_merge_kernel")}
+_ORIGINAL = {fn: getattr(fused_mla_cuda, fn) for fn in fused_mla_cuda.SOURCE_CACHES}
 _CACHES: dict[str, dict] = {}
 fused_mla_cuda.SOURCE_TEXT = fused_mla_cuda.SOURCE.read_text()
 

@@ -21,9 +21,10 @@ import statistics
 import numpy as np
 import torch
 
+from harness.kernels.fused_mla_cuda import WAIT_PRIOR  # merge_mode flag of the launch beside the cluster launch
+
 MARKS, RECORDS = 9, 16384  # DIAG_MARKS, DIAG_RECORDS in the .cu file
 WORDS = 3 + MARKS
-WAIT_PRIOR = 4  # merge_mode flag of the launch beside the cluster launch
 PHASES = ("issue", "wait", "q", "first_tile", "loop", "publish", "siblings", "merge")  # between consecutive marks
 LOOP_END = 1 + PHASES.index("loop")  # the mark past the last tile
 
