@@ -86,12 +86,6 @@ typedef long long i64;
 #ifndef EARLY_INDICES
 #define EARLY_INDICES 1  // with the early tile loads, the index tiles after the prologue's fetched before the wait
 #endif
-#ifndef PRE_ALL
-#define PRE_ALL 0  // the prologue fills every ring slot (else STAGES - 1 of them when STAGES > 2)
-#endif
-#ifndef PP_CLUSTER_GROUPS
-#define PP_CLUSTER_GROUPS 0  // PP with a cluster merge: each group's O^T is one of the merge's entries (no join)
-#endif
 #ifndef BULK_ROWS
 #define BULK_ROWS 1  // a tile of whole pool rows that are not one run: one bulk copy per row (0: cp.async gathers)
 #endif
@@ -630,7 +624,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
   // deeper rings STAGES - 1 (filling the last slot up front measured slower: docs/h200/fused/run12/variants14.json).
   // The first group also carries the indices of tiles PRE .. PRE-1+IAHEAD (issued before the wait with
   // EARLY_INDICES) and Q (issue_q, after the wait).
-  constexpr int PRE = STAGES == 2 || PRE_ALL ? STAGES : STAGES - 1;
+  constexpr int PRE = STAGES == 2 ? 2 : STAGES - 1;
   // Q (bf16, 4 channels per 8-byte cp.async; zeros for heads past num_heads) into qs's rows.
   auto issue_q = [&]() {
     for (int e = tid; e < NH * (D_ALL / 4); e += THREADS) {
@@ -870,12 +864,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       ml_s[NH + gtid / TPH] = l_run;
     }
   }
-  // PP_CLUSTER_GROUPS: a cluster merge of at most CLUSTER_MAX / 2 splits takes each group's state as its own entry.
-  const bool group_entries = PP_CLUSTER_GROUPS && PP && merge_mode == MERGE_CLUSTER && num_splits > 1 &&
-                             GROUPS * num_splits <= CLUSTER_MAX;
-  if (PP && group_entries) {
-    __syncthreads();  // every tile consumed by both groups: the ring is free
-  } else if constexpr (PP) {
+  if constexpr (PP) {
     // Two groups: group 1's O^T through the ring (every tile is consumed) into group 0's, each weighted by
     // exp2(its max - the joint max); group 0's softmax state becomes the joint one.
     float* red = (float*)ring;
@@ -931,11 +920,8 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     // (ml_s), and after a cluster barrier CTA r merges channels [r, r + 1) * 512 / num_splits of
     // every head from all of them through distributed shared memory; a second barrier keeps each
     // CTA's shared memory alive until the others have read it. Nothing goes through global memory.
-    float* xo = (float*)ring;  // [NH][D_CKV], or with group_entries [GROUPS][NH][D_CKV]
-    constexpr int EG = PP && PP_CLUSTER_GROUPS ? GROUPS : 1;  // entries per CTA at most
-    const int eg = group_entries ? GROUPS : 1;
-    if (group_entries) xo += grp * NH * D_CKV;
-    if (W == 8 || warp < 8 || group_entries) {
+    float* xo = (float*)ring;  // [NH][D_CKV]
+    if (W == 8 || warp < 8) {
 #pragma unroll
       for (int jn = 0; jn < NT; ++jn)
 #pragma unroll
@@ -952,8 +938,7 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     cluster_sync();
     clk.mark(7);
     const int cw = D_CKV / num_splits, rank = cluster_ctarank();  // channels per CTA; rank == split
-    const u32 xo_a = smem_addr((float*)ring), ml_a = smem_addr(ml_of(0));
-    constexpr int ML_GROUP = GROUP_BYTES;  // bytes between two groups' softmax states
+    const u32 xo_a = smem_addr(xo), ml_a = smem_addr(ml_s);
     for (int e = tid; e < NH * cw / 4; e += THREADS) {
       const int hh = e / (cw / 4), d = rank * cw + 4 * (e % (cw / 4)), head = h0 + hh;
       // every CTA's (m, l) and channels issued at once (CLUSTER_MAX loads in flight, not one round
@@ -962,11 +947,10 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
       float4 vk[CLUSTER_MAX];
 #pragma unroll
       for (int k = 0; k < CLUSTER_MAX; ++k) {
-        const bool in = k < eg * num_splits;
-        const int cta = EG == 1 ? k : k / eg, gi = EG == 1 ? 0 : k % eg;
-        mk[k] = in ? ld_dsmem(mapa(ml_a + gi * ML_GROUP + 4 * hh, cta)) : NEG_INF;
-        lk[k] = in ? ld_dsmem(mapa(ml_a + gi * ML_GROUP + 4 * (NH + hh), cta)) : 0.f;
-        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * ((gi * NH + hh) * D_CKV + d), cta)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const bool in = k < num_splits;
+        mk[k] = in ? ld_dsmem(mapa(ml_a + 4 * hh, k)) : NEG_INF;
+        lk[k] = in ? ld_dsmem(mapa(ml_a + 4 * (NH + hh), k)) : 0.f;
+        vk[k] = in ? ld_dsmem4(mapa(xo_a + 4 * (hh * D_CKV + d), k)) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       float m = NEG_INF;
 #pragma unroll
