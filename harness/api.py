@@ -52,8 +52,13 @@ class StrategyResult:
     guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
 
 
+LIVE_REFERENCE = "live float64 reference"
+
+
 def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str]:
-    """The golden of the case when one matches it exactly (same scale and scenario), else a live reference."""
+    """The golden of the case when one matches it exactly (same scale and scenario), else a live reference; and what
+    it is: the golden's folder (as configured: --golden-dir, MLA_HARNESS_GOLDEN_DIR or the checkout's), or
+    LIVE_REFERENCE."""
     case = cfg.case
     why, names = ("--reference live" if cfg.reference == "live" else f"no golden for {case.name}"), []
     if cfg.reference != "live":
@@ -64,22 +69,22 @@ def _reference(cfg: RunConfig, console: Console) -> tuple[golden.GoldenData, str
                 raise
             why = "no golden directory (--golden-dir, MLA_HARNESS_GOLDEN_DIR)"
     if case.name in names:
-        gold = golden.load(case.name)
+        gold, folder = golden.load(case.name), golden.case_dir(case.name)
         mismatch = golden.spec_mismatch(gold, case)
         if not mismatch:
             if stale := golden.case_mismatch(gold, case):
-                raise HarnessError(f"golden/{case.name}/{golden.MANIFEST}", f"{stale}: a stale or edited golden "
+                raise HarnessError(str(folder / golden.MANIFEST), f"{stale}: a stale or edited golden "
                                    "(python -m harness golden verify)")
             if gap := golden.coverage_gap(gold, case):
-                raise HarnessError(f"golden/{case.name}", f"does not cover the case: {gap}")
-            return gold, f"golden/{case.name}"
-        why = f"golden/{case.name} is for another {mismatch}"
+                raise HarnessError(str(folder), f"does not cover the case: {gap}")
+            return gold, str(folder)
+        why = f"{folder} is for another {mismatch}"
     if cfg.reference == "golden":
         raise HarnessError("--reference", f"{why}; use --reference live (or auto)")
     console.print(f"{why}: checking against a live float64 reference", style="yellow", markup=False)
     n = len(cfg.case.checked_layers()) * cfg.case.scenario.steps
     with progress_bar(console, "float64 reference", n) as advance:
-        return golden.compute(cfg.case, progress=advance), "live float64 reference"
+        return golden.compute(cfg.case, progress=advance), LIVE_REFERENCE
 
 
 def _verdict(name, backend_name, outputs: Outputs, gold: golden.GoldenData, baseline: Outputs | None, tier,
@@ -201,7 +206,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
         if tier != REGISTRY[name].tier:  # said beside the verdict: which exactness this run was held to, and why
             verdict = replace(verdict, reason="; ".join(filter(None, [verdict.reason, f"held to the {tier} tier, not the declared "
                                                                      f"{REGISTRY[name].tier}: set by what this run handed its kernel"])))
-        if verdict.status == Status.FAIL and ref_label.startswith("golden/") and cfg.obtained and not cfg.faults:  # a planted fault fails by design
+        if verdict.status == Status.FAIL and ref_label != LIVE_REFERENCE and cfg.obtained and not cfg.faults:  # a planted fault fails by design
             where = golden.write_obtained(cfg.case.name, name, _obtained(outputs, gold))
             console.print(f"{name}: {where}", markup=False, highlight=False, soft_wrap=True)
             verdict = replace(verdict, reason=f"{verdict.reason}; {where}")
@@ -212,8 +217,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
         if cfg.dump_outputs is not None:
             dump(outputs, cfg.dump_outputs / f"{cfg.case.name}.{name}.safetensors")
     console.print(f"checked against {ref_label}", markup=False)
-    reference = (f"{golden.case_dir(cfg.case.name)} (manifest_sha256 {gold.manifest['manifest_sha256']})"
-                 if ref_label.startswith("golden/") else ref_label)
+    reference = f"{ref_label} (manifest_sha256 {gold.manifest['manifest_sha256']})" if ref_label != LIVE_REFERENCE else ref_label
     return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s, reference)
 
 

@@ -89,3 +89,5 @@ def read_toml(path: str | Path) -> dict:
         raise HarnessError(str(path), f"malformed TOML: {exc}") from None
     except RecursionError:
         raise HarnessError(str(path), "TOML nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise HarnessError(str(path), f"malformed TOML: {exc}") from None

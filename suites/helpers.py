@@ -1,10 +1,14 @@
 """Shared test plumbing: run strategies on a golden case exactly as `harness run` does (no timing);
-run a test file again in a Triton-interpreter child process; read a results file's repro command."""
+run a test file again in a Triton-interpreter child process; read a results file's repro command; a results
+document as another run would write it."""
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +22,7 @@ from harness.api import RunConfig, run
 from harness.backends import make_backend
 from harness.errors import HarnessError
 from harness.inputs.cases import load_case
+from harness.results.metrics import METRICS
 
 
 def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto",
@@ -99,3 +104,27 @@ def repro_words(repro: str) -> tuple[list[str], list[str]]:
     assert words[i - 1].startswith(f"PYTHONPATH={CHECKOUT}") and words[i + 1:i + 4] == ["-P", "-m", "harness"], repro
     assigned = [w for w in words[:i] if "=" in w]
     return assigned, words[i + 4:]
+
+
+def nudged(doc: dict, ulps: int = 1) -> dict:
+    """A results document with the slowest sample of its first timing of three samples or more `ulps` ulps slower
+    (its median stays), else its first timing's value and sample: two runs never draw the same timings, and `compare`
+    refuses a file whose timings are all the base's (one run relabelled). A document without a timing is returned as
+    it is."""
+    rows = copy.deepcopy(doc["rows"])
+    timed = [r for r in rows if (m := METRICS.get(r.get("metric"))) and m.timed and isinstance(r.get("value"), float)]
+    row = next((r for r in timed if len(r.get("samples") or []) >= 3), timed[0] if timed else None)
+    if row is not None:
+        for _ in range(ulps):
+            if samples := row.get("samples"):
+                i = max(range(len(samples)), key=samples.__getitem__)
+                samples[i] = math.nextafter(samples[i], math.inf)
+                row["value"] = row["value"] if len(samples) >= 3 else statistics.median(samples)
+            else:
+                row["value"] = math.nextafter(row["value"], math.inf)
+    return {**doc, "rows": rows}
+
+
+def another_run(doc: dict) -> dict:
+    """A results document as another run of the same rows would write it: another `created` stamp, `nudged`."""
+    return {**nudged(doc), "created": "2026-12-03T00:00:00+00:00"}

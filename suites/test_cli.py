@@ -103,6 +103,7 @@ def test_bad_scenario_files_exit_2(tmp_path):
         "slot0.toml": ('name = "s"\nkv_lens = [2]\nlayout = "explicit"\nslots = [[0]]\n', "reserved dummy"),
         "broken.toml": ('name = "b"\nkv_lens = [1,\n', "malformed TOML"),
         "huge.toml": ('name = "h"\nkv_lens = [20000]\n', "needs up to 20000 slots"),
+        "digits.toml": ('name = "g"\nkv_lens = [1]\nseed = ' + "9" * 5000 + "\n", "malformed TOML"),  # past int()'s digit limit
     }
     for fname, (text, fragment) in bad.items():
         path = tmp_path / fname

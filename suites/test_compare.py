@@ -10,6 +10,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare, parse_factor
 from harness.results.document import Case, Row, document, write_results
+from suites.helpers import nudged
 
 ENV = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
 CASE = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
@@ -44,9 +45,15 @@ def _rows(cast_us: float = 10.4, verdict: str = "pass", spread: float = 0.01, se
 
 @pytest.fixture
 def write(tmp_path):
+    """Write rows as the results file of a run of their own: the k-th file's slowest sample of its first timing
+    k ulps slower (medians unchanged), since `compare` refuses two files whose timings are all equal (one run)."""
+    written = []
+
     def _write(name: str, rows: list[Row], env=ENV):
         path = tmp_path / name
+        written.append(path)
         write_results(path, rows, env, "python -m harness run --scenario b1-l4096", RECORD)
+        path.write_text(json.dumps(nudged(json.loads(path.read_text()), len(written))))
         return path
 
     return _write
@@ -581,3 +588,38 @@ def test_a_strategy_gone_from_the_head_fails_where_none_of_its_rows_gate(write, 
     for rows in ([*info, control], [*info[:1], *info[2:], control], info):
         assert main_compare(base, write("head.json", rows, other), "5%") == 0
         assert "REGRESSION" not in capsys.readouterr().out
+
+
+def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write, capsys):
+    """A CPU `tpot --json` head records a strategy it could not run as a tpot_ms row with no value and
+    detail.unsupported: that passed (exit 0), the strategy's rows `missing` but informational. It is a missing
+    result (exit 1) in the same environment, and `unsupported` (exit 0) where an environment field explains it.
+    Twin: the strategy measured in the head passes."""
+    cpu = {**ENV, "device": "cpu", "gpu": None}
+    info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
+        [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
+    control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
+    base = write("base.json", [*info, control], cpu)
+    unmeasured = Row(**CASE, strategy="gather_cast", metric="tpot_ms", value=None, detail={"unsupported": "gather_cast: no"})
+    head = [unmeasured, *info[2:], control]
+    assert main_compare(base, write("head.json", head, {**cpu, "hostname": "ci-2"}), "5%") == 1
+    out = capsys.readouterr().out
+    assert "gather_cast/tpot_ms missing" in out and "gather_cast/attn_path_ms missing" in out
+    assert main_compare(base, write("head.json", head, {**cpu, "torch": "2.12.0"}), "5%") == 0
+    out = capsys.readouterr().out
+    assert "REGRESSION" not in out and "its strategy is unsupported in the head" in out
+    assert main_compare(base, write("head.json", [*info, control], {**cpu, "hostname": "ci-2"}), "5%") == 0
+
+
+def test_one_run_relabelled_is_not_two_runs(write, capsys):
+    """A copy of the base with another `created` stamp or environment passed as "unchanged" (exit 0): equal
+    timings sample for sample are one run, bad input (exit 2). Twin: one sample of another run differs."""
+    base = write("base.json", _rows())
+    doc = json.loads(base.read_text())
+    for edit in ({"created": "2027-01-01T00:00:00+00:00"}, {"environment": {**doc["environment"], "git_commit": "def"}}):
+        head = base.parent / "relabelled.json"
+        head.write_text(json.dumps({**doc, **edit}))
+        assert main_compare(base, head, "5%") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {head}: the same run as the base {base}: a gate needs two runs"]
+    assert main_compare(base, write("head.json", _rows()), "5%") == 0

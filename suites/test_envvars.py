@@ -68,6 +68,8 @@ def test_repeats_bound_is_the_one_cap():
     ("MLA_ASV_REPEATS", "-1", "must be 1..10000, got -1"),
     ("MLA_ASV_REPEATS", "0", "must be 1..10000, got 0"),
     ("MLA_ASV_REPEATS", "1000000000", "must be 1..10000"),
+    ("MLA_ASV_REPEATS", "9" * 5000, "must be 1..10000, got a 5000-digit number"),  # past int()'s digit limit: a traceback
+    ("MLA_HARNESS_NUM_GPUS", "-" + "9" * 5000, "must be 1..1024, got a 5000-digit number"),
     ("MLA_ASV_SCENARIOS", "nope", "unknown name 'nope'"),
     ("MLA_ASV_SCENARIOS", "b1-l500,", "none empty"),
     ("MLA_ASV_SCENARIOS", "b1-l500,b1-l500", "twice"),

@@ -22,6 +22,7 @@ from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
 from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results
 from suites.hang_guard import HANG_GUARD_S
+from suites.helpers import another_run, nudged
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +43,7 @@ def a(run_json):
 def _compare(tmp_path, base: dict, head: dict, capsys, tolerance: str = "5%") -> tuple[int, str, str]:
     bp, hp = tmp_path / "base.json", tmp_path / "head.json"
     bp.write_text(json.dumps(base))
-    hp.write_text(json.dumps(head))
+    hp.write_text(json.dumps(nudged(head)))  # a head run apart from the base (the edits under test aside)
     code = main_compare(bp, hp, tolerance)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
@@ -80,8 +81,8 @@ def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
 
 
 def _rerun(doc: dict) -> dict:
-    """`doc` as another run that measured the very same rows (another `created` stamp)."""
-    return {**doc, "created": "2026-12-03T00:00:00+00:00"}
+    """`doc` as another run that measured the same rows (another `created` stamp, one sample one ulp off)."""
+    return another_run(doc)
 
 
 def test_one_run_given_twice_is_bad_input(a, tmp_path, capsys):
@@ -208,13 +209,26 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     _one_error_line(err, "base.json: rows[].scenario", "several cases")
 
 
-def test_a_v1_slot_count_in_other_digits_is_not_recorded(a, tmp_path, capsys):
-    """'--slots ²' in a v1 command line: '²'.isdigit() held but int('²') raised, a traceback instead of a case."""
-    v1 = _as_v1(a, "python -m harness run --scenario b1-l500 --slots ² --layers=2")
+@pytest.mark.parametrize("slots", ["²", "9" * 5000])
+def test_a_v1_slot_count_in_other_digits_is_not_recorded(a, tmp_path, capsys, slots):
+    """'--slots ²' in a v1 command line: '²'.isdigit() held but int('²') raised, a traceback instead of a case;
+    so did a count past int()'s 4,300-digit limit."""
+    v1 = _as_v1(a, f"python -m harness run --scenario b1-l500 --slots {slots} --layers=2")
     assert load_results(_write(tmp_path / "v1.json", v1)).case.slots is None
     code, _, err = _compare(tmp_path, v1, a, capsys)
     assert code == 2
     _one_error_line(err, "case.slots")
+
+
+@pytest.mark.parametrize("created", ["not a date", "2026-13-01T00:00:00+00:00", ""])
+def test_a_created_stamp_that_is_no_timestamp_is_bad_input(a, tmp_path, capsys, created):
+    """`compare` took `created: "not a date"` (exit 0) where `report` refused the same file: the schema refuses it,
+    for every reader. Twin: no stamp at all (an older writer's) still compares."""
+    code, _, err = _compare(tmp_path, a, {**a, "created": created}, capsys)
+    assert code == 2
+    _one_error_line(err, "head.json", "created: not an ISO timestamp")
+    code, _, _ = _compare(tmp_path, a, {k: v for k, v in a.items() if k != "created"}, capsys)
+    assert code == 0
 
 
 @pytest.mark.parametrize("repro, tpot_row, command", [("python -m harness run --scenario b1-l500", False, "run"),
@@ -297,7 +311,7 @@ def test_an_unknown_device_is_bad_input_when_timings_gate(a, tmp_path, capsys, e
         assert code == 2 and out == ""
         _one_error_line(err, f"{name}: environment.device", "is not one of cpu, cuda")
     untimed = [r for r in a["rows"] if r["metric"] in ("verdict", "extra_bytes")]  # twin: nothing timed gates
-    code, _, err = _compare(tmp_path, {**bad, "rows": untimed}, {**a, "rows": untimed, "created": "later"}, capsys)
+    code, _, err = _compare(tmp_path, {**bad, "rows": untimed}, {**a, "rows": untimed, "created": "2026-12-04T00:00:00+00:00"}, capsys)
     assert code == 0 and err == ""
 
 

@@ -52,6 +52,28 @@ def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path,
     assert golden.case_mismatch(golden.load(CASE, root), load_case(CASE)) == ""
 
 
+@pytest.mark.parametrize("action", ["refresh", "verify"])
+def test_an_empty_case_name_is_bad_input_not_every_case(tmp_path, action):
+    """`golden refresh --case ''` (a CI variable left unset) refreshed every case. It is one error line, exit 2, and
+    the folder is untouched."""
+    root = _golden_copy(tmp_path, [CASE])
+    before = _contents(root / CASE)
+    _one_error_line(harness("golden", action, "--case", "", "--force", golden_dir=root) if action == "refresh"
+                    else harness("golden", action, "--case", " ", golden_dir=root), "--case", "is empty")
+    assert _contents(root / CASE) == before
+
+
+def test_run_names_the_golden_it_read(tmp_path):
+    """With --golden-dir, `run` refused a re-signed golden naming golden/<case>/manifest.json, the checkout's file, not
+    the one at fault. It names the folder it read; so does its "checked against" line. Twin: the checkout's golden."""
+    root = _golden_copy(tmp_path, [CASE])  # tmp_path/G: no "golden/" in its path
+    args = ("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500")
+    proc = harness(*args, golden_dir=root)
+    assert proc.returncode == 0 and f"checked against {root / CASE}" in proc.stdout, proc.stdout + proc.stderr
+    _resign(root, lambda m: m.update({"seed": 2}))
+    _one_error_line(harness(*args, golden_dir=root), f"error: {root / CASE / 'manifest.json'}: seed is", "a stale or edited golden")
+
+
 @pytest.mark.parametrize("name,retype", [
     ("s0.l0.out_fp32", lambda t: t.double()), ("s0.l1.lse", lambda t: t.half()), ("s0.positions", lambda t: t.float()),
     ("s0.l0.out_bf16", lambda t: t.float()), ("s0.l1.lse", lambda t: t[..., None]),
@@ -154,7 +176,7 @@ def test_a_resigned_golden_of_other_shapes_is_refused_not_blamed_on_the_strategi
     stored.tensors[name] = reshape(stored.tensors[name])
     golden.write(stored, CASE, root)  # re-signed
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
-                            golden_dir=root), f"golden/{CASE}", f"{name} is shaped")
+                            golden_dir=root), f"{root / CASE}: does not cover the case", f"{name} is shaped")
     assert not list((root / CASE).glob("*.obtained.*"))
     verify = harness("golden", "verify", "--case", CASE, golden_dir=root)
     assert verify.returncode == 1 and f"{name}: missing or reshaped" in verify.stdout, verify.stdout + verify.stderr

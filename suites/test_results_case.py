@@ -13,6 +13,7 @@ import pytest
 
 from harness.cli import main
 from harness.results.schema import SCHEMA, SCHEMA_V3, SCHEMA_V4, read_results
+from suites.helpers import another_run, nudged
 
 SMALL = ("--device", "cpu", "--slots", "2048", "--repeats", "1")
 
@@ -70,7 +71,7 @@ def test_a_version_4_file_compares_by_its_own_digest(tmp_path, capsys):
     for day, digest in ((1, "a" * 64), (2, "a" * 64), (3, "c" * 64)):  # another day: another run, not a copy
         case = {k: v for k, v in doc["case"].items() if k != "workload_v4"} | {"workload": digest}
         olds.append(tmp_path / f"v4-{day}.json")
-        olds[-1].write_text(json.dumps({**doc, "schema": SCHEMA_V4, "case": case, "created": f"2026-01-0{day}T00:00:00+00:00"}))
+        olds[-1].write_text(json.dumps({**nudged(doc, day), "schema": SCHEMA_V4, "case": case, "created": f"2026-01-0{day}T00:00:00+00:00"}))
     assert (read_results(olds[0]).case.workload, read_results(olds[0]).case.workload_v4) == (None, "a" * 64)
     assert main(["compare", str(olds[0]), str(olds[1])]) == 0
     capsys.readouterr()
@@ -119,8 +120,7 @@ def test_a_schema_that_is_not_a_version_string_is_one_error_line(tmp_path, capsy
 
 def _edited(tmp_path: Path, source: Path, edit) -> tuple[Path, int]:
     """A copy of `source` with one row edited by `edit(row) -> bool` (True for the row it changed); its index."""
-    doc = json.loads(source.read_text())
-    doc["created"] = "2026-01-01T00:00:00+00:00"  # another run's stamp: the copy is not the same run
+    doc = another_run(json.loads(source.read_text()))  # the copy is not the same run
     index = next(i for i, row in enumerate(doc["rows"]) if edit(row))
     out = tmp_path / "edited.json"
     out.write_text(json.dumps(doc))

@@ -21,7 +21,9 @@ def command(args, console: Console) -> int:
     from harness.progress import progress_bar
     from harness.verify import golden
 
-    names = [args.case] if args.case else golden_case_names()
+    if args.case is not None and not args.case.strip():
+        raise HarnessError("--case", "is empty: name one case '<preset>.<scale>.<scenario>', or leave --case out for all")
+    names = [args.case] if args.case is not None else golden_case_names()
     cases = [load_case(n) for n in names]
     failures, unreadable = [], []
     for case in cases:

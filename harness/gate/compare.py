@@ -369,6 +369,14 @@ def has_control(results: ResultsFile) -> bool:
     return control(results) is not None
 
 
+def same_timings(base: ResultsFile, head: ResultsFile) -> bool:
+    """Whether every timing both files hold is the same sample for sample, two samples or more in all: one run
+    under two labels (an edited `created` or environment), since two runs never draw equal timings."""
+    b, h = index_rows(base, "base"), index_rows(head, "head")
+    timed = [k for k in b.keys() & h.keys() if (m := METRICS.get(k[5])) is not None and m.timed and _samples(b[k])]
+    return sum(len(_samples(b[k])) for k in timed) > 1 and all(_samples(b[k]) == _samples(h[k]) for k in timed)
+
+
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
                     names: tuple[str, str] = ("base", "head")) -> Comparison:
     """Compare two results (ResultsFile, or decoded documents) row by row (max_regression: 0.05 = 5%).
@@ -384,7 +392,11 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     explained = _explains(base, head)
     found = [_change(key, b.get(key), h.get(key), max_regression, explained) for key in sorted(b.keys() | h.keys())]
     unsupported = {c.key[:5] for c in found if c.key[5] == "verdict" and c.status == "unsupported"}  # explained
-    strategies = {key[:5] for key in h}  # a base strategy with no row here is a missing result wherever it is
+    strategies = {key[:5] for key, row in h.items() if row.value is not None}  # a base strategy with no valued row
+    # here is a missing result wherever it is; one whose rows only say why it was not measured (a tpot file's
+    # null tpot_ms) is unsupported where the environments differ in a field that explains it, like a verdict
+    unmeasured = {key[:5] for key, row in h.items() if (row.detail or {}).get("unsupported")} - strategies
+    unsupported |= unmeasured if explained else set()
     changes = []
     for change in found:
         if change.status == MISSING and change.key[:5] in unsupported:
@@ -496,9 +508,9 @@ def main_compare(base_path, head_path, max_regression_text, inconclusive: str = 
         if inconclusive not in INCONCLUSIVE_POLICIES:
             raise HarnessError("--inconclusive", f"must be pass or fail, got {inconclusive!r}")
         base, head = load_results(base_path), load_results(head_path)
-        if base == head:  # the same path twice, or a copy: the same created, environment, case and rows
-            raise HarnessError(str(head_path), f"the same run as the base {base_path}: a gate needs two runs")
         comparison = compare_results(base, head, factor, inconclusive, (str(base_path), str(head_path)))
+        if base == head or same_timings(base, head):  # the same path twice, a copy, or one run relabelled
+            raise HarnessError(str(head_path), f"the same run as the base {base_path}: a gate needs two runs")
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -348,8 +348,12 @@ def _markdown(runs: list[Run], sections: list[Section], plots: list[str]) -> str
     return "\n".join(lines) + "\n"
 
 
-def _plots(runs: list[Run]) -> dict[str, bytes]:
-    """PNG bytes by file name: grouped bars per case, and step_ms trends. ImportError without matplotlib."""
+PLOT_RANGE = (1e-30, 1e30)  # a log axis over values past these overflows matplotlib's limits: those are in the tables only
+
+
+def _plots(runs: list[Run]) -> tuple[dict[str, bytes], list[str]]:
+    """PNG bytes by file name: grouped bars per case, and step_ms trends; and the values left out of them (outside
+    PLOT_RANGE, or with an IQR past it), each as "strategy/metric value". ImportError without matplotlib."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
@@ -361,8 +365,15 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
         fig.savefig(buf, format="png", dpi=120)
         return buf.getvalue()
 
-    def positive(row: dict | None) -> bool:
-        return row is not None and is_number(row["value"]) and row["value"] > 0  # log scale
+    left_out = []
+
+    def positive(row: dict | None, what: str = "") -> bool:
+        if row is None or not is_number(row["value"]) or row["value"] <= 0:  # log scale
+            return False
+        if PLOT_RANGE[0] < row["value"] < PLOT_RANGE[1] and (row.get("iqr") or 0) < PLOT_RANGE[1]:
+            return True
+        left_out.append(f"{what} {row['value']:g}")
+        return False
 
     def half_iqr(row: dict) -> float:
         return (row.get("iqr") or 0) / 2
@@ -381,14 +392,14 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
     plots = {}
     for metric, unit, what in (("step_ms", "ms", "decode step, all layers"), ("cast_us", "µs", "cast, per layer")):
         groups = [{s: m[metric][0] for s, m in c.items() if metric in m} for c in cases.values()]
-        strategies = list(dict.fromkeys(s for g in groups for s, row in g.items() if positive(row)))
+        strategies = list(dict.fromkeys(s for g in groups for s, row in g.items() if positive(row, f"{s}/{metric}")))
         if not strategies:
             continue
         fig = Figure(figsize=(max(7.0, 2.5 + len(cases) * (0.3 * len(strategies) + 0.6)), 4.5))
         ax = fig.add_subplot()
         width = 0.8 / len(strategies)
         for i, s in enumerate(strategies):
-            bars = [(x, g[s]) for x, g in enumerate(groups) if positive(g.get(s))]
+            bars = [(x, g[s]) for x, g in enumerate(groups) if positive(g.get(s), f"{s}/{metric}")]
             ax.bar([x - 0.4 + width * (i + 0.5) for x, _ in bars], [r["value"] for _, r in bars], width,
                    yerr=[half_iqr(r) for _, r in bars], capsize=2, label=s)
         ax.set_title(f"{metric}: {what}", fontsize="medium")
@@ -400,7 +411,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
         for ax, (case, history) in zip(fig.subplots(len(histories), 1, squeeze=False)[:, 0], histories.items()):
             for s in dict.fromkeys(k[3] for r in history for k in r.rows if _case_of(k) == case[:4] and k[5] == "step_ms"):
                 key = _key(case, s, "step_ms")
-                points = [(x, r.rows[key]) for x, r in enumerate(history) if positive(r.rows.get(key))]
+                points = [(x, r.rows[key]) for x, r in enumerate(history) if positive(r.rows.get(key), f"{s}/step_ms")]
                 ax.errorbar([x for x, _ in points], [r["value"] for _, r in points],
                             yerr=[half_iqr(r) for _, r in points], marker="o", capsize=2, label=s)
             ax.set_xticks(range(len(history)), _run_labels(history))
@@ -408,7 +419,7 @@ def _plots(runs: list[Run]) -> dict[str, bytes]:
             ax.set_title(_title(case, runs), fontsize="medium")
             finish(ax, "step_ms (ms, median; whiskers ±IQR/2)")
         plots["trend_step_ms.png"] = png(fig)
-    return plots
+    return plots, list(dict.fromkeys(left_out))
 
 
 REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png")  # every file --out may write
@@ -456,10 +467,13 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         return
 
     try:
-        plots = _plots(runs)
+        plots, left_out = _plots(runs)
     except ImportError as exc:
-        plots = {}
+        plots, left_out = {}, []
         console.print(f"plots skipped: matplotlib is not importable ({exc}); install mla-harness[report]", markup=False)
+    if left_out:
+        console.print(f"not plotted (outside {PLOT_RANGE[0]:g}..{PLOT_RANGE[1]:g}, in the tables): {', '.join(left_out)}",
+                      markup=False, highlight=False)
     files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
     for name in REPORT_FILES:  # again: one made while the report rendered
         refuse_link(out_dir / name, "--out")

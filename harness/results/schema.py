@@ -15,6 +15,7 @@ import re
 import shlex
 import statistics
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar, get_args
 
@@ -205,6 +206,11 @@ class ResultsFile(msgspec.Struct):
     repro: str | None = None
 
     def __post_init__(self):
+        if self.created is not None:
+            try:
+                datetime.fromisoformat(self.created)
+            except ValueError:
+                raise ValueError(f"created: not an ISO timestamp: {self.created!r}") from None
         for i, row in enumerate(self.rows):
             for name in ROW_CASE_FIELDS:
                 if getattr(row, name) != getattr(self.case, name):
@@ -280,8 +286,12 @@ def _flag(repro: str, name: str) -> str | None:
     return None
 
 
+COUNT_DIGITS = 18  # a recorded count longer than this is no count (and int() refuses strings past 4,300 digits)
+
+
 def _count(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isascii() and text.isdigit() else None  # "²".isdigit(), but int() refuses it
+    ok = text is not None and text.isascii() and text.isdigit() and len(text) <= COUNT_DIGITS  # "²".isdigit(), but int() refuses it
+    return int(text) if ok else None
 
 
 class _RowsV1(msgspec.Struct):
