@@ -25,7 +25,9 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   stored results (of one machine, one entry per environment both commits were measured in): a
   benchmark the base has and the head lacks, one that failed in the head, or one the base measured
   that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
-  listed, not failed, unless nothing was measured at both; unreadable or absent results fail too;
+  listed, not failed, unless nothing was measured at both; unreadable or absent results fail too, and so does
+  a results file asv would not read (a renamed copy, another machine's) or a value or sample asv could not have
+  written (no number, or a sample the harness rule cannot take a ratio of), named with its file and benchmark;
 - a row marked `x` (asv cannot compare: the benchmark's code or parameters changed) is a failure, and so
   is "PERFORMANCE DECREASED." with no row the gate could read;
 - a benchmark of the `verdict` metric (the SGLang gate's `Verdict.track_verdict`: 0 pass, 1 fail) at 1 in
@@ -55,7 +57,6 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
-import json
 import math
 import os
 import re
@@ -67,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import envvars
-from harness.datafiles import read_text
+from harness.datafiles import read_json, read_text
 from harness.errors import HarnessError
 
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
@@ -181,27 +182,75 @@ def deciding_test(base: tuple, head: tuple) -> str:
     return CI_OVERLAP
 
 
+def _results_file(path: Path, machine: str) -> dict:
+    """One stored asv results file, checked as asv's Results.load would read it: an object named
+    <commit_hash[:8]>-<env_name>.json (a renamed copy is no result of that environment) of `machine`."""
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise HarnessError(str(path), "not an asv results object")
+    for name, kind in (("commit_hash", str), ("env_name", str), ("result_columns", list), ("results", dict)):
+        if not isinstance(doc.get(name), kind):
+            raise HarnessError(f"{path}: {name}", f"missing or not a {kind.__name__}")
+    if path.name != f"{doc['commit_hash'][:8]}-{doc['env_name']}.json":
+        raise HarnessError(str(path), f"holds {doc['commit_hash'][:8]}-{doc['env_name']}.json's results under another name "
+                                      "(a copy asv does not read): move it out of the results folder")
+    recorded = doc["params"].get("machine") if isinstance(doc.get("params"), dict) else None
+    if recorded is not None and recorded != machine:
+        raise HarnessError(f"{path}: params.machine", f"{recorded!r}, in the results folder of machine {machine!r}")
+    return doc
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _checked(path: Path, name: str, value, samples) -> tuple:
+    """(value, samples) of one benchmark, refused unless the value is None (failed), NaN (skipped) or a finite number,
+    and the samples none or finite numbers, positive where the harness rule takes their ratio (`harness_rule`)."""
+    from harness.results.metrics import METRICS
+
+    if value is not None and not (_number(value) and (math.isfinite(value) or math.isnan(value))):
+        raise HarnessError(f"{path}: results.{name}", f"value {value!r} is no number, failure (null) or skip (NaN)")
+    if samples is None:
+        return value, samples
+    metric = METRICS.get(metric_of(name))
+    judged = metric is None or metric.gates("cuda")
+    if not isinstance(samples, list) or not all(_number(s) and math.isfinite(s) and (s > 0 or not judged) for s in samples):
+        raise HarnessError(f"{path}: results.{name}.samples", f"{str(samples)[:80]}: not a list of finite"
+                                                              f"{' positive' if judged else ''} numbers")
+    return value, samples
+
+
 def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dict[str, tuple]]:
     """{asv environment: {benchmark (with params, as asv names it): (value, stats, samples)}} from asv's
     stored results of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per
-    field). A value is None when the benchmark failed, NaN when it was skipped."""
+    field). A value is None when the benchmark failed, NaN when it was skipped. A file or entry asv could not
+    have written (`_results_file`, `_checked`) is a HarnessError naming it."""
     out: dict[str, dict[str, tuple]] = {}
     paths = [p for p in sorted(results_dir.glob(f"{machine}/{commit[:8]}-*.json")) if p.name != "machine.json"]
-    for doc in (json.loads(p.read_text()) for p in paths):
-        if doc.get("commit_hash") != commit:
+    for path in paths:
+        doc = _results_file(path, machine)
+        if doc["commit_hash"] != commit:
             continue
-        entries = out.setdefault(str(doc.get("env_name")), {})
+        entries = out.setdefault(doc["env_name"], {})
         for key, row in doc["results"].items():
+            if not isinstance(row, list):
+                raise HarnessError(f"{path}: results.{key}", "not a list of result_columns' values")
             entry = dict(zip(doc["result_columns"], row))
-            combos = list(itertools.product(*(entry.get("params") or []))) or [()]
+            params = entry.get("params") or []
+            if not (isinstance(params, list) and all(isinstance(p, list) for p in params)):
+                raise HarnessError(f"{path}: results.{key}.params", "not a list of parameter value lists")
+            combos = list(itertools.product(*params)) or [()]
             result = entry.get("result")
             values = result if isinstance(result, list) else [result] * len(combos)
             repeats, samples = entry.get("stats_repeat") or [], entry.get("samples") or []
+            if not (isinstance(repeats, list) and isinstance(samples, list)):
+                raise HarnessError(f"{path}: results.{key}", "stats_repeat and samples are lists, one item per parameter combination")
             for i, combo in enumerate(combos):
-                name = f"{key}({', '.join(combo)})" if combo else key
+                name = f"{key}({', '.join(map(str, combo))})" if combo else key
                 repeat = repeats[i] if i < len(repeats) else None
-                entries[name] = (values[i] if i < len(values) else None, {"repeat": repeat} if repeat is not None else None,
-                                 samples[i] if i < len(samples) else None)
+                value, got = _checked(path, name, values[i] if i < len(values) else None, samples[i] if i < len(samples) else None)
+                entries[name] = (value, {"repeat": repeat} if repeat is not None else None, got)
     return out
 
 

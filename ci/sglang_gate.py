@@ -231,7 +231,21 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
                    MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
         cmd = [sys.executable, "-m", "harness", "run", "--json", str(args.json.resolve()), *extra]
         print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}", flush=True)
-        return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+        before = _stamp(args.json)
+        code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    if code == 0 and _stamp(args.json) in (None, before):  # a run that ended early (an SGLang calling sys.exit(0))
+        print(f"sglang-gate: FAILURE: harness run exited 0 without writing {args.json}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of the file at `path`, None when there is none: whether a run wrote it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:

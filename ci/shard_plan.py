@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness import datafiles
+from harness import datafiles, envvars
 from harness.errors import HarnessError, interruptible
 from harness.fsio import check_writable, refuse_overwriting_inputs, write_text
 
+MAX_GPUS = envvars.BY_NAME["MLA_HARNESS_NUM_GPUS"].maximum  # choose tries every count up to --gpus
 MIN_SPEEDUP = 1.2
 
 
@@ -40,12 +42,20 @@ def strip_group(name: str) -> str:
 
 
 def junit_durations(path: Path) -> dict[str, float]:
-    """nodeid-like 'module/path.py::name' -> seconds, from a pytest junit XML."""
+    """nodeid-like 'module/path.py::name' -> seconds, from a pytest junit XML; a time that is no finite number of
+    seconds >= 0 is a ValueError naming the file and test."""
     out = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         module = case.get("classname", "").replace(".", "/")
         if case.find("skipped") is None and module:
-            out[f"{module}.py::{strip_group(case.get('name', ''))}"] = float(case.get("time", 0))
+            name = f"{module}.py::{strip_group(case.get('name', ''))}"
+            try:
+                seconds = float(case.get("time", 0))
+            except ValueError:
+                seconds = math.nan
+            if not 0 <= seconds < math.inf:
+                raise ValueError(f"{path}: {name}: time {case.get('time')!r} is no number of seconds >= 0")
+            out[name] = seconds
     return out
 
 
@@ -173,8 +183,8 @@ def _gpus(text: str) -> int:
         gpus = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"want a whole number of GPUs, got {text!r}") from None
-    if gpus < 0:
-        raise argparse.ArgumentTypeError(f"want >= 0 GPUs, got {gpus}")
+    if not 0 <= gpus <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"want 0..{MAX_GPUS} GPUs, got {gpus}")
     return gpus
 
 

@@ -801,3 +801,59 @@ def test_too_few_samples_keep_asvs_verdict(tmp_path, monkeypatch, asv_said):
 def test_the_inconclusive_option_is_the_gates_not_asvs():
     args, extra = asv_gate.parse_args(["base", "head", "--inconclusive", "fail"])
     assert args.inconclusive == "fail" and "--inconclusive" not in asv_gate.asv_command(args, extra)
+
+
+@pytest.mark.parametrize("samples, words", [
+    (["1e-3"] * 12, "samples"), (1e-3, "samples"), ([float("nan")] * 12, "samples"), ([1e-3] * 11 + [float("inf")], "samples"),
+    ([0.0] * 12, "positive"), ([-1e-3] * 12, "positive"),
+])
+def test_stored_samples_asv_could_not_have_written_are_one_failure_line(tmp_path, monkeypatch, samples, words):
+    """Samples of strings or a scalar crashed the harness rule (a traceback, exit 1: read as a regression); NaN, inf,
+    zero or negative ones passed as INCONCLUSIVE (exit 0). Each is a FAILURE naming the file and benchmark. Twin:
+    finite positive samples are judged."""
+    good = list(_noisy(2.5e-3, 0.01))
+    _sampled(tmp_path / "results", "a" * 40, {STEP: good})
+    path = tmp_path / "results" / "gt" / f"{'b' * 8}-py.json"
+    _sampled(tmp_path / "results", "b" * 40, {STEP: good})
+    doc = json.loads(path.read_text())
+    doc["results"][STEP][3] = [samples]
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    outcome = asv_gate.check_stored(args, ASV_CLEAN)
+    assert outcome.code == asv_gate.FAILURE and f"{path}: results.{STEP}.samples" in outcome.reason and words in outcome.reason, outcome
+    _sampled(tmp_path / "results", "b" * 40, {STEP: good})
+    assert asv_gate.check_stored(args, ASV_CLEAN).code == asv_gate.CLEAN
+
+
+@pytest.mark.parametrize("edit, words", [
+    ("copy", "under another name"), ("machine", "params.machine"), ("truncated", "not valid JSON"), ("list", "not an asv results object"),
+    ("no results", "results: missing"),
+])
+def test_a_results_file_asv_would_not_read_is_one_failure_naming_it(tmp_path, monkeypatch, edit, words):
+    """A renamed copy of the head's file (env_name the real one's) hid a benchmark that vanished from the head (exit 0);
+    a file of another machine in this machine's folder was judged as this one's; a truncated, list or result-less file
+    failed without naming the file. Each is a FAILURE naming the file (and field). Twin: the untouched files pass."""
+    results = tmp_path / "results"
+    _results(results, "gt", "a" * 40, "py", {"bench.track_value": 1.0, "bench.track_gone": 1.0})
+    _results(results, "gt", "b" * 40, "py", {"bench.track_value": 1.0, "bench.track_gone": 1.0})
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    assert asv_gate.check_stored(args, ASV_CLEAN).code == asv_gate.CLEAN
+    head = results / "gt" / f"{'b' * 8}-py.json"
+    doc = json.loads(head.read_text())
+    if edit == "copy":
+        (results / "gt" / f"{'b' * 8}-py-copy.json").write_text(head.read_text())  # the stale copy keeps track_gone
+        _results(results, "gt", "b" * 40, "py", {"bench.track_value": 1.0})
+        bad = results / "gt" / f"{'b' * 8}-py-copy.json"
+    else:
+        bad = head
+        text = {"machine": json.dumps({**doc, "params": {"machine": "other"}}), "truncated": head.read_text()[:40],
+                "list": "[]", "no results": json.dumps({k: v for k, v in doc.items() if k != "results"})}[edit]
+        head.write_text(text)
+    outcome = asv_gate.check_stored(args, ASV_CLEAN)
+    assert outcome.code == asv_gate.FAILURE and str(bad) in outcome.reason and words in outcome.reason, outcome

@@ -81,6 +81,8 @@ def test_planted_fault_exits_1(tmp_path):
         (["run", "--preset", "llama"], ["--preset", "unknown preset 'llama'"]),
         (["run", "--scenario", "nope"], ["--scenario", "unknown scenario"]),
         (["run", "--scale", "huge"], ["--scale"]),
+        (["run", "--scale", ""], ["--scale", "unknown scale ''"]),  # ran at the default scale, exit 0
+        (["tpot", "--scale", "", "--strategy", "gather_cast"], ["--scale", "unknown scale ''"]),
         (["run", "--slots", "128"], ["kv_lens", "needs up to 4096 slots but the pool has 128"]),
         (["run", "--slots", "100"], ["kv_lens", "64-token pages: needs 64, has 1"]),
         (["run", "--strategy", "magic"], ["--strategy"]),

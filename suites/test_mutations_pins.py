@@ -41,7 +41,7 @@ MUTATIONS = [
      [f"{B}::test_long_phases_print_progress_lines"]),
     ("utf16-not-named", "harness/datafiles.py", "    if raw[:2] in UTF16_BOMS or", "    if False and",
      [f"{B}::test_utf16_inputs_are_named_utf16"]),
-    ("shard-plan-negative-gpus", "ci/shard_plan.py", "    if gpus < 0:", "    if False:",
+    ("shard-plan-negative-gpus", "ci/shard_plan.py", "    if not 0 <= gpus <= MAX_GPUS:", "    if False:",
      [f"{S}::test_bad_arguments_and_models_are_one_line"]),
     ("shard-plan-model-unchecked", "ci/shard_plan.py", "model = load_model(args.model)",
      "model = json.loads(args.model.read_text())", [f"{S}::test_bad_arguments_and_models_are_one_line"]),

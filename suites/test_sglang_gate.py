@@ -42,6 +42,12 @@ def fake_sglang(tmp_path: Path, subdir: str = "python") -> Path:
     return repo
 
 
+def _wrote_out(cmd: list[str]) -> subprocess.CompletedProcess:
+    """A stand-in `harness run --json OUT` that exits 0 having written OUT (the gate fails one that wrote nothing)."""
+    Path(cmd[cmd.index("--json") + 1]).write_text("{}")
+    return subprocess.CompletedProcess(cmd, 0)
+
+
 def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
     code = sglang_gate.main(list(argv))
     return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -257,7 +263,7 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
             probe = [sys.executable, "-c", "import sglang, torch; from harness.measure.environment import environment; "
                                            "print(sglang.MARK, environment(torch.device('cpu'))['sglang_commit'])"]
             seen["mark"] = real_run(probe, env=kwargs["env"], cwd=kwargs["cwd"], capture_output=True, text=True).stdout.strip()
-            return subprocess.CompletedProcess(cmd, 0)
+            return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
@@ -342,7 +348,7 @@ def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm,
         if cmd[1:4] == ["-m", "harness", "run"]:
             probe = [sys.executable, "-c", "import sglang, sglang.mark; print(sglang.mark.MARK, sglang.__version__)"]
             seen["probe"] = real_run(probe, env=kwargs["env"], capture_output=True, text=True).stdout.strip()
-            return subprocess.CompletedProcess(cmd, 0)
+            return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
@@ -430,7 +436,7 @@ def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_pa
             seen["mark"] = (Path(cmd[-1]) / "sglang" / "mark.py").read_text()
             return subprocess.CompletedProcess(cmd, 0)
         if cmd[1:4] == ["-m", "harness", "run"]:
-            return subprocess.CompletedProcess(cmd, 0)
+            return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
@@ -491,20 +497,24 @@ def test_base_and_head_with_the_project_in_other_folders_is_bad_input(tmp_path, 
     assert code == 0 and len(no_asv["gate"]) == 1
 
 
-@pytest.mark.parametrize("status", [0, 3])
-def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, status):
-    """A `harness run` that failed (its results file half written or absent) is the --json mode's exit status."""
+@pytest.mark.parametrize("status, writes, want", [(0, True, 0), (3, False, 3), (0, False, 1)])
+def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, status, writes, want):
+    """A `harness run` that failed (its results file half written or absent) is the --json mode's exit status; one that
+    exited 0 without writing OUT (an SGLang whose import called sys.exit(0) ended it early) fails, exit 1."""
     repo = fake_sglang(tmp_path)
     real_run = subprocess.run
 
     def run(cmd, *args, **kwargs):
         if cmd[1:4] == ["-m", "harness", "run"]:
+            if writes:
+                Path(cmd[cmd.index("--json") + 1]).write_text("{}")
             return subprocess.CompletedProcess(cmd, status)
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(sglang_gate.subprocess, "run", run)
-    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
-    assert code == status
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
+    assert code == want
+    assert any("exited 0 without writing" in line for line in lines) == (want == 1)
 
 
 def test_an_endless_asv_config_in_work_is_refused_without_reading_it(tmp_path):

@@ -148,6 +148,8 @@ BACKEND_SOURCES = {  # the MLA backend module of a user's SGLang: (its source, S
     "syntax error": ("def forward_decode(:\n", True),
     "a name SGLang no longer has": ("from sglang.srt.gone import planner\n", True),
     "raises at import": ("raise RuntimeError('patched badly')\n", True),
+    "exits 0 at import": ("import sys\nsys.exit(0)\n", True),  # ended the run with exit 0 and nothing checked
+    "exits 3 at import": ("import sys\nsys.exit(3)\n", True),
     "a dependency missing": ("import sgl_kernel_dependency_nobody_has\n", False),  # the twin: an environment lack
 }
 

@@ -229,6 +229,7 @@ def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):
     model = str(REPO / "ci" / "shard_model.json")
     _bad_input(capsys, ["choose", "--model", model, "--gpus", "abc"], "--gpus", "'abc'")
     _bad_input(capsys, ["choose", "--model", model, "--gpus", "-3"], "--gpus", "-3")
+    _bad_input(capsys, ["choose", "--model", model, "--gpus", "99999999999"], "--gpus", "0..1024")  # choose spun until killed
     _bad_input(capsys, ["choose", "--gpus", "2"], "--model")
     _bad_input(capsys, ["choose", "--model", str(tmp_path / "none.json"), "--gpus", "2"], "none.json", "no such file")
     _bad_input(capsys, ["choose", "--model", str(tmp_path), "--gpus", "2"], str(tmp_path), "cannot read")
@@ -246,6 +247,11 @@ def test_bad_arguments_and_models_are_one_line(tmp_path, capsys):
         _bad_input(capsys, ["fit", "--out", "/dev/full", run], "/dev/full", "cannot write")
     (tmp_path / "bad.xml").write_text("<testsuites>")
     _bad_input(capsys, ["fit", "--out", str(tmp_path / "m.json"), f"0:20:{tmp_path / 'bad.xml'}"], "bad.xml", "not junit XML")
+    for time in ("nan", "abc", "-1", "inf"):  # nan fitted a model of NaN (exit 0); abc named neither the file nor the test
+        (tmp_path / "t.xml").write_text(JUNIT.replace('time="14.0"', f'time="{time}"'))
+        _bad_input(capsys, ["fit", "--out", str(tmp_path / "m.json"), f"0:20:{tmp_path / 't.xml'}"], "t.xml",
+                   "suites/gpu/test_a.py::test_x[1]", f"time '{time}'")
+        assert not (tmp_path / "m.json").exists()
     _bad_input(capsys, [], "command")
 
 

@@ -110,7 +110,7 @@ def case_from(args, device, console: Console | None = None):
     from harness.spec.scenario import load_scenario, load_scenario_file
     from harness.spec.schedule import least_pool
 
-    scale_name = args.scale or ("prod" if device.type == "cuda" else "ci")
+    scale_name = args.scale if args.scale is not None else ("prod" if device.type == "cuda" else "ci")  # '' is no scale
     scenario = load_scenario_file(args.scenario_file) if args.scenario_file else load_scenario(DEFAULT_SCENARIO if args.scenario is None else args.scenario)
     preset, scale = get_preset(args.preset), get_scale(scale_name, args.slots, args.layers)
     if args.layers is None and scale.layers_for(preset) > preset.num_layers:  # a model of fewer layers than the scale's: all of them

@@ -144,7 +144,7 @@ def _layers_option(args) -> str:
     default scale's layers against its smaller model)."""
     if args.layers is not None:
         return "--layers"
-    return f"--scale {args.scale}" if args.scale else "--shrink"
+    return f"--scale {args.scale}" if args.scale is not None else "--shrink"
 
 
 def timed_or_fail(rows) -> int:

@@ -31,7 +31,7 @@ def import_failure(module: str) -> tuple[str, bool] | None:
         stand_in.install()
     try:
         import_module(module)
-    except Exception as error:  # a missing or broken install is a reason, not a crash
+    except (Exception, SystemExit) as error:  # a missing or broken install is a reason, not a crash (nor an exit)
         return f"{module} is not importable: {type(error).__name__}: {error}", _own_fault(error)
     return None
 
@@ -44,7 +44,7 @@ def import_reason(module: str) -> str | None:
     return failure[0] if failure and not failure[1] else None
 
 
-def _own_fault(error: Exception) -> bool:
+def _own_fault(error: BaseException) -> bool:
     """Whether a failed import was raised by SGLang's own code rather than by a dependency it names (ImportError of
     sgl_kernel, torchvision, a triton without a name...) or by the code of one."""
     if isinstance(error, ImportError) and (error.name or "sglang").partition(".")[0] != "sglang":
