@@ -153,7 +153,8 @@ def compile_schedule(scenario: Scenario, pool_slots: int, page_size: int = 1) ->
         paged = f" ({page_size}-token pages: needs {pages}, has {pool_slots // page_size})" if page_size > 1 else ""
         raise HarnessError(
             _where(scenario, "kv_lens"),
-            f"scenario needs up to {need} slots but the pool has {pool_slots}{paged}; use a larger scale or --slots",
+            f"scenario needs up to {need} slots but the pool has {pool_slots}{paged}; use a larger scale or "
+            f"--slots {max(need, pages * page_size)}",
         )
     alloc = _Allocator(scenario, pool_slots, page_size)
     gen: dict[int, int] = {}
