@@ -200,22 +200,19 @@ def _results_file(path: Path, machine: str) -> dict:
     return doc
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _checked(path: Path, name: str, value, samples) -> tuple:
     """(value, samples) of one benchmark, refused unless the value is None (failed), NaN (skipped) or a finite number,
     and the samples none or finite numbers, positive where the harness rule takes their ratio (`harness_rule`)."""
+    from harness.gate.compare import is_number
     from harness.results.metrics import METRICS
 
-    if value is not None and not (_number(value) and (math.isfinite(value) or math.isnan(value))):
+    if value is not None and not (is_number(value) or _skipped(value)):
         raise HarnessError(f"{path}: results.{name}", f"value {value!r} is no number, failure (null) or skip (NaN)")
     if samples is None:
         return value, samples
     metric = METRICS.get(metric_of(name))
     judged = metric is None or metric.gates("cuda")
-    if not isinstance(samples, list) or not all(_number(s) and math.isfinite(s) and (s > 0 or not judged) for s in samples):
+    if not isinstance(samples, list) or not all(is_number(s) and (s > 0 or not judged) for s in samples):
         raise HarnessError(f"{path}: results.{name}.samples", f"{str(samples)[:80]}: not a list of finite"
                                                               f"{' positive' if judged else ''} numbers")
     return value, samples

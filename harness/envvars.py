@@ -91,8 +91,8 @@ def parse(var: EnvVar, raw: str, check_names: bool = True):
     if var.kind == "int":
         if not re.fullmatch(r"-?[0-9]+", raw.strip()):
             raise HarnessError(var.name, f"must be an integer {var.minimum}..{var.maximum}, got {raw!r}")
-        if len(raw.strip().lstrip("-")) > 18:  # past any bound (and int() refuses 4,300 digits)
-            raise HarnessError(var.name, f"must be {var.minimum}..{var.maximum}, got a {len(raw.strip().lstrip('-'))}-digit number")
+        if (digits := len(raw.strip().lstrip("-"))) > 18:  # past any bound (and int() refuses 4,300 digits)
+            raise HarnessError(var.name, f"must be {var.minimum}..{var.maximum}, got a {digits}-digit number")
         value = int(raw)
         if not var.minimum <= value <= var.maximum:
             raise HarnessError(var.name, f"must be {var.minimum}..{var.maximum}, got {value}")

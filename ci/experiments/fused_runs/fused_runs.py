@@ -81,6 +81,7 @@ def run_path(out: Path, k: int, case: tuple[str, str]) -> Path:
 
 def read_run(path: Path, case: tuple[str, str]) -> dict:
     """One run file's fused_fp8 attention against its floor, and where it ran."""
+    from harness.gate.compare import is_number
     from harness.results.schema import read_results
 
     if not path.is_file():
@@ -99,7 +100,7 @@ def read_run(path: Path, case: tuple[str, str]) -> dict:
             raise RunError(f"{path}: no {strategy} {metric} value")
     attn, floor, verdict, copy = (rows[key] for key in wanted)
     floor_us = (floor.detail or {}).get("attn_floor_us")
-    if not isinstance(floor_us, (int, float)) or floor_us <= 0:
+    if not is_number(floor_us) or floor_us <= 0:
         raise RunError(f"{path}: {STRATEGY} floor_ratio has no detail.attn_floor_us")
     q3 = statistics.quantiles(attn.samples, n=4)[2] if len(attn.samples) >= 4 else attn.value
     env = doc.environment
