@@ -9,6 +9,8 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 
+MAX_INT_DIGITS = 18  # an integer written longer lies past every bound the harness reads (and int() refuses 4,300 digits)
+
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_BYTES = 256 << 20  # larger is no file of the harness's (an endless stream such as /dev/zero would fill memory)
 

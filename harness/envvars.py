@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.datafiles import MAX_INT_DIGITS
 from harness.errors import HarnessError
 
 KINDS = ("path", "text", "flag", "int", "names")
@@ -91,7 +92,7 @@ def parse(var: EnvVar, raw: str, check_names: bool = True):
     if var.kind == "int":
         if not re.fullmatch(r"-?[0-9]+", raw.strip()):
             raise HarnessError(var.name, f"must be an integer {var.minimum}..{var.maximum}, got {raw!r}")
-        if (digits := len(raw.strip().lstrip("-"))) > 18:  # past any bound (and int() refuses 4,300 digits)
+        if (digits := len(raw.strip().lstrip("-"))) > MAX_INT_DIGITS:
             raise HarnessError(var.name, f"must be {var.minimum}..{var.maximum}, got a {digits}-digit number")
         value = int(raw)
         if not var.minimum <= value <= var.maximum:

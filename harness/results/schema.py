@@ -21,7 +21,7 @@ from typing import Annotated, Literal, TypeVar, get_args
 
 import msgspec
 
-from harness.datafiles import read_json
+from harness.datafiles import MAX_INT_DIGITS, read_json
 from harness.errors import HarnessError
 from harness.results.metrics import METRICS
 
@@ -286,11 +286,8 @@ def _flag(repro: str, name: str) -> str | None:
     return None
 
 
-COUNT_DIGITS = 18  # a recorded count longer than this is no count (and int() refuses strings past 4,300 digits)
-
-
 def _count(text: str | None) -> int | None:
-    ok = text is not None and text.isascii() and text.isdigit() and len(text) <= COUNT_DIGITS  # "²".isdigit(), but int() refuses it
+    ok = text is not None and text.isascii() and text.isdigit() and len(text) <= MAX_INT_DIGITS  # "²".isdigit(), but int() refuses it
     return int(text) if ok else None
 
 
