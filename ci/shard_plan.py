@@ -29,7 +29,8 @@ from pathlib import Path
 
 from harness import datafiles, envvars
 from harness.errors import HarnessError, interruptible
-from harness.fsio import check_writable, refuse_overwriting_inputs, write_text
+from harness.fsio import check_writable, write_text
+from harness.inputs.cases import refuse_clobbering
 
 MAX_GPUS = envvars.BY_NAME["MLA_HARNESS_NUM_GPUS"].maximum  # choose tries every count up to --gpus
 MIN_SPEEDUP = 1.2
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"fit: unknown argument {pytest_args[0]!r}")
             try:  # before reading the runs: an existing file (unless --force) or a run's own junit XML is kept
                 check_writable(args.out, "--out", args.force)
-                refuse_overwriting_inputs([("--out", args.out)], [("the junit XML of run", s.split(":", 2)[-1]) for s in args.runs], [])
+                refuse_clobbering([("--out", args.out)], [("the junit XML of run", s.split(":", 2)[-1]) for s in args.runs])
             except HarnessError as exc:
                 raise ValueError(str(exc)) from None
             runs = [parse_run(spec) for spec in args.runs]

@@ -125,6 +125,15 @@ def read(name: str, environ: Mapping[str, str] | None = None, check_names: bool 
     return None if raw is None else parse(BY_NAME[name], raw, check_names)
 
 
+TRITON_TRUE = ("1", "true", "on", "yes", "y")  # what Triton's own getenv_bool reads as on, in any case
+
+
+def triton_interpreted(value: str | None) -> bool:
+    """Whether a TRITON_INTERPRET value (None: unset) makes Triton run its kernels in the interpreter, as Triton
+    reads it (`0`, an empty or an unknown value do not)."""
+    return value is not None and value.lower() in TRITON_TRUE
+
+
 def markdown() -> str:
     rows = ["| variable | value | read by | meaning |", "|---|---|---|---|"]
     rows += [f"| `{v.name}` | {v.bounds()} | {v.read_by} | {v.meaning} |" for v in VARIABLES]

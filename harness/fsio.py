@@ -2,8 +2,8 @@
 
 An existing file is never replaced unless the user said so (`--force`): `check_writable` refuses it
 before any work, so a run cannot destroy a baseline, a report or any other file already on disk; and
-a path it found free is written only while it still is (a file made there while the run worked, by
-the user or a second run, is kept and the write refused).
+a path it found free is written only while it still is (a file or a link made there while the run worked,
+by the user or a second run, is kept and the write refused). `write_files` writes several files as one.
 
 A path is written THROUGH a symlink (its final target is updated, the link stays). A regular
 file (or a new one) is replaced atomically: a temporary file beside the target, then one
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 
-_FOUND_FREE: set[Path] = set()  # paths check_writable found free without --force: never replaced when written
+_FOUND_FREE: dict[Path, Path] = {}  # path check_writable found free without --force -> the file it named then: never
+# replaced when written, nor written elsewhere through a link made there meanwhile
 
 
 def umask() -> int:
@@ -87,7 +88,10 @@ def _check_writable(path: Path, flag: str, force: bool) -> None:
     if path.exists() and not force:
         raise HarnessError(flag, f"{path} exists; nothing was written (choose a new path, or --force replaces it)")
     target = _target(path)
-    (_FOUND_FREE.discard if force else _FOUND_FREE.add)(Path(os.path.abspath(target)))
+    if force:
+        _FOUND_FREE.pop(Path(os.path.abspath(path)), None)
+    else:
+        _FOUND_FREE[Path(os.path.abspath(path))] = Path(os.path.abspath(target))
     existing = check_new_dir(target.parent, flag)  # created when written: a refusal later leaves no empty folder behind
     limit = os.pathconf(existing, "PC_NAME_MAX")
     if len(os.fsencode(f".{target.name}.tmp-{os.getpid()}")) > limit:
@@ -137,7 +141,9 @@ def check_new_dir(folder: str | Path, flag: str) -> Path:
     """Fail unless `folder` is a writable folder or can be created (nothing is created); the folder, or its
     nearest existing ancestor."""
     folder = Path(folder)
-    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    existing = next(p for p in (folder, *folder.absolute().parents) if os.path.lexists(p))
+    if existing.is_symlink() and not existing.exists():
+        raise HarnessError(flag, f"{existing} is a link to {os.readlink(existing)}, which does not exist; nothing was written")
     if not existing.is_dir():
         raise HarnessError(flag, f"{existing} exists and is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -149,36 +155,66 @@ def write_bytes(path: str | Path, data: bytes, flag: str | None = None) -> Path:
     """Write `data` to `path` (through symlinks; atomically for regular files; a path check_writable
     found free only while nothing is there: linked into place, never renamed over). Returns the path.
     An error names `flag` (the option that gave the path) before the path."""
-    path = Path(path)
-    label = f"{flag} {path}" if flag else str(path)
+    write_files({Path(path): data}, flag)
+    return Path(path)
+
+
+def write_files(files: dict[Path, bytes], flag: str | None = None) -> None:
+    """Write several files as one (a report and its plots): every regular file is first staged in full beside its
+    target, then all are moved into place, so a failure or an interrupt while writing leaves each file as it was."""
+    staged: list[tuple[Path, Path | None, bytes]] = []  # (path, its staged temporary file or None: a stream)
+    label = flag
     try:
-        if _is_stream(path):
-            with open(path, "wb") as f:
-                f.write(data)
-            return path
-        target = _target(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            key = Path(os.path.abspath(target))
-            if key in _FOUND_FREE:
-                _place_new(tmp, target)
-                _FOUND_FREE.discard(key)
-            else:
-                os.replace(tmp, target)
+            for path, data in files.items():
+                label = f"{flag} {path}" if flag else str(path)
+                staged.append((path, None if _is_stream(path) else _stage(path, data), data))
+            for path, tmp, data in staged:
+                label = f"{flag} {path}" if flag else str(path)
+                _place(path, tmp, data)
         finally:
-            tmp.unlink(missing_ok=True)
+            for _, tmp, _ in staged:
+                if tmp is not None:
+                    tmp.unlink(missing_ok=True)
     except FileExistsError:
         raise HarnessError(label, "a file appeared there while the run worked: it was kept and nothing was written "
-                                      "(choose a new path, or --force replaces it)") from None
+                                  "(choose a new path, or --force replaces it)") from None
     except OSError as exc:
         raise HarnessError(label, f"cannot write: {exc.strerror or exc}") from None
-    return path
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    """`data` in a new temporary file beside the file `path` names, flushed to disk."""
+    target = _target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _place(path: Path, tmp: Path | None, data: bytes) -> None:
+    """Move a staged file to the file `path` names (a stream: write `data` to it). A path check_writable found free
+    must still be free and name the same file: a file or a link made there meanwhile is kept (FileExistsError)."""
+    if tmp is None:
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    given, target = Path(os.path.abspath(path)), _target(path)
+    if given in _FOUND_FREE:
+        if Path(os.path.abspath(target)) != _FOUND_FREE[given] or tmp.parent != target.parent:
+            raise FileExistsError(path)
+        _place_new(tmp, target)
+        del _FOUND_FREE[given]
+    else:
+        os.replace(tmp, target)
 
 
 def _place_new(tmp: Path, target: Path) -> None:

@@ -84,3 +84,27 @@ def test_benchmarks_import_the_flat_layout_of_older_commits(monkeypatch):
     assert set(benchmarks.LAYOUT_MOVE) >= {"harness.measure.collect", "harness.tpot.tpot"}
     with pytest.raises(ModuleNotFoundError):
         benchmarks.harness_module("harness.no_such_module")
+
+
+def test_a_clock_disturbed_timing_fails_its_benchmark(monkeypatch):
+    """A timing the clock guard found disturbed is no measurement (docs/gating.md): its benchmark fails (the asv gate
+    then cannot judge, exit 2) instead of handing asv the samples, which a throttled head turns into a false
+    regression and a throttled base into a hidden one. Twin: the same timing undisturbed is handed over."""
+    from harness.measure import collect
+    from suites.asv import benchmarks
+
+    real = collect.guarded
+
+    def planted(block, device):
+        samples, guard = real(block, device)
+        return samples, {**(guard or {}), "disturbed": "SM clock 1410 -> 990 MHz (planted)"}
+
+    monkeypatch.setattr(benchmarks, "STRATEGIES", ["gather_cast"])
+    monkeypatch.setattr(benchmarks, "BAD_ENV", [])  # what an earlier test's bad MLA_ASV_* value left
+    clean = benchmarks._measure_all()
+    monkeypatch.setattr(collect, "guarded", planted)
+    disturbed = benchmarks._measure_all()
+    scenario = benchmarks.SCENARIOS[0]
+    benchmarks.CastUs().setup(clean, scenario, "gather_cast")
+    with pytest.raises(RuntimeError, match=r"cast_us of gather_cast in .*: clock guard: SM clock 1410 -> 990 MHz \(planted\)"):
+        benchmarks.CastUs().setup(disturbed, scenario, "gather_cast")

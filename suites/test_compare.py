@@ -623,3 +623,78 @@ def test_one_run_relabelled_is_not_two_runs(write, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"error: {head}: the same run as the base {base}: a gate needs two runs"]
     assert main_compare(base, write("head.json", _rows()), "5%") == 0
+
+
+def _unsupported_gather_cast() -> list[Row]:
+    """A head that stopped running gather_cast: its verdict `unsupported`, its timing gone."""
+    head = [r for r in _rows(seed=4) if (r.strategy, r.metric) != ("gather_cast", "cast_us")]
+    head[0] = Row(**CASE, strategy="gather_cast", metric="verdict", value="unsupported",
+                  detail={"status": "unsupported", "reason": "gather_cast: broken"})
+    return head
+
+
+@pytest.mark.parametrize("gpu", [" nvidia h200 ", "NVIDIA  H200"])
+def test_the_same_gpu_spelled_otherwise_explains_no_unsupported_strategy(gpu):
+    """The gate judges a GPU name apart from case and spacing as the same GPU, and so must the rule that lets an
+    environment change excuse a strategy turned unsupported (it compared the names as written: exit 0). Twin:
+    another GPU explains it."""
+    comparison = compare_results(_doc(_rows()), _doc(_unsupported_gather_cast(), {**ENV, "gpu": gpu}), 0.05)
+    assert comparison.environment_differs is None
+    assert _status(comparison, "gather_cast", "verdict") == "failing" and comparison.exit_code == 1
+    twin = compare_results(_doc(_rows()), _doc(_unsupported_gather_cast(), {**ENV, "gpu": "NVIDIA H100"}), 0.05)
+    assert _status(twin, "gather_cast", "verdict") == "unsupported"
+
+
+@pytest.mark.parametrize("off", ["0", "", "false", "2"])
+def test_triton_interpret_set_but_off_is_the_same_environment(off):
+    """TRITON_INTERPRET=0 (or any value Triton reads as off) interprets nothing: it neither stops the gate judging
+    timings (was exit 2) nor explains a strategy turned unsupported (was exit 0). Twin: a value Triton reads as on."""
+    comparison = compare_results(_doc(_rows()), _doc(_unsupported_gather_cast(), {**ENV, "triton_interpret": off}), 0.05)
+    assert comparison.environment_differs is None
+    assert _status(comparison, "gather_cast", "verdict") == "failing" and comparison.exit_code == 1
+    twin = compare_results(_doc(_rows()), _doc(_unsupported_gather_cast(), {**ENV, "triton_interpret": "True"}), 0.05)
+    assert twin.environment_differs == "TRITON_INTERPRET unset vs True (Triton kernels interpreted on one side)"
+    assert _status(twin, "gather_cast", "verdict") == "unsupported"
+
+
+def test_one_run_relabelled_with_its_samples_reordered_is_not_two_runs(write, capsys):
+    """A relabelled copy of the base whose samples were shuffled (or sorted) passed as two runs (exit 0): the same
+    samples in another order are the same draw. Twin: one sample of another run differs."""
+    base = write("base.json", _rows())
+    doc = json.loads(base.read_text())
+    for row in doc["rows"]:
+        if row.get("samples"):
+            row["samples"] = sorted(row["samples"], reverse=True)
+    head = base.parent / "shuffled.json"
+    head.write_text(json.dumps({**doc, "created": "2027-01-01T00:00:00+00:00"}))
+    assert main_compare(base, head, "5%") == 2
+    assert capsys.readouterr().err.strip() == f"error: {head}: the same run as the base {base}: a gate needs two runs"
+    head.write_text(json.dumps(nudged({**doc, "created": "2027-01-01T00:00:00+00:00"}, 1)))
+    assert main_compare(base, head, "5%") == 0
+
+
+def test_a_row_without_a_value_in_the_base_is_not_missing_when_the_head_drops_it(write, capsys):
+    """shadow has no cast: its cast_us row is null (detail.unsupported). A head that no longer writes that null row
+    lost no result; it failed as `missing` (exit 1). Twin: a valued row the head drops is missing."""
+    null = Row(**CASE, strategy="shadow", metric="cast_us", value=None, detail={"unsupported": "shadow has no cast"})
+    shadow = [null, Row(**CASE, strategy="shadow", metric="verdict", value="pass")]
+    base = write("base.json", [*_rows(), *shadow])
+    assert main_compare(base, write("head.json", [*_rows(seed=4), shadow[1]]), "5%") == 0
+    assert "REGRESSION" not in capsys.readouterr().out
+    assert main_compare(base, write("head.json", [*_rows(seed=4)[1:], *shadow]), "5%") == 1
+    assert "gather_cast/cast_us missing" in capsys.readouterr().out
+
+
+def test_a_control_row_filed_under_a_vanished_strategy_does_not_stand_for_it(write, capsys):
+    """index_rows lets the control row be filed under any strategy; filed under a strategy whose rows all vanished
+    from a CPU tpot head (none of which gates), it counted as that strategy's valued row and the head passed (exit
+    0). Twin: with gather_cast's rows kept, the head so filed passes."""
+    cpu = {**ENV, "device": "cpu", "gpu": None}
+    info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
+        [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
+    control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
+    base = write("base.json", [*info, control], cpu)
+    filed = _timed("gather_cast", "control_copy_gbps", 3000.0, 0.005, 10)
+    assert main_compare(base, write("head.json", [*info[2:], filed], cpu), "5%") == 1
+    assert "gather_cast/tpot_ms missing" in capsys.readouterr().out
+    assert main_compare(base, write("head.json", [*info, filed], cpu), "5%") == 0

@@ -176,3 +176,13 @@ def test_gpu_binding_refuses_a_bad_gpu_count(monkeypatch, value):
     monkeypatch.setenv("MLA_HARNESS_NUM_GPUS", value)
     with pytest.raises(pytest.UsageError, match="^MLA_HARNESS_NUM_GPUS: "):
         detect_devices()
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", "On", "yes", "Y", "0", "", "false", "enable", " 1", "2"])
+def test_triton_interpreted_reads_the_variable_as_triton_does(monkeypatch, value):
+    """The gate, the Triton kernels' dtype rule and the SGLang strategy's CPU check read TRITON_INTERPRET through
+    envvars.triton_interpreted; it must agree with Triton itself (they tested `== "1"`: Triton interprets under
+    `true` too, and `0` interprets nothing)."""
+    knobs = pytest.importorskip("triton.knobs", reason="Triton is not installed (the test extra adds it)")
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert envvars.triton_interpreted(value) is knobs.runtime.interpret

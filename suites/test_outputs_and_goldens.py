@@ -122,22 +122,23 @@ def test_an_existing_file_is_replaced_only_with_force(disk, tmp_path, name):
 
 
 OWN_TABLES = ("harness/verify/tolerances.toml", "harness/backends/arch_policy.toml", "harness/kernels/fused_tuning.toml",
-              "harness/spec/scenarios/b1-l4096.toml")
+              "harness/spec/scenarios/b1-l4096.toml", "harness/kernels/fused_mla_cuda.cu", "harness/api.py")
 
 
 @pytest.mark.parametrize("table", OWN_TABLES)
 @pytest.mark.parametrize("command", ["run", "tpot"])
 def test_outputs_never_replace_the_harness_own_tables_even_with_force(command, table):
     """The harness's data tables (the tolerances every check reads, the arch policy, the kernel tuning, a built-in
-    scenario) are inputs of every run: an output there is refused even with --force, every byte kept (before: `run
-    --json harness/verify/tolerances.toml --force` replaced the tolerance table with the results, breaking later runs)."""
+    scenario) and its code (the CUDA source fused_fp8 compiles at run time, its modules) are inputs of every run: an
+    output there is refused even with --force, every byte kept (before: `run --json harness/verify/tolerances.toml
+    --force` replaced the tolerance table with the results, breaking later runs; the .cu and .py files stayed open)."""
     path = ROOT / table
     before = path.read_bytes()
     argv = {"run": ["run", *QUICK, "--scenario", "b1-l500", "--json"],
             "tpot": ["tpot", *TPOT, "--scenario", "b1-l500", "--json"]}[command]
     try:
         proc = harness(*argv, path, "--force")
-        _one_error_line(proc, "--json", str(path), "outputs never overwrite inputs")
+        _one_error_line(proc, "--json", str(path), "lies inside the harness's own code")
         assert proc.stdout == "", proc.stdout  # refused before any work
         assert path.read_bytes() == before
     finally:
@@ -267,6 +268,79 @@ def test_a_file_made_while_the_run_works_is_kept(tmp_path, monkeypatch, capsys):
     assert line.startswith(f"error: --json {out}: a file appeared there while the run worked") and out.read_text() == "mine"
     assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["case"]["scenario"] == "b1-l500"
+
+
+def test_a_link_made_at_the_path_while_the_run_works_is_not_written_through(tmp_path, monkeypatch, capsys):
+    """--json was free when checked; a link made there while the run works (to a golden manifest, say) was written
+    through: the file it leads to replaced, or made where it leads. It is refused as a file that appeared, the file
+    it leads to kept (or not made). Twin: a link the user made before the run is written through, as documented."""
+    import harness.api
+    from harness.cli import main
+
+    out, run = tmp_path / "r.json", harness.api.run
+    (tmp_path / "victim.json").write_text("mine")
+    for victim in (tmp_path / "victim.json", tmp_path / "elsewhere.json"):  # a file, and a path with none yet
+
+        def run_then_a_link_appears(*args, **kwargs):
+            outcome = run(*args, **kwargs)
+            out.symlink_to(victim)  # noqa: B023 (the loop's own victim, used within its iteration)
+            return outcome
+
+        monkeypatch.setattr(harness.api, "run", run_then_a_link_appears)
+        assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(out)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: --json {out}: a file appeared there while the run worked")
+        assert (tmp_path / "victim.json").read_text() == "mine" and not (tmp_path / "elsewhere.json").exists()
+        out.unlink()
+    monkeypatch.setattr(harness.api, "run", run)
+    (tmp_path / "mine.json").symlink_to(tmp_path / "new.json")  # a dangling link given as --json: its target is made
+    assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(tmp_path / "mine.json")]) == 0
+    assert json.loads((tmp_path / "new.json").read_text())["case"]["scenario"] == "b1-l500"
+
+
+def test_an_output_under_a_dangling_link_is_refused_before_any_work(tmp_path, capsys):
+    """An output folder that is a link leading nowhere passed the checks; the write failed after the whole run with
+    a false 'a file appeared there' (report: a line not naming --out). Now one line before any work. Twin: the link's
+    target made, the run writes into it."""
+    from harness.cli import main
+
+    (tmp_path / "dang").symlink_to(tmp_path / "nowhere")
+    for argv, flag in ((["run", *QUICK, "--scenario", "b1-l500", "--json", str(tmp_path / "dang" / "x.json")], "--json"),
+                       (["report", str(tmp_path / "r.json"), "--out", str(tmp_path / "dang")], "--out")):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert err.strip() == f"error: {flag}: {tmp_path / 'dang'} is a link to {tmp_path / 'nowhere'}, which does not exist; nothing was written"
+        assert "case " not in out and not (tmp_path / "nowhere").exists()
+    (tmp_path / "nowhere").mkdir()
+    assert main(["run", *QUICK, "--scenario", "b1-l500", "--json", str(tmp_path / "dang" / "x.json")]) == 0
+    assert (tmp_path / "nowhere" / "x.json").is_file()
+
+
+def test_a_report_that_fails_midway_leaves_the_earlier_one_whole(disk, tmp_path, monkeypatch):
+    """report --force wrote report.md, then each plot: a failure or an interrupt after report.md left a new
+    report.md beside the earlier report's plots (the earlier report.md lost). Every file is now staged first, then
+    all placed: a failure while staging leaves the earlier report as it was. Twin: the same report unhindered is
+    written whole."""
+    import harness.fsio
+    from harness.cli import main
+
+    assert main(["report", "r.json", "--out", "rp"]) == 0
+    earlier = {p.name: p.read_bytes() for p in (tmp_path / "rp").iterdir()}
+    stage, staged = harness.fsio._stage, []
+
+    def fail_on_the_second(path, data):
+        if staged:
+            raise OSError(28, "No space left on device")
+        staged.append(path)
+        return stage(path, data)
+
+    monkeypatch.setattr(harness.fsio, "_stage", fail_on_the_second)
+    _write(tmp_path / "r2.json")
+    assert main(["report", "r.json", "r2.json", "--out", "rp", "--force"]) == 2
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rp").iterdir()} == earlier and len(earlier) > 1
+    monkeypatch.setattr(harness.fsio, "_stage", stage)
+    assert main(["report", "r.json", "r2.json", "--out", "rp", "--force"]) == 0
+    assert (tmp_path / "rp" / "report.md").read_bytes() != earlier["report.md"]
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux) to fail a write after the run")

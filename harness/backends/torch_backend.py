@@ -57,7 +57,7 @@ class TorchBackend:
             idx = plan.indices[start:stop]
             c = ckv2.index_select(0, idx).to(MATH)
             k = kpe2.index_select(0, idx).to(MATH)
-            if problem.kv_dtype == torch.float8_e4m3fn:
+            if ckv.dtype == torch.float8_e4m3fn:  # the KV handed (SGLang's stand-in wrapper: whatever a patch hands)
                 c, k = c * scale, k * scale
             logits = (q_nope[b].to(MATH) @ c.T + q_pe[b].to(MATH) @ k.T) * problem.sm_scale
             lse = torch.logsumexp(logits, dim=-1)

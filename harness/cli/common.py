@@ -133,8 +133,6 @@ def case_from(args, device, console: Console | None = None):
 
 
 def inputs_of(case) -> list[tuple[str, Path]]:
-    """The scenario file, and the harness's own data tables (tolerances, arch policy, kernel tuning, models, built-in
-    scenarios), which every run reads: no output replaces one, even with --force."""
-    scenario = [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
-    return scenario + [("the harness's own data file", p) for p in sorted((CHECKOUT / "harness").rglob("*.toml"))]
+    """The scenario file (the harness's own data tables and code are protected by refuse_clobbering)."""
+    return [("the scenario file", Path(case.scenario.source))] if case.scenario.source else []
 

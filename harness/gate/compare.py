@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness import envvars
 from harness.errors import HarnessError
 from harness.gate import decision
 from harness.results.metrics import METRICS
@@ -267,12 +268,21 @@ def _numeric(key: tuple, base: Row, head: Row, f: float) -> Change:
     return Change(key, base, head, d.status, d.ratio, d, note=d.note)
 
 
+def env_value(env: Environment | None, name: str):
+    """An environment field as the gate compares it: a GPU name apart from case and spacing, TRITON_INTERPRET as
+    whether Triton interprets (unset and `0` alike), any other field as recorded."""
+    value = getattr(env, name) if env else None
+    if name == "gpu":
+        return " ".join(value.split()).lower() if value else None
+    return envvars.triton_interpreted(value) if name == "triton_interpret" else value
+
+
 def _explains(base: ResultsFile, head: ResultsFile) -> str:
     """The environment fields that differ and may make a strategy unsupported ('' when none)."""
     b, h = base.environment, head.environment
     if b is None or h is None:
         return ""
-    return ", ".join(f"{k} {getattr(b, k)} -> {getattr(h, k)}" for k in ENV_EXPLAINS if getattr(b, k) != getattr(h, k))
+    return ", ".join(f"{k} {getattr(b, k)} -> {getattr(h, k)}" for k in ENV_EXPLAINS if env_value(b, k) != env_value(h, k))
 
 
 def _verdict(key: tuple, base: Row, head: Row, explained: str) -> Change:
@@ -297,6 +307,8 @@ def _change(key: tuple, base: Row | None, head: Row | None, f: float, explained:
             return Change(key, None, head, FAILING, note="not in the base")
         return Change(key, None, head, "added")
     if head is None:
+        if base.value is None:  # a row that held no value (e.g. shadow's cast_us): no result is lost
+            return Change(key, base, None, "unchanged", note="no value in the base, not in the head")
         return Change(key, base, None, MISSING, note="not in the head")
     metric = METRICS.get(key[5])
     if metric is None:
@@ -321,13 +333,14 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     another GPU, a GPU named in one file only, TRITON_INTERPRET on one side only (other kernels ran), a control in
     one file only, controls apart by the decision rule (the head's copy bandwidth lower or higher) or with too few
     samples to tell."""
-    bgpu, hgpu = (r.environment.gpu if r.environment else None for r in (base, head))
-    if bgpu and hgpu and bgpu.strip().lower() != hgpu.strip().lower():
-        return f"GPU {bgpu} vs {hgpu}"
+    bgpu, hgpu = (env_value(r.environment, "gpu") for r in (base, head))
+    named = [r.environment.gpu if r.environment else None for r in (base, head)]
+    if bgpu and hgpu and bgpu != hgpu:
+        return f"GPU {named[0]} vs {named[1]}"
     if bool(bgpu) != bool(hgpu):
-        return f"GPU {bgpu or hgpu} named only in the {'base' if bgpu else 'head'}"
-    binterp, hinterp = (r.environment.triton_interpret if r.environment else None for r in (base, head))
-    if binterp != hinterp:
+        return f"GPU {named[0] or named[1]} named only in the {'base' if bgpu else 'head'}"
+    if env_value(base.environment, "triton_interpret") != env_value(head.environment, "triton_interpret"):
+        binterp, hinterp = (r.environment.triton_interpret if r.environment else None for r in (base, head))
         return f"TRITON_INTERPRET {binterp or 'unset'} vs {hinterp or 'unset'} (Triton kernels interpreted on one side)"
     bc, hc = control(base), control(head)
     if (bc is None) != (hc is None):
@@ -374,7 +387,8 @@ def same_timings(base: ResultsFile, head: ResultsFile) -> bool:
     under two labels (an edited `created` or environment), since two runs never draw equal timings."""
     b, h = index_rows(base, "base"), index_rows(head, "head")
     timed = [k for k in b.keys() & h.keys() if (m := METRICS.get(k[5])) is not None and m.timed and _samples(b[k])]
-    return sum(len(_samples(b[k])) for k in timed) > 1 and all(_samples(b[k]) == _samples(h[k]) for k in timed)
+    same = (sorted(_samples(b[k])) == sorted(_samples(h[k])) for k in timed)  # in any order: reordering draws none anew
+    return sum(len(_samples(b[k])) for k in timed) > 1 and all(same)
 
 
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
@@ -392,9 +406,10 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     explained = _explains(base, head)
     found = [_change(key, b.get(key), h.get(key), max_regression, explained) for key in sorted(b.keys() | h.keys())]
     unsupported = {c.key[:5] for c in found if c.key[5] == "verdict" and c.status == "unsupported"}  # explained
-    strategies = {key[:5] for key, row in h.items() if row.value is not None}  # a base strategy with no valued row
-    # here is a missing result wherever it is; one whose rows only say why it was not measured (a tpot file's
-    # null tpot_ms) is unsupported where the environments differ in a field that explains it, like a verdict
+    # a base strategy with no valued row here is a missing result wherever it is (the control row, filed under any
+    # strategy, is the environment guard's, not that strategy's); one whose rows only say why it was not measured
+    # (a tpot file's null tpot_ms) is unsupported where the environments differ in a field that explains it
+    strategies = {key[:5] for key, row in h.items() if row.value is not None and not _is_control(row)}
     unmeasured = {key[:5] for key, row in h.items() if (row.detail or {}).get("unsupported")} - strategies
     unsupported |= unmeasured if explained else set()
     changes = []

@@ -51,13 +51,17 @@ def golden_folders() -> list[Path]:
     return [f for f in dict.fromkeys(folders) if f.is_dir()]
 
 
+PACKAGE = Path(__file__).resolve().parents[1]  # the harness's own code and data tables: a run reads them all
+
+
 def refuse_clobbering(outputs, inputs) -> None:
-    """Before any work: no output (option, path) may be an input, a golden file, or inside a golden
-    folder (only `golden refresh` writes there). Options not given (None) are skipped."""
+    """Before any work: no output (option, path) may be an input, a golden file, inside a golden
+    folder (only `golden refresh` writes there) or inside the harness's own package (its code, its kernel sources
+    and data tables), even with --force. Options not given (None) are skipped."""
     folders = golden_folders()
     golden_files = [("the golden file", p) for g in folders for p in (*g.glob("*"), *g.glob("*/*")) if p.is_file()]
     refuse_overwriting_inputs([(flag, path) for flag, path in outputs if path is not None], [*inputs, *golden_files],
-                              [("the golden folder", g) for g in folders])
+                              [*(("the golden folder", g) for g in folders), ("the harness's own code", PACKAGE)])
 
 
 MAX_CHECKED_LAYERS = 4

@@ -1,7 +1,8 @@
 """SGLang MLATokenToKVPool layout: per layer a uint8 buffer [slots + page_size, 1, 576].
 
 SGLang's paged allocator never hands out page 0, so rows 0..page_size-1 stay as
-allocated (zeros; padded tokens of a CUDA-graph batch write row 0); rows
+allocated (zeros: padded tokens of a CUDA-graph batch target row 0, which SGLang 0.5.23's KV write skips and
+the harness's stock path writes zeros to); rows
 page_size..slots+page_size-1 hold unscaled e4m3 bits from the synthetic generator
 at generation 0. Writes put a slot's bytes of a later generation in place.
 

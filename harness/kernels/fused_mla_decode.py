@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from harness.envvars import triton_interpreted
 from harness.kernels import fused_mla_cuda
 from harness.kernels.cast import e4m3_to_bf16
 
@@ -40,7 +41,7 @@ P_SPLIT = True  # P enters the P.V dot as hi + lo bf16 parts
 # The Triton interpreter keeps bf16 as uint16 bits and its tl.dot multiplies those bits, and
 # its fp32 -> bf16 cast truncates: under TRITON_INTERPRET=1 the dots take the same bf16 values
 # upcast to fp32 (exact) and the roundings are done on the bits (INTERPRETER=True).
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETED = triton_interpreted(os.environ.get("TRITON_INTERPRET"))
 BLOCK_H = 16  # heads per program: the M of the tensor-core dot (mma needs >= 16)
 LN2 = math.log(2.0)
 

@@ -21,8 +21,8 @@ from rich.text import Text
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
-from harness.fsio import check_new_dir, check_writable, refuse_link, write_bytes
-from harness.gate.compare import index_rows, is_number, load_results
+from harness.fsio import check_new_dir, check_writable, refuse_link, write_files
+from harness.gate.compare import env_value, index_rows, is_number, load_results
 from harness.render.table import STATUS_STYLE
 from harness.results.metrics import METRICS
 from harness.strategies import BASELINE
@@ -84,7 +84,8 @@ def _load_run(path: Path) -> Run:
     workload = c.workload[:8] if c.workload else f"{c.workload_v4[:8]} (v4)" if c.workload_v4 else "not recorded"
     env = results.environment  # another GPU or interpreted Triton kernels: compare cannot judge them together, no trend
     variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · {(env.device or 'device ?').split(':')[0]}"
-               + (f" {env.gpu.strip()}" if env.gpu else "") + (f" · TRITON_INTERPRET={env.triton_interpret}" if env.triton_interpret else ""))
+               + (f" {' '.join(env.gpu.split())}" if env.gpu else "")
+               + (f" · TRITON_INTERPRET={env.triton_interpret}" if env_value(env, "triton_interpret") else ""))
     return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant)
 
 
@@ -480,8 +481,7 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
     stale = [out_dir / name for name in _earlier_plots(out_dir) if name not in files]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            write_bytes(out_dir / name, data, "--out")
+        write_files({out_dir / name: data for name, data in files.items()}, "--out")
         for path in stale:  # an earlier report's plot that this one does not make would sit beside it unlinked
             path.unlink()
     except OSError as exc:

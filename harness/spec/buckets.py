@@ -20,7 +20,7 @@ from harness.spec.schedule import Schedule, StepBatch
 MAX_BS = 512
 BUCKETS = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, MAX_BS, 16), MAX_BS)
 PAD_REQUEST = -1  # request id of a padding entry
-PAD_ROW = 0  # the dummy slot every padding entry reads and writes (kept all-zero)
+PAD_ROW = 0  # the dummy slot every padding entry reads and targets (SGLang's KV write skips it; it stays all-zero)
 
 
 def bucket_for(batch_size: int, buckets=BUCKETS) -> int:
@@ -31,7 +31,7 @@ def bucket_for(batch_size: int, buckets=BUCKETS) -> int:
 
 
 def pad_batch(batch: StepBatch, size: int) -> StepBatch:
-    """`batch` padded to `size` requests; each padding request attends and writes row 0 only."""
+    """`batch` padded to `size` requests; each padding request attends row 0 only, and its write targets row 0."""
     pad = size - batch.batch_size
     if pad < 0:
         raise ValueError(f"batch of {batch.batch_size} does not fit a bucket of {size}")

@@ -21,6 +21,7 @@ import os
 
 import torch
 
+from harness.envvars import triton_interpreted
 from harness.integrations.sglang import runtime, stand_in, wrappers
 from harness.integrations.sglang.flashinfer_mla import FlashInferMLA
 from harness.spec.faults import Fault
@@ -44,7 +45,7 @@ class SGLangFlashInfer(Strategy):
             return reason
         if reason := runtime.import_reason(runtime.MLA_BACKEND):
             return f"{cls.name}: {reason}"
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if device.type == "cpu" and not triton_interpreted(os.environ.get("TRITON_INTERPRET")):
             return f"{cls.name}: SGLang's Triton kv-indices kernel needs TRITON_INTERPRET=1 on the CPU (set before triton is imported)"
         if backend.name.startswith("flashinfer") and torch.cuda.get_device_capability(device) == (9, 0) \
                 and backend.kernel != SGLANG_KERNEL_SM90:

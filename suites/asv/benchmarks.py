@@ -99,7 +99,8 @@ TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 
 
 def _measure_all() -> str:
-    """JSON {scenario: {"builds": n, "strategies": {strategy: {metric: [seconds...]} | {"skipped": why}}}}."""
+    """JSON {scenario: {"builds": n, "strategies": {strategy: {metric: [seconds...], "disturbed": {metric: why}}
+    | {"skipped": why}}}}: a timing the clock guard found disturbed fails its benchmark (the gate cannot judge it)."""
     check_env()
     import torch
 
@@ -128,6 +129,8 @@ def _measure_all() -> str:
                 values = {"peak_bytes": torch.cuda.max_memory_allocated(device) - base} if CUDA else {}
                 measured = measure(session, REPEATS)
             values.update({m: [v * TO_SECONDS[s.unit] for v in s.values] for m, s in measured.metrics.items() if s.unit in TO_SECONDS})
+            guards = getattr(measured, "guards", {})  # a harness from before the clock guard records none
+            values["disturbed"] = {m: g["disturbed"] for m, g in guards.items() if g.get("disturbed")}
             per[strategy] = values
             for metric, why in measured.skipped.items():
                 print(f"{scenario}/{strategy}: {metric} not measured: {why}", file=sys.stderr)
@@ -178,6 +181,8 @@ class _Measured:
             raise NotImplementedError(values["skipped"])
         if self.metric not in values:
             raise NotImplementedError(f"{self.metric} is not measured for {strategy} on this device")
+        if why := values.get("disturbed", {}).get(self.metric):  # failed, not skipped: the gate cannot judge (exit 2)
+            raise RuntimeError(f"{self.metric} of {strategy} in {scenario}: clock guard: {why}; no measurement to judge")
         return values[self.metric]
 
 

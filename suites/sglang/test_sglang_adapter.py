@@ -344,6 +344,97 @@ def test_a_native_fp8_patch_is_judged_against_the_golden(monkeypatch, scale, pas
     assert verdict.passed == passes and "held to the tolerance tier" in verdict.reason, verdict.reason
 
 
+def test_state_a_layer_keeps_on_the_step_metadata_reaches_the_next_layer(monkeypatch):
+    """Every layer of SGLang's step reads the one metadata object init_forward_metadata made, so a patch may build a
+    per-step cache lazily on it in its first layer. The harness handed each layer a fresh copy: the cache was built
+    once per layer (its cost timed as many times) with a passing verdict. Now it is built once per step."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    decode, builds, calls = backend.forward_decode, [], []
+
+    def patched_decode(self, *args, **kwargs):
+        calls.append(1)
+        if not hasattr(self.forward_metadata, "step_cache"):
+            self.forward_metadata.step_cache = builds.append(1) or len(builds)
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "forward_decode", patched_decode)
+    case_name = "glm5-tp8.ci.multistep-reuse"
+    verdict = sgl.run_strategies(case_name, (STRATEGY,))[STRATEGY][1]
+    layers = load_case(case_name).num_layers
+    assert verdict.passed and len(calls) > len(builds), verdict.reason
+    assert len(calls) % layers == 0 and len(builds) == len(calls) // layers, (len(builds), len(calls), layers)
+
+
+def _write_loc(forward_batch):
+    """What the installed forward_decode hands set_mla_kv_buffer (KVWriteLoc: 0.5.22 on)."""
+    from harness.integrations.sglang import runtime
+
+    loc = getattr(runtime.load(runtime.MEMORY_POOL), "KVWriteLoc", None)
+    return loc.for_batch(forward_batch) if hasattr(loc, "for_batch") else forward_batch.out_cache_loc
+
+
+def _call_forms():
+    """forward_decode's wrapper call in each of FlashInfer 0.7's forms: (name, run(wrapper, q_nope, q_pe, kv, dv))."""
+    return [
+        ("legacy positional", lambda w, qn, qp, kv, dv, out: w.run(qn, qp, kv[:, :, :dv], kv[:, :, dv:], out=out)),
+        ("split query=/kv_cache=", lambda w, qn, qp, kv, dv, out: w.run(query=(qn, qp), kv_cache=(kv[:, :, :dv], kv[:, :, dv:]),
+                                                                        out=out)),
+        ("packed kv_cache=", lambda w, qn, qp, kv, dv, out: w.run(query=(qn, qp), kv_cache=kv, out=out)),
+    ]
+
+
+@pytest.mark.parametrize("form", [name for name, _ in _call_forms()])
+def test_forward_decode_may_call_the_wrapper_in_any_of_flashinfers_forms(monkeypatch, form):
+    """A patch that calls the decode wrapper as FlashInfer 0.7 prefers (query= / kv_cache=, split or packed) runs as
+    written: the tap accepted only the legacy positional form (an error verdict: unexpected keyword 'query')."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+    call, calls = dict(_call_forms())[form], []
+
+    def patched_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None):
+        if save_kv_cache and k is not None:
+            self.token_to_kv_pool.set_mla_kv_buffer(layer, _write_loc(forward_batch), k, k_rope)
+        calls.append(form)
+        heads, dv = layer.tp_q_head_num, layer.v_head_dim
+        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id).to(q.dtype)
+        q_nope, q_pe = q.view(-1, heads, dv), q_rope.view(-1, heads, layer.head_dim - dv)
+        o = call(self.forward_metadata.decode_wrapper, q_nope, q_pe, kv, dv, q_nope.new_empty(q_nope.shape))
+        return o.view(-1, heads * dv)
+
+    monkeypatch.setattr(backend, "forward_decode", patched_decode)
+    verdict = sgl.run_strategies("glm5-tp8.ci.multistep-reuse", (STRATEGY,))[STRATEGY][1]
+    assert calls and verdict.status.value == "pass", verdict.reason
+
+
+@pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])
+def test_a_native_fp8_patch_that_passes_flashinfers_kv_scales_runs(monkeypatch, scale, passes):
+    """FlashInfer's FP8 plan (scale_mode="kv-per-tensor") needs ckv_scale / kpe_scale at run: a native-FP8 patch
+    passing them got an error verdict (unexpected keyword 'ckv_scale'). Now it is judged: its 1% scale bug red."""
+    from harness.integrations.sglang import runtime
+
+    sgl.require()
+    backend = runtime.load(runtime.MLA_BACKEND).FlashInferMLAAttnBackend
+
+    def native_fp8(self, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None):
+        if save_kv_cache and k is not None:
+            self.token_to_kv_pool.set_mla_kv_buffer(layer, _write_loc(forward_batch), k, k_rope)
+        heads, dv = layer.tp_q_head_num, layer.v_head_dim
+        kv = self.token_to_kv_pool.get_key_buffer(layer.layer_id)  # e4m3, not cast
+        q_nope, q_rope = q.view(-1, heads, dv), q_rope.view(-1, heads, layer.head_dim - dv)
+        o = self.forward_metadata.decode_wrapper.run(query=(q_nope, q_rope), kv_cache=(kv[:, :, :dv], kv[:, :, dv:]),
+                                                     out=q_nope.new_empty(q_nope.shape), ckv_scale=scale, kpe_scale=scale)
+        return o.view(-1, heads * dv)
+
+    monkeypatch.setattr(backend, "forward_decode", native_fp8)
+    verdict = sgl.run_strategies("glm5-tp8.ci.multistep-reuse", (STRATEGY,))[STRATEGY][1]
+    assert verdict.status.value != "error" and verdict.passed == passes, verdict.reason
+
+
 @pytest.mark.parametrize("fault", [Fault.REQ_TO_TOKEN_OFF_BY_ONE, Fault.DROPPED_LAST_TOKEN])
 def test_planted_fault_turns_the_verdict_red(fault):
     sgl.require()

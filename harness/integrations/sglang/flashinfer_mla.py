@@ -45,17 +45,23 @@ class LSETap:
     """A decode wrapper as forward_decode sees it: everything goes to `wrapper`; run returns SGLang's
     output and keeps the kernel's natural-log LSE in `lse` (and what SGLang handed it in `handed`)."""
 
-    def __init__(self, wrapper, name: str, kv_dtypes: set):
-        self.wrapper, self.name, self.kv_dtypes = wrapper, name, kv_dtypes
+    def __init__(self, wrapper, name: str, kv_dtypes: set, width: int):
+        self.wrapper, self.name, self.kv_dtypes, self.width = wrapper, name, kv_dtypes, width
         self.lse = self.handed = None
 
     def __getattr__(self, attr):
         return getattr(self.wrapper, attr)
 
-    def run(self, q_nope, q_pe, ckv, kpe, out=None, return_lse=False):
-        if return_lse:
+    def run(self, *args, **kwargs):
+        """Whichever of FlashInfer's forms forward_decode calls (legacy tensors, query= / kv_cache=, FP8 scales, ...),
+        handed on as given (positional tensors stay positional), with the LSE asked for."""
+        named = wrappers.run_arguments(args, kwargs)
+        if named.get("return_lse"):
             raise HarnessError("sglang", "forward_decode asked for the LSE: a decode-context-parallel path, not modelled")
-        o, lse = self.wrapper.run(q_nope, q_pe, ckv, kpe, out=out, return_lse=True, return_lse_base_on_e=True)
+        lse_at = wrappers.RUN_ARGS.index("return_lse")  # positional arguments from it on go by name, the LSE asked for
+        o, lse = self.wrapper.run(*args[:lse_at], **{**dict(zip(wrappers.RUN_ARGS[lse_at:], args[lse_at:])), **kwargs,
+                                                     "return_lse": True, "return_lse_base_on_e": True})
+        q_nope, _, ckv, kpe = wrappers.split_tensors(named, self.width)
         check_boundary(self.name, ckv.dtype if ckv.dtype in HANDED_KV else torch.bfloat16, q_nope, ckv, kpe, o, lse)
         self.kv_dtypes.add(ckv.dtype)
         self.lse, self.handed = lse, (ckv, kpe)
@@ -209,7 +215,10 @@ class FlashInferMLA:
                 self._graph_ready = True
             b.init_forward_metadata_out_graph(fb, in_capture=True)
         self._check_kernel(b.forward_metadata.decode_wrapper)
-        return StepPlan(b.forward_metadata, LSETap(b.forward_metadata.decode_wrapper, self.name, self.kv_dtypes), batch.batch_size, fb)
+        tap = LSETap(b.forward_metadata.decode_wrapper, self.name, self.kv_dtypes, self.preset.kv_lora_rank)
+        metadata = copy.copy(b.forward_metadata)  # the step's one metadata, as every layer of SGLang's step reads it:
+        metadata.decode_wrapper = tap  # what a layer sets on it the next layer sees; SGLang's own object stays untapped
+        return StepPlan(metadata, tap, batch.batch_size, fb)
 
     def replan(self, plan: StepPlan, batch: StepBatch) -> None:
         """A captured bucket's next step: SGLang's replay metadata (fast_mla_decode_plan into the captured buffers)."""
@@ -225,8 +234,7 @@ class FlashInferMLA:
         `new`: (slots, BF16 K [n, 576]) of the layer's new tokens, written as the model's attention hands them
         (k_nope [n, 1, 512] as k and v, k_rope [n, 1, 64], out_cache_loc the slots); None: no write."""
         b, (batch, heads), r = self.backend, q_nope.shape[:2], self.preset.kv_lora_rank
-        b.forward_metadata = copy.copy(plan.metadata)
-        b.forward_metadata.decode_wrapper = plan.tap
+        b.forward_metadata = plan.metadata
         radix = SimpleNamespace(layer_id=layer, tp_q_head_num=heads, tp_k_head_num=1, v_head_dim=r,
                                 head_dim=self.preset.row_width)
         k = k_rope = None

@@ -3,8 +3,6 @@ and FlashInfer's MLA decode wrapper interface over a harness backend (SGLang's p
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from harness.backends.base import AttnProblem
@@ -95,16 +93,59 @@ def codes_as_bf16(codes: torch.Tensor) -> torch.Tensor:
     return (bits | (codes.to(torch.int16) & 0x80) << 8).view(torch.bfloat16)
 
 
+RUN_ARGS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "out", "lse", "return_lse", "profiler_buffer", "kv_len",
+            "page_table", "return_lse_base_on_e", "o_scale")  # FlashInfer 0.7's BatchMLAPagedAttentionWrapper.run, in order
+
+
+def run_arguments(args: tuple, kwargs: dict) -> dict:
+    """A decode wrapper's run(...) arguments by name, whichever of FlashInfer's forms the caller used."""
+    if len(args) > len(RUN_ARGS):
+        raise HarnessError("sglang run", f"{len(args)} positional arguments; FlashInfer's run takes {len(RUN_ARGS)} at most")
+    named = dict(zip(RUN_ARGS, args))
+    if twice := sorted(named.keys() & kwargs.keys()):
+        raise HarnessError("sglang run", f"{', '.join(twice)} given twice")
+    return {**named, **kwargs}
+
+
+def _pair(value, names: tuple[str, str], named: dict, width: int) -> tuple:
+    if value is None:
+        return named.get(names[0]), named.get(names[1])
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return tuple(value)
+    if isinstance(value, torch.Tensor):
+        return value[..., :width], value[..., width:]  # packed: the no-PE features first
+    raise HarnessError("sglang run", f"{names[0]}/{names[1]} handed as {type(value).__name__}, not a tensor or a split pair")
+
+
+def split_tensors(named: dict, width: int) -> tuple:
+    """(q_nope, q_pe, ckv, kpe) of run arguments by name: the legacy tensors or query= / kv_cache= (a split pair, or
+    one packed tensor whose first `width` features are the no-PE ones)."""
+    q_nope, q_pe = _pair(named.get("query"), ("q_nope", "q_pe"), named, width)
+    ckv, kpe = _pair(named.get("kv_cache"), ("ckv_cache", "kpe_cache"), named, width)
+    if any(t is None for t in (q_nope, q_pe, ckv, kpe)):
+        raise HarnessError("sglang run", "no query or KV cache handed to the decode wrapper")
+    return q_nope, q_pe, ckv, kpe
+
+
 class BackendWrapper:
-    """The BatchMLAPagedAttentionWrapper calls SGLang's MLA decode makes (positional plan, run with out=),
-    answered by a harness backend (torch): SGLang's whole path runs where FlashInfer cannot (CPU CI)."""
+    """The BatchMLAPagedAttentionWrapper calls SGLang's MLA decode makes (plan of a flat CSR decode, run in any of
+    FlashInfer's argument forms, FP8 KV with a per-tensor scale), answered by a harness backend (torch): SGLang's
+    whole path, a patch's too, runs where FlashInfer cannot (CPU CI). An option it does not model is an error."""
+
+    PLAN_OPTIONS = {"query_layout": None, "kv_cache_layout": None, "lse_mode": None, "enable_pdl": None,  # any value
+                    "scale_mode": ("default", "kv-per-tensor")}
+    RUN_MODELLED = {"q_nope", "q_pe", "ckv_cache", "kpe_cache", "query", "kv_cache", "out", "return_lse",
+                    "return_lse_base_on_e", "ckv_scale", "kpe_scale"}
 
     def __init__(self, backend):
         self.backend = backend
-        self._plan = None
+        self._plan = self._width = None
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
-             causal, sm_scale, q_data_type, kv_data_type) -> None:
+             causal, sm_scale, q_data_type, kv_data_type, use_profiler=False, **options) -> None:
+        for name, value in options.items():
+            if name not in self.PLAN_OPTIONS or (self.PLAN_OPTIONS[name] and value not in self.PLAN_OPTIONS[name]):
+                raise HarnessError("sglang plan", f"{name}={value!r}: not modelled by the CPU stand-in of FlashInfer's wrapper")
         if page_size != 1 or causal or q_data_type != torch.bfloat16:
             raise HarnessError("sglang plan", f"page_size {page_size}, causal {causal}, q {q_data_type}: not a decode plan")
         indptr = kv_indptr.to("cpu", torch.int32)
@@ -112,13 +153,17 @@ class BackendWrapper:
             raise HarnessError("sglang plan", "kv_len_arr disagrees with kv_indptr")
         problem = AttnProblem(indptr, kv_indices[: int(indptr[-1])], num_heads, float(sm_scale), kv_data_type,
                               head_dim_ckv, head_dim_kpe)
-        self._plan = self.backend.plan(problem)
+        self._plan, self._width = self.backend.plan(problem), head_dim_ckv
 
-    def run(self, q_nope, q_pe, ckv, kpe, out: Optional[torch.Tensor] = None, return_lse: bool = False,
-            return_lse_base_on_e: bool = False):
-        if return_lse and not return_lse_base_on_e:
+    def run(self, *args, **kwargs):
+        named = run_arguments(args, kwargs)
+        if unmodelled := sorted(k for k, v in named.items() if k not in self.RUN_MODELLED and v is not None and v is not False):
+            raise HarnessError("sglang run", f"{', '.join(unmodelled)}: not modelled by the CPU stand-in of FlashInfer's wrapper")
+        if named.get("return_lse") and not named.get("return_lse_base_on_e"):
             raise HarnessError("sglang run", "the harness's backends return natural-log LSE only")
-        o, lse = self.backend.run(self._plan, q_nope, q_pe, ckv, kpe)
-        if out is not None:
-            o = out.copy_(o)
-        return (o, lse) if return_lse else o
+        if named.get("ckv_scale") != named.get("kpe_scale"):
+            raise HarnessError("sglang run", "ckv_scale and kpe_scale differ: one per-tensor scale is modelled")
+        o, lse = self.backend.run(self._plan, *split_tensors(named, self._width), kv_scale=named.get("ckv_scale"))
+        if named.get("out") is not None:
+            o = named["out"].copy_(o)
+        return (o, lse) if named.get("return_lse") else o
