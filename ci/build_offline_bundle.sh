@@ -14,7 +14,8 @@
 #   TVM_FFI      apache-tvm-ffi requirement   (default apache-tvm-ffi==0.1.15.post2,
 #                                              within flashinfer's >=0.1.11,<0.2)
 #   PYTHON       interpreter that runs pip    (default python3)
-#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download)
+#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download, or
+#                after it when OUT was made meanwhile)
 set -euo pipefail
 
 PY_VERSION=${PY_VERSION:-3.12}
@@ -42,9 +43,17 @@ for wheel in "$work"/wheels/*.whl; do
 done
 
 mkdir -p "$(dirname "$OUT")"
-part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), renamed over OUT once complete
+part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), moved to OUT once complete
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
     -cf - -C "$work/site" . | xz -6 -T0 > "$part"
 chmod a+r "$part"
-mv "$part" "$OUT"
+if [ "${FORCE:-}" = 1 ]; then
+    mv -f "$part" "$OUT"
+elif ! ln "$part" "$OUT" 2>/dev/null; then  # a hard link fails when OUT exists: a file made there meanwhile is kept
+    if [ -e "$OUT" ] || [ -L "$OUT" ]; then
+        echo "build_offline_bundle: $OUT appeared while the bundle was built; it was kept and nothing was written (FORCE=1 replaces it)" >&2
+        exit 2
+    fi
+    mv "$part" "$OUT"  # no hard links on this file system: checked right before the rename
+fi
 echo "$OUT $(du -h "$OUT" | cut -f1)"

@@ -10,12 +10,13 @@
 # built against its own torch): harness/integrations/sglang/stand_in.py replaces it at import.
 #
 # usage: ci/build_sglang_bundle.sh [OUT]
-#   OUT          default .bundle/sglang-<version>-py<pyver without dot>.tar.xz
+#   OUT          default .bundle/sglang-<version>-py<pyver without dot>.tar.xz; never the pins file (exit 2)
 # env:
 #   PY_VERSION   target Python version        (default 3.12)
 #   PLATFORM     target wheel platform tag    (default manylinux_2_28_x86_64; older manylinux tags accepted)
 #   PYTHON       interpreter that runs pip    (default python3)
-#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download)
+#   FORCE        1: replace an existing OUT (else an existing OUT is kept: exit 2, before any download, or
+#                after it when OUT was made meanwhile)
 #   SGLANG_WHEEL_PY, SGLANG_WHEEL_PLATFORM   the tags of sglang's own wheel (default 3.11, manylinux_2_34_x86_64)
 # install on the runner: . ci/gpu_env.sh FLASHINFER_BUNDLE JIT_TAR TRITON_TAR SGLANG_BUNDLE
 set -euo pipefail
@@ -46,6 +47,10 @@ while IFS= read -r line; do
     [[ "$has" == *" $name "* ]] || wanted+=("$line")
 done < "$PINS"
 
+if [ "$OUT" -ef "$PINS" ]; then  # the same file (a link too): FORCE=1 would write the bundle over the pins it read
+    echo "build_sglang_bundle: $OUT is the pins file $PINS, an input; nothing was built (choose another OUT)" >&2
+    exit 2
+fi
 if [ -e "$OUT" ] || [ -L "$OUT" ]; then
     [ "${FORCE:-}" = 1 ] || { echo "build_sglang_bundle: $OUT exists; nothing was built (choose another OUT, or FORCE=1 replaces it)" >&2; exit 2; }
 fi
@@ -70,9 +75,17 @@ find "$work/site/sglang" -name '*.so' -delete
 find "$work/site" -name '__pycache__' -prune -exec rm -rf {} +
 
 mkdir -p "$(dirname "$OUT")"
-part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), renamed over OUT once complete
+part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already there), moved to OUT once complete
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
     -cf - -C "$work/site" . | xz -6 -T0 > "$part"
 chmod a+r "$part"
-mv "$part" "$OUT"
+if [ "${FORCE:-}" = 1 ]; then
+    mv -f "$part" "$OUT"
+elif ! ln "$part" "$OUT" 2>/dev/null; then  # a hard link fails when OUT exists: a file made there meanwhile is kept
+    if [ -e "$OUT" ] || [ -L "$OUT" ]; then
+        echo "build_sglang_bundle: $OUT appeared while the bundle was built; it was kept and nothing was written (FORCE=1 replaces it)" >&2
+        exit 2
+    fi
+    mv "$part" "$OUT"  # no hard links on this file system: checked right before the rename
+fi
 echo "$OUT $(du -h "$OUT" | cut -f1) (sglang==$SGLANG and ${#wanted[@]} packages: ${wanted[*]})"

@@ -15,7 +15,9 @@ one commit the same way (into a temporary folder put first on PYTHONPATH) and ru
 `python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
 gates two commits. --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
 its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
-commit, no SGLang project at a commit) is one line and exit 2, before anything runs.
+commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
+runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install, says
+'interrupted' and exits 130.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from ci import asv_gate
 from harness import envvars
-from harness.errors import HarnessError
+from harness.errors import HarnessError, interruptible
 from harness.fsio import check_writable
 
 ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
@@ -41,6 +44,7 @@ INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-
 # radix tree: nothing the decode path imports). With setuptools-rust in the runner's environment SGLang's build
 # otherwise runs cargo on ../rust, which needs crates.io (the runner is air-gapped). Set it yourself to override.
 BUILD_ENV = {"SGLANG_BUILD_RUST_EXTS": "none"}
+GRACE_S = 5  # how long an interrupted `harness run` may take to unwind before the next, harder signal
 
 
 def _runner_reasons() -> dict[str, str | None]:
@@ -214,13 +218,75 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     return site, versions[0] if len(versions) == 1 else "unknown"
 
 
+def _option(extra: list[str], name: str) -> str | None:
+    """The value of `harness run`'s option `name` among the arguments after -- (its parser takes no abbreviations)."""
+    value = None
+    for i, arg in enumerate(extra):
+        if arg == name and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def check_out(out: Path, extra: list[str]) -> None:
+    """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install rather than after it: OUT is
+    none of its inputs (the --scenario-file, the harness's own files, a golden file), not inside a golden folder
+    (--golden-dir's too), and writable."""
+    from types import SimpleNamespace
+
+    from harness.cli.common import inputs_of
+    from harness.inputs.cases import refuse_clobbering, use_golden_dir
+
+    if golden := _option(extra, "--golden-dir"):
+        use_golden_dir(Path(golden))
+    scenario = _option(extra, "--scenario-file")
+    refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=scenario))))
+    try:
+        check_writable(out, "--json", force="--force" in extra)
+    except HarnessError as exc:
+        raise BadInput(f"{exc} (harness run's --force goes after --)") from None
+
+
+def run_harness(cmd: list[str], **kwargs) -> int:
+    """`harness run`'s exit status. Interrupted (Ctrl-C, which reached the child too, or SIGTERM, passed on to it), the
+    child unwinds as its own interruptible main does (temporary files go, 'interrupted', 130) and is waited for (SIGTERM,
+    then SIGKILL, each GRACE_S later) before the caller's temporary folder goes; its 130 is returned (it said
+    'interrupted'), else the interruption goes on."""
+    proc = subprocess.Popen(cmd, **kwargs)
+    stopping = False
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+        if not stopping:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        stopping = True
+        for stop in (None, proc.terminate, proc.kill):
+            if stop:
+                stop()
+            try:
+                if proc.wait(GRACE_S) == 130:
+                    return 130
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
     (ref,) = args.commits
-    try:  # the check `harness run --json` makes, before the install rather than after it
-        check_writable(args.json, "--json", force="--force" in extra)
-    except HarnessError as exc:
-        raise BadInput(f"{exc} (harness run's --force goes after --)") from None
+    check_out(args.json, extra)
+    from harness.cli import writes_stdout
+
+    console = sys.stderr if writes_stdout(args) else sys.stdout  # --json /dev/stdout: the results alone go there
     commit = resolve(repo, "COMMIT", ref)
     subdir = project_subdir(repo, commit, ref)
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):
@@ -229,10 +295,14 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
         site, version = install_commit(repo, commit, subdir, Path(tmp))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p),
                    MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
-        cmd = [sys.executable, "-m", "harness", "run", "--json", str(args.json.resolve()), *extra]
-        print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}", flush=True)
+        # absolute, not resolved: /dev/stdout stays the stream the child inherits (resolved: /proc/<pid>/fd/pipe:[N])
+        cmd = [sys.executable, "-m", "harness", "run", "--json", os.path.abspath(args.json), *extra]
+        print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}",
+              file=console, flush=True)
         before = _stamp(args.json)
-        code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+        code = run_harness(cmd, cwd=ROOT, env=env)
+    if args.json.exists() and not args.json.is_file():  # a pipe or terminal: no stamp tells whether it was written
+        return code
     if code == 0 and _stamp(args.json) in (None, before):  # a run that ended early (an SGLang calling sys.exit(0))
         print(f"sglang-gate: FAILURE: harness run exited 0 without writing {args.json}", file=sys.stderr)
         return 1
@@ -267,6 +337,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return args, extra
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:

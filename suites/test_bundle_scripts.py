@@ -1,5 +1,6 @@
 """ci/build_offline_bundle.sh and ci/build_sglang_bundle.sh keep what is on disk: an existing OUT is kept (exit 2,
-before any download) unless FORCE=1, and a file named OUT.part is never the temporary. Offline: PYTHON is a stand-in
+before any download, or after it for one made meanwhile) unless FORCE=1, a file named OUT.part is never the temporary,
+and the pins file is never OUT. Offline: PYTHON is a stand-in
 whose `pip download` writes one small wheel and whose other commands are this interpreter's."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ SCRIPTS = ["ci/build_offline_bundle.sh", "ci/build_sglang_bundle.sh"]
 FAKE_PYTHON = f"""#!/usr/bin/env bash
 if [ "$1 $2 $3" = "-m pip download" ]; then
     echo download >> "$(dirname "$0")/downloads"
+    if [ -n "${{MAKE_OUT:-}}" ]; then echo theirs > "$MAKE_OUT"; fi  # a file made at OUT while the download runs
     while [ $# -gt 0 ] && [ "$1" != -d ]; do shift; done
     mkdir -p "$2"
     exec {sys.executable} -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('sglang/__init__.py', '')" "$2/fake-1-py3-none-any.whl"
@@ -26,12 +28,12 @@ exec {sys.executable} "$@"
 """
 
 
-def build(tmp_path: Path, script: str, out: Path, **env: str) -> subprocess.CompletedProcess:
+def build(tmp_path: Path, script: str, out: Path, root: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    return subprocess.run(["bash", str(ROOT / script), str(out)], capture_output=True, text=True, timeout=HANG_GUARD_S,
+    return subprocess.run(["bash", str(root / script), str(out)], capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), **env})
 
 
@@ -58,6 +60,41 @@ def test_a_file_named_out_part_is_not_the_temporary(tmp_path, script):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "bundle.tar.xz", "bundle.tar.xz.part"]  # no temporary left
     assert out.stat().st_mode & 0o044 == 0o044  # readable as a plain new file is, not a temporary's 0600
 
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("force", ["", "1"])
+def test_a_file_made_at_out_during_the_build_is_kept_unless_force(tmp_path, script, force):
+    """OUT free when the build starts, made by someone else while it downloads: kept, one line and exit 2, the new
+    bundle removed (before: renamed over it). Twin: with FORCE=1 it is replaced."""
+    out = tmp_path / "bundle.tar.xz"
+    proc = build(tmp_path, script, out, MAKE_OUT=str(out), FORCE=force)
+    if force:
+        assert proc.returncode == 0 and tarfile.is_tarfile(out), proc.stderr
+    else:
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"{Path(script).stem}: {out} appeared while the bundle was built; it was kept and nothing was written (FORCE=1 replaces it)"]
+        assert out.read_text() == "theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "bundle.tar.xz"]  # no temporary left
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_the_pins_file_is_never_out(tmp_path, link):
+    """`FORCE=1 ci/build_sglang_bundle.sh ci/sglang-cpu-pins.txt` (or a link to it) wrote the bundle over its own
+    input: refused before any download, one line, exit 2 (on a copy of the script and pins). The twin, another OUT
+    with FORCE=1, builds: test_an_existing_out_is_kept_unless_force."""
+    root = tmp_path / "repo"
+    (root / "ci").mkdir(parents=True)
+    for name in ("build_sglang_bundle.sh", "sglang-cpu-pins.txt"):
+        (root / "ci" / name).write_bytes((ROOT / "ci" / name).read_bytes())
+    pins = root / "ci" / "sglang-cpu-pins.txt"
+    out = pins
+    if link:
+        out = tmp_path / "link.txt"
+        out.symlink_to(pins)
+    proc = build(tmp_path, "ci/build_sglang_bundle.sh", out, root=root, FORCE="1")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "is the pins file" in proc.stderr, proc.stderr
+    assert pins.read_bytes() == (ROOT / "ci" / "sglang-cpu-pins.txt").read_bytes() and out.samefile(pins)
+    assert not (tmp_path / "bin" / "downloads").exists()
 
 
 def test_sourcing_gpu_env_with_a_missing_bundle_stops_there(tmp_path):

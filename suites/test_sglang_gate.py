@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import json5
@@ -46,6 +49,12 @@ def _wrote_out(cmd: list[str]) -> subprocess.CompletedProcess:
     """A stand-in `harness run --json OUT` that exits 0 having written OUT (the gate fails one that wrote nothing)."""
     Path(cmd[cmd.index("--json") + 1]).write_text("{}")
     return subprocess.CompletedProcess(cmd, 0)
+
+
+def stub_runs(monkeypatch, run) -> None:
+    """`run` stands in for subprocess.run, and for the `harness run` child (sglang_gate.run_harness) as well."""
+    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    monkeypatch.setattr(sglang_gate, "run_harness", lambda cmd, **kwargs: run(cmd, **kwargs).returncode)
 
 
 def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
@@ -242,7 +251,7 @@ def test_a_commit_pip_cannot_install_is_one_line_and_exit_2(tmp_path, capsys, mo
         ran.append(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
     assert code == 2 and lines[-1].startswith("sglang-gate: COMMIT ") and "could not install" in lines[-1], lines
     assert not any(cmd[1:4] == ["-m", "harness", "run"] for cmd in ran) and not (tmp_path / "r.json").exists()
@@ -266,12 +275,12 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
             return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     out = tmp_path / "r.json"
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
     assert code == 0 and seen["mark"] == f"{commit} {git(repo, 'rev-parse', commit)}"
     defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
-    assert seen["cmd"][4:] == ["--json", str(out.resolve()), "--scenario", "b1-l500", *defaults]
+    assert seen["cmd"][4:] == ["--json", os.path.abspath(out), "--scenario", "b1-l500", *defaults]
 
 
 DESCRIBE = """import subprocess
@@ -351,7 +360,7 @@ def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm,
             return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     code = sglang_gate.main(["--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), commit])
     assert code == 0 and seen["probe"] == f"{commit} {version}", seen
     assert f"(sglang {version}); running" in capsys.readouterr().out
@@ -439,7 +448,7 @@ def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_pa
             return _wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     code = sglang_gate.main(["--sglang-repo", str(user), "--json", str(tmp_path / "r.json"), "origin/old"])
     assert code == 0 and seen.get("mark") == "MARK = 'a'\n", seen
 
@@ -457,7 +466,7 @@ def test_a_git_step_that_fails_is_one_line_naming_it(tmp_path, capsys, monkeypat
         assert "--target" not in cmd and cmd[1:4] != ["-m", "harness", "run"], "ran past a failed git step"
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     code = sglang_gate.main(["--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a"])
     err = capsys.readouterr().err
     assert code == 2 and f": git {step} of {repo} failed; nothing was run" in err, err
@@ -511,7 +520,7 @@ def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch,
             return subprocess.CompletedProcess(cmd, status)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(sglang_gate.subprocess, "run", run)
+    stub_runs(monkeypatch, run)
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
     assert code == want
     assert any("exited 0 without writing" in line for line in lines) == (want == 1)
@@ -532,3 +541,109 @@ def test_an_endless_asv_config_in_work_is_refused_without_reading_it(tmp_path):
                           cwd=Path(sglang_gate.__file__).resolve().parents[1])
     assert proc.returncode == 2 and "is not the gate's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert os.readlink(work / "asv.conf.json") == "/dev/zero"
+
+
+# interruption and the --json path (a stand-in `harness run` in a real gate process)
+
+FAKE_RUN = """import os, sys, time
+from pathlib import Path
+from harness.errors import interruptible
+@interruptible
+def main():
+    Path(os.environ["MARK"]).write_text(str(os.getpid()))
+    time.sleep(float(os.environ["SLEEP"]))
+    Path(sys.argv[sys.argv.index("--json") + 1]).write_text('{"ok": 1}')
+    return 0
+sys.exit(main())
+"""
+GATE = f"""import sys
+from ci import sglang_gate
+real = sglang_gate.run_harness
+sglang_gate.run_harness = lambda cmd, **kwargs: real([sys.executable, "-c", {FAKE_RUN!r}, *cmd[4:]], **kwargs)
+sys.exit(sglang_gate.main(sys.argv[1:]))
+"""
+
+
+def start_gate(tmp_path: Path, out: str, sleep: float, **kwargs) -> subprocess.Popen:
+    """`python -m ci.sglang_gate --json OUT a` on a fake SGLang, its `harness run` a stand-in that writes its pid to
+    tmp_path/mark, sleeps `sleep` seconds, then writes OUT (interruptible as the harness's main is)."""
+    env = dict(os.environ, MARK=str(tmp_path / "mark"), SLEEP=str(sleep), PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", GATE, "--sglang-repo", str(fake_sglang(tmp_path)), "--json", out, "a"], cwd=ROOT,
+                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c", None])
+def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, how):
+    """A cancelled job's SIGTERM to the gate (passed on to `harness run`) or Ctrl-C to the process group: exit 130, one
+    'interrupted' line, the child stopped and waited for (before: 143 and an orphan that wrote OUT later, or a
+    traceback), the temporary install removed, OUT not written. Twin: uninterrupted, the same run writes OUT, exit 0."""
+    out = tmp_path / "r.json"
+    proc = start_gate(tmp_path, str(out), 60 if how else 0, start_new_session=True)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while how and not (tmp_path / "mark").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        elif how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    site = Path(re.search(r"installed in (\S+) ", stdout).group(1))
+    assert not site.parent.exists(), "the temporary install was left behind"
+    if not how:
+        assert proc.returncode == 0 and out.read_text() == '{"ok": 1}', stderr
+        return
+    child = int((tmp_path / "mark").read_text())
+    with pytest.raises(ProcessLookupError):  # stopped, and reaped by the gate
+        os.kill(child, 0)
+    assert proc.returncode == 130 and stderr.splitlines() == ["interrupted"], (proc.returncode, stderr)
+    assert not out.exists()
+
+
+def test_json_to_stdout_is_the_stream_the_harness_writes(tmp_path):
+    """--json /dev/stdout with stdout a pipe: `harness run` gets /dev/stdout (its own, the same pipe), as `harness run
+    --json /dev/stdout` streams, and the gate's own line goes to stderr (before: resolved to /proc/<pid>/fd/pipe:[N], which
+    the child cannot open, found only after the install). The twin, a file, is test_json_mode_runs_harness_with_that_commits_sglang."""
+    proc = start_gate(tmp_path, "/dev/stdout", 0)
+    stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0 and stdout == '{"ok": 1}', stdout + stderr
+    assert "running -m harness run --json /dev/stdout " in stderr
+
+
+@pytest.mark.parametrize("case", ["golden-folder", "golden-file", "golden-dir-option", "scenario-file", "data-file", "free"])
+def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path, capsys, monkeypatch, case):
+    """--json into a golden folder, over a golden file, the --scenario-file or a harness data file (even with --force after
+    --) is refused as `harness run --json` refuses it, one line and exit 2, before the clone and pip install (before: only
+    by the child, after them). Twin: a free path goes on to the install and the run."""
+    repo = fake_sglang(tmp_path)
+    (tmp_path / "mine").mkdir()
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("x")
+    golden_file = next(p for p in (ROOT / "golden").rglob("*") if p.is_file())
+    out, extra = {
+        "golden-folder": (ROOT / "golden" / "x.json", []),
+        "golden-file": (golden_file, ["--force"]),
+        "golden-dir-option": (tmp_path / "mine" / "x.json", ["--golden-dir", str(tmp_path / "mine")]),
+        "scenario-file": (scenario, ["--force", "--scenario-file", str(scenario)]),
+        "data-file": (next((ROOT / "harness").rglob("*.toml")), ["--force"]),
+        "free": (tmp_path / "x.json", ["--golden-dir", str(tmp_path / "mine")]),
+    }[case]
+    ran, real_run = [], subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        ran.append(cmd)
+        if cmd[1:4] == ["-m", "harness", "run"]:  # the stand-in writes only the twin's free path, never the checkout's files
+            return _wrote_out(cmd) if case == "free" else subprocess.CompletedProcess(cmd, 0)
+        return real_run(cmd, *args, **kwargs)
+
+    stub_runs(monkeypatch, run)
+    before = out.read_bytes() if out.exists() else None
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), "a", "--", *extra)
+    if case == "free":
+        assert code == 0 and any("clone" in cmd for cmd in ran) and out.read_text() == "{}"
+        return
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("sglang-gate: --json: ") and str(out) in lines[0], lines
+    assert not any("clone" in cmd or "--target" in cmd for cmd in ran) and (out.read_bytes() if out.exists() else None) == before
