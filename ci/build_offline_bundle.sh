@@ -47,13 +47,6 @@ part=$(mktemp "$OUT.part.XXXXXX")  # a new file beside OUT (never one already th
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
     -cf - -C "$work/site" . | xz -6 -T0 > "$part"
 chmod a+r "$part"
-if [ "${FORCE:-}" = 1 ]; then
-    mv -f "$part" "$OUT"
-elif ! ln "$part" "$OUT" 2>/dev/null; then  # a hard link fails when OUT exists: a file made there meanwhile is kept
-    if [ -e "$OUT" ] || [ -L "$OUT" ]; then
-        echo "build_offline_bundle: $OUT appeared while the bundle was built; it was kept and nothing was written (FORCE=1 replaces it)" >&2
-        exit 2
-    fi
-    mv "$part" "$OUT"  # no hard links on this file system: checked right before the rename
-fi
+. "$ROOT/ci/place_bundle.sh"
+place_bundle build_offline_bundle "$part" "$OUT"
 echo "$OUT $(du -h "$OUT" | cut -f1)"

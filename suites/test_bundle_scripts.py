@@ -84,7 +84,7 @@ def test_the_pins_file_is_never_out(tmp_path, link):
     with FORCE=1, builds: test_an_existing_out_is_kept_unless_force."""
     root = tmp_path / "repo"
     (root / "ci").mkdir(parents=True)
-    for name in ("build_sglang_bundle.sh", "sglang-cpu-pins.txt"):
+    for name in ("build_sglang_bundle.sh", "place_bundle.sh", "sglang-cpu-pins.txt"):
         (root / "ci" / name).write_bytes((ROOT / "ci" / name).read_bytes())
     pins = root / "ci" / "sglang-cpu-pins.txt"
     out = pins
