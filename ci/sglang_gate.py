@@ -238,10 +238,12 @@ def check_out(out: Path, extra: list[str]) -> None:
     from harness.cli.common import inputs_of
     from harness.inputs.cases import refuse_clobbering, use_golden_dir
 
-    if golden := _option(extra, "--golden-dir"):
-        use_golden_dir(Path(golden))
-    scenario = _option(extra, "--scenario-file")
-    refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=scenario))))
+    golden, scenario = _option(extra, "--golden-dir"), _option(extra, "--scenario-file")
+    use_golden_dir(Path(golden) if golden else None)
+    try:
+        refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=scenario))))
+    finally:
+        use_golden_dir(None)  # the gate reads no golden itself: nothing of this check stays set in the process
     try:
         check_writable(out, "--json", force="--force" in extra)
     except HarnessError as exc:

@@ -262,7 +262,8 @@ def test_asv_setup_cache_hands_asv_seconds(monkeypatch):
     monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
     out = json.loads(bench._measure_all())["b1-l500"]
     assert out["builds"] == 1
-    assert out["strategies"]["gather_cast"] == {"cast_us": pytest.approx([2e-6, 4e-6]), "step_ms": pytest.approx([1.5e-3])}
+    assert out["strategies"]["gather_cast"] == {"cast_us": pytest.approx([2e-6, 4e-6]), "step_ms": pytest.approx([1.5e-3]),
+                                                "disturbed": {}}
     assert "cuda only" in out["strategies"]["stock_vectorized"]["skipped"]
 
 

@@ -367,7 +367,7 @@ def test_a_tpot_file_gets_a_column_per_metric_it_carries(tmp_path):
     gather = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")
     assert stock["tpot_ms (ms)"] == "30.800 ±0.010" and gather["tpot_ms (ms)"] == "29.100 ±0.010"
     assert stock["attn_share (ratio)"] == "25.0%" and gather["attn_share (ratio)"] == "-"
-    assert stock["step_weight_bytes (B)"] == "3.00 GiB" and "cast µs" not in stock
+    assert stock["step_weight_bytes"] == "3.00 GiB" and "cast µs" not in stock
 
 
 def test_a_mislabelled_unit_is_not_reported(tmp_path, capsys):
@@ -432,3 +432,81 @@ def test_runs_on_another_gpu_or_interpreted_triton_are_no_trend(tmp_path):
     _render(files, tmp_path / "out2")
     trends = (tmp_path / "out2" / "report.md").read_text().split("## Trends", 1)[1]
     assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | ddddddd |" in trends
+
+
+def test_two_runs_stamped_in_one_second_at_one_commit_are_two_runs(tmp_path):
+    """A run was known by (created, commit) to the second: a second run stamped in the same second at the same commit
+    was dropped without a word (its figures nowhere, no trend). Now its rows tell it apart: a trend of the two. Twin:
+    the same file twice (or a byte copy) is still one run."""
+    a = _write(tmp_path / "a.json")
+    b = _write(tmp_path / "b.json", step_scale=10.0)
+    _render([a, b], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Trends" in md and "8 ±0.4" in md and "80 ±0.4" in md
+    (tmp_path / "copy.json").write_bytes(a.read_bytes())
+    _render([a, tmp_path / "copy.json"], tmp_path / "twin")
+    assert "## Trends" not in (tmp_path / "twin" / "report.md").read_text()
+
+
+def test_a_results_table_of_several_runs_names_the_run_of_each_strategy(tmp_path):
+    """Each strategy's row is the latest run's that has it, so one table can hold rows of several runs, commits and
+    machines: a note under it now names the file, commit and time each strategy's row came from. Twin: a table of one
+    run carries no such note."""
+    old = _write_case(tmp_path / "old.json", "2026-01-01T00:00:00+00:00", "aaaaaaa0")
+    partial = _write_case(tmp_path / "partial.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0")
+    doc = json.loads(partial.read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["strategy"] == "gather_cast"]
+    partial.write_text(json.dumps(doc))
+    text = _render([old, partial], tmp_path / "out")
+    assert f"gather_cast: from {partial} (bbbbbbb, created 2026-01-02T00:00:00+00:00)" in text
+    assert f"stock: from {old} (aaaaaaa, created 2026-01-01T00:00:00+00:00)" in text
+    assert "from " not in _render([old], tmp_path / "twin").split("repro:")[0].split("FP8 pool")[-1]
+
+
+def test_the_results_table_shows_the_device_step_and_lists_every_other_metric(tmp_path):
+    """step_device_ms (the step metric that gates on a GPU) had no column, and a row of any metric the columns do not
+    show vanished from the report. Now step_device_ms has its column and any other metric is listed under the table."""
+    path = _write(tmp_path / "a.json")
+    doc = json.loads(path.read_text())
+    case = {k: doc["rows"][0][k] for k in ("preset", "scale", "scenario", "backend")}
+    doc["rows"] += [dict(case, strategy="stock", metric="step_device_ms", value=67.75, unit="ms", better="lower", iqr=0.02),
+                    dict(case, strategy="stock", metric="my_new_metric", value=1.5, unit="x", better="lower")]
+    path.write_text(json.dumps(doc))
+    text = _render([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    stock = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "stock")
+    assert stock["step device ms"] == "67.750 ±0.020" and stock["step ms"] == "8.000 ±0.400"
+    assert "also measured: stock my_new_metric 1.5 x" in text and "also measured: stock step_device_ms" not in text
+
+
+def test_the_cross_check_takes_the_latest_run_and_names_its_source(tmp_path):
+    """The cross-check took the first preset by name among every run at prod b1-l4096 (an older deepseek file on
+    another GPU over the newer glm5 one), labelled only 'prod b1-l4096'. Now the latest run's figure, its preset,
+    GPU and file named in the harness row."""
+    independent = tmp_path / "independent.json"
+    independent.write_text(json.dumps({"torch_cast_us": 105.0, "tool": "ncu"}))
+    new = _write(tmp_path / "glm5.json", created="2026-01-02T00:00:00+00:00")
+    old = tmp_path / "ds.json"
+    doc = json.loads(_write(old).read_text())
+    for row in doc["rows"]:
+        row["preset"] = "deepseek-v3-tp8"
+        if (row["strategy"], row["metric"]) == ("stock", "cast_us"):
+            row["value"] = 1.0
+    if doc.get("case"):
+        doc["case"]["preset"] = "deepseek-v3-tp8"
+    doc["environment"]["gpu"] = "RTX 5090"
+    old.write_text(json.dumps(doc))
+    _render([old, new, independent], tmp_path / "out")
+    torch_cast = _md_row((tmp_path / "out" / "report.md").read_text(), "harness vs independent timing (µs)",
+                         "full-pool cast, torch .to()")
+    assert torch_cast["harness"] == "100.00" and torch_cast["agrees"] == "✓", torch_cast
+    assert torch_cast["harness row"] == f"stock cast_us · glm5-tp8 · NVIDIA H200 · {new}"
+
+
+def test_a_timing_of_under_four_samples_has_no_spread(tmp_path):
+    """Under 4 samples the IQR was written as 0.0 and shown as ±0 / 0.0%: a spread nobody measured. It is now null,
+    shown as no spread. Twin: 4 samples or more keep theirs."""
+    from harness.measure.timing import Samples
+
+    assert Samples("ms", (107.5, 5.42, 85.2)).iqr is None
+    assert Samples("ms", (1.0, 2.0, 3.0, 4.0)).iqr > 0

@@ -28,9 +28,10 @@ class Samples:
         return statistics.median(self.values)
 
     @property
-    def iqr(self) -> float:
+    def iqr(self) -> float | None:
+        """The interquartile range; None under 4 samples (no spread to tell, not a spread of zero)."""
         if len(self.values) < 4:
-            return 0.0
+            return None
         q = statistics.quantiles(self.values, n=4)
         return q[2] - q[0]
 

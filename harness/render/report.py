@@ -9,7 +9,9 @@ none of its figures is bad input.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,12 +26,14 @@ from harness.errors import HarnessError
 from harness.fsio import check_new_dir, check_writable, refuse_link, write_files
 from harness.gate.compare import env_value, index_rows, is_number, load_results
 from harness.render.table import STATUS_STYLE
-from harness.results.metrics import METRICS
+from harness.results.metrics import METRICS, readable
 from harness.strategies import BASELINE
 
 INDEPENDENT = "independent.json"
-COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms",
+COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms", "step device ms",
            "eager step ms", f"speedup vs {BASELINE}", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
+TABLED = {"verdict", "cast_us", "cast_gbps", "attn_us", "step_ms", "step_device_ms", "step_eager_ms", "extra_bytes",
+          "peak_bytes", "bytes_moved", "floor_us", "floor_ratio"}  # the metrics COLUMNS show; any other is listed below
 REPEAT_COLUMNS = ("cast IQR/median", "step IQR/median")
 # (what, strategy, metric, independent.json key): harness figure at prod scale, b1-l4096
 CROSS_CHECKS = (
@@ -54,6 +58,7 @@ class Run:
     repro: str
     rows: dict[tuple, dict]
     variant: str = ""  # the rest of the file's case (command, pool, kernel, workload or workload_v4), device type, GPU, TRITON_INTERPRET
+    digest: str = ""  # of its rows: two runs stamped in the same second at one commit are still two runs
 
 
     @property
@@ -62,7 +67,11 @@ class Run:
 
     @property
     def ident(self) -> tuple:
-        return self.created, self.env.get("git_commit")
+        return self.created, self.env.get("git_commit"), self.digest
+
+    @property
+    def source(self) -> str:
+        return f"{self.path} ({self.commit}, created {self.created.isoformat()})"
 
 
 def _load_run(path: Path) -> Run:
@@ -86,7 +95,8 @@ def _load_run(path: Path) -> Run:
     variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · {(env.device or 'device ?').split(':')[0]}"
                + (f" {' '.join(env.gpu.split())}" if env.gpu else "")
                + (f" · TRITON_INTERPRET={env.triton_interpret}" if env_value(env, "triton_interpret") else ""))
-    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant)
+    digest = hashlib.sha256(json.dumps([[list(k), r] for k, r in rows.items()], sort_keys=True, default=str).encode()).hexdigest()
+    return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant, digest)
 
 
 def _load_independent(path: Path) -> dict:
@@ -109,22 +119,16 @@ def _value(cell: Cell | None):
     return cell[0]["value"] if cell and is_number(cell[0]["value"]) else None
 
 
-def _number(value: float, spec: str) -> str:
-    """`value` as `spec`, or to two significant digits where `spec` would round a nonzero value to zero."""
-    text = format(value, spec)
-    return format(value, ".2g") if value and not any(c in "123456789" for c in text) else text
-
-
 def _median_iqr(cell: Cell | None, spec: str) -> str:
     value = _value(cell)
     if value is None:
         return "-" if cell is None else "n/a"  # n/a: a row saying why it was not measured
     iqr = cell[0].get("iqr")
-    return _number(value, spec) + (f" ±{_number(iqr, spec)}" if iqr is not None else "")
+    return readable(value, spec) + (f" ±{readable(iqr, spec)}" if iqr is not None else "")
 
 
 def _ratio(num, den, spec: str, suffix: str = "") -> str:
-    return "-" if num is None or not den else _number(num / den, spec) + suffix
+    return "-" if num is None or not den else readable(num / den, spec) + suffix
 
 
 def _verdict(cell: Cell | None) -> tuple[str, str]:
@@ -160,6 +164,7 @@ def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> l
             _ratio(_value(cast_gbps), copy_gbps if is_number(copy_gbps) else None, ".0%"),
             _median_iqr(m.get("attn_us"), ".1f"),
             _median_iqr(m.get("step_ms"), ".3f"),
+            _median_iqr(m.get("step_device_ms"), ".3f"),
             _median_iqr(m.get("step_eager_ms"), ".3f"),
             _ratio(stock_step, step, ".2f", "×"),
             _ratio(_value(m.get("extra_bytes")), 1024**3, ".2f"),
@@ -178,7 +183,7 @@ def _metric_table(strategies: dict[str, dict[str, Cell]]) -> tuple[tuple, list[l
     """A case of other metrics than COLUMNS' (a `tpot` file): one column per metric it carries, in the metric
     table's order, each value as that table formats it."""
     metrics = [m for m in METRICS if any(m in cells for cells in strategies.values())]
-    headers = ("strategy", *(f"{m} ({METRICS[m].unit})" if METRICS[m].unit else m for m in metrics))
+    headers = ("strategy", *(f"{m} ({METRICS[m].unit})" if METRICS[m].unit and METRICS[m].fmt != "bytes" else m for m in metrics))
 
     def shown(cell: Cell | None) -> str:
         if cell is None or not is_number(cell[0]["value"]):
@@ -244,14 +249,16 @@ def _trend_value(row: dict | None) -> str:
 
 
 def _cross_rows(runs: list[Run], independent: dict) -> list[list[str]]:
-    """Latest harness figure at CROSS_CASE (first preset/backend by name) vs the independent one."""
-    latest = {key: row for run in runs for key, row in run.rows.items() if key[1:3] == CROSS_CASE}
+    """The latest run's harness figure at CROSS_CASE (runs in `created` order) vs the independent one; the harness row
+    names the preset, GPU and file it came from."""
     rows = []
     for what, strategy, metric, ikey in CROSS_CHECKS:
-        ours = next((row["value"] for key, row in sorted(latest.items())
-                     if (key[3], key[5]) == (strategy, metric) and is_number(row["value"])), None)
+        found = next(((key, row, run) for run in reversed(runs) for key, row in run.rows.items()
+                      if key[1:3] == CROSS_CASE and (key[3], key[5]) == (strategy, metric) and is_number(row["value"])), None)
+        ours = found[1]["value"] if found else None
+        source = f" · {found[0][0]} · {found[2].env.get('gpu') or found[2].env.get('device')} · {found[2].path}" if found else ""
         theirs = independent.get(ikey)
-        cells = [what, f"{strategy} {metric}", ikey, _ratio(ours, 1, ".2f"), _ratio(theirs, 1, ".2f")]
+        cells = [what, f"{strategy} {metric}{source}", ikey, _ratio(ours, 1, ".2f"), _ratio(theirs, 1, ".2f")]
         if ours is None or not theirs:
             rows.append(cells + ["-", "-"])
             continue
@@ -289,8 +296,14 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
         pool = strategies.pop(POOL, {})
         if (build := _value(pool.get("build_s"))) is not None:
             notes += (f"FP8 pool built in {build:.2f} s",)
-        table = (headers, _case_rows(strategies, repeatability)) if any("verdict" in m for m in strategies.values()) \
-            else _metric_table(strategies)  # no verdict: not a `run` file (a `tpot` file)
+        if len(case_runs) > 1:  # each strategy's row is the latest run's that has it: say which run each came from
+            notes += tuple(f"{name}: from {next(iter(m.values()))[1].source}" for name, m in strategies.items() if m)
+        if any("verdict" in m for m in strategies.values()):
+            table = headers, _case_rows(strategies, repeatability)
+            notes += tuple(f"also measured: {name} {metric} {_trend_value(cell[0])} {cell[0].get('unit') or ''}".rstrip()
+                           for name, m in strategies.items() for metric, cell in m.items() if metric not in TABLED)
+        else:
+            table = _metric_table(strategies)  # no verdict: not a `run` file (a `tpot` file)
         sections.append(Section("Results", _title(case, runs), *table, notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
     for case, history in _histories(runs).items():
         keys = dict.fromkeys(k for r in history for k in r.rows if _case_of(k) == case[:4])

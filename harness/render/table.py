@@ -20,7 +20,9 @@ def _fmt(value, spec: str) -> str:
 
 def _med(r, metric) -> str:
     s = r.metrics.get(metric.name)
-    return f"{metric.format(s.median)} ±{metric.format(s.iqr)}" if s is not None else "-"
+    if s is None:
+        return "-"
+    return metric.format(s.median) + (f" ±{metric.format(s.iqr)}" if s.iqr is not None else "")
 
 
 def _verdict(r) -> str:

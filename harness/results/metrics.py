@@ -44,6 +44,15 @@ class Metric:
         return format(value, self.fmt) if self.fmt and isinstance(value, (int, float)) else str(value)
 
 
+def readable(value: float, spec: str) -> str:
+    """`value` as `spec`, or to two significant digits where `spec` would round a nonzero value to zero (a percentage
+    stays one): the reports never print a measured figure as 0."""
+    text = format(value, spec)
+    if not value or any(c in "123456789" for c in text):
+        return text
+    return format(value * 100, ".2g") + "%" if spec.endswith("%") else format(value, ".2g")
+
+
 def _m(name, unit, better, gates_on, timed, fmt, description, resolution=0.0, no_asv="") -> Metric:
     return Metric(name, unit, better, gates_on, timed, fmt, description, resolution, no_asv)
 

@@ -93,7 +93,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     shape = load_shape(case.preset.name, shrink=args.shrink).for_pool(case.num_layers, _layers_option(args),
                                                                       "the --shrink model" if args.shrink else "the model")
     if args.engine == "sglang":  # SGLang runs the case's layers, as the harness's step does
-        return _sglang(args, console, case, shape, names, software)
+        return _sglang(args, console, device, case, shape, names, software)
     if args.check_rotation:
         refuse_one_workload_rotation(shape.num_layers, args.weight_sets)
     ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
@@ -133,10 +133,23 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         env["copy_gbps"] = copy_gbps
         workload = {"engine": "harness", "model": shape, "weight_sets": ctx.weight_sets, "allreduce": allreduce.describe(),
                     "allreduce_table": getattr(allreduce, "table", None)}
-        write_results(args.json, rows + [control], env, repro_command(args.argv),
+        # the machine-dependent defaults as they ran here; the default all-reduce table follows the pinned --device
+        # (naming its path would record another workload: "--allreduce-table" given)
+        pinned = pinned_argv(args, device, case, {"--backend": ctx.backend.name, "--repeats": str(repeats),
+                                                  **({"--allreduce-table": "none"} if allreduce.mode == "none" else {})})
+        write_results(args.json, rows + [control], env, repro_command(pinned),
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
+
+
+def pinned_argv(args, device, case, engine_options: dict | None = None) -> list[str]:
+    """args.argv with the defaults that depend on the machine pinned as `run` pins them (results.document.pin_options):
+    the device, the scale and the slots it resolved (a CPU pool grown to fit), and `engine_options` (this engine's own)."""
+    from harness.results.document import pin_options
+
+    return pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
+                                   **(engine_options or {})})
 
 
 def _layers_option(args) -> str:
@@ -173,7 +186,7 @@ def _require_sglang(python: str) -> dict:
         raise HarnessError("--sglang-python", f"{python} did not say which software it has (printed {proc.stdout[-200:]!r})") from None
 
 
-def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
+def _sglang(args, console: Console, device, case, shape, names, software: dict) -> int:
     """TPOT from SGLang's one-batch benchmark per strategy: every decode step a sample, their median the value
     (the driver has not run on a GPU here)."""
     from harness.measure.environment import environment
@@ -203,7 +216,7 @@ def _sglang(args, console: Console, case, shape, names, software: dict) -> int:
     if args.json:
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
         env = environment(torch_device()) | software  # the software SGLang ran with is --sglang-python's
-        write_results(args.json, rows, env, repro_command(args.argv),
+        write_results(args.json, rows, env, repro_command(pinned_argv(args, device, case)),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
@@ -251,9 +264,10 @@ def _table(rows) -> Table:
     for name, m in by.items():
         if "tpot_ms" not in m:
             continue
-        moved = sum(m.get(k) or 0 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")) / 1e9
+        gb = [m.get(k) for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")]
+        moved = None if None in gb else sum(gb) / 1e9  # a null or missing row is no 0 B
         t.add_row(name, fmt(m.get("tpot_ms"), ".3f"), fmt(m.get("attn_path_ms"), ".3f"), fmt(m.get("attn_share"), ".1%"),
-                  fmt(m.get("roofline_ms"), ".3f"), fmt(m.get("tpot_over_roofline"), ".2f"), f"{moved:.3f}")
+                  fmt(m.get("roofline_ms"), ".3f"), fmt(m.get("tpot_over_roofline"), ".2f"), fmt(moved, ".3f"))
     if "rotation_check" in {r.metric for r in rows}:
         rc = next(r for r in rows if r.metric == "rotation_check").detail
         t.caption = f"rotation check ({rc['strategy']}, {rc['layers']} layers): rotated {rc['rotated_ms']:.3f} ms vs distinct {rc['distinct_ms']:.3f} ms (x{rc['ratio']:.3f})"

@@ -19,8 +19,10 @@ import msgspec
 from harness.datafiles import read_json
 from harness.errors import HarnessError, interruptible
 from harness.fsio import check_writable, refuse_link, write_bytes, write_text
+from harness.gate.compare import device_type, load_results
 from harness.inputs.cases import refuse_clobbering
-from harness.results.schema import read_results, validate
+from harness.results.metrics import readable
+from harness.results.schema import validate
 
 # GLM-5-NVFP4 (FP4 weights, not FP8) on 8x RTX PRO 6000 (SM120, PCIe), SGLang, single stream
 # (/work/shared/seeds): the whole-pool FP8->BF16 cast was 64.6 ms of a 95.6 ms TPOT (69%);
@@ -118,24 +120,26 @@ DETAILS = {"tpot_ms": TpotDetail, "rotation_check": RotationDetail}
 
 
 def _cases(paths: list[Path]) -> dict[tuple, dict[str, dict[str, dict]]]:
-    """{(preset, scale, scenario, file name): {strategy: {metric: row}}} of `harness tpot` results files (checked
-    as compare reads them; the row details this report reads checked too): anything else is one error naming the field."""
+    """{(preset, scale, scenario, file path, device type): {strategy: {metric: row}}} of `harness tpot` results files,
+    one case per file (two files are never merged, whatever their names), read as compare reads them (load_results:
+    a row in another unit than the metric table's is refused; the row details this report reads checked too):
+    anything else is one error naming the field."""
     cases: dict = {}
     for path in paths:
-        results = read_results(path)
+        results = load_results(path)
         if results.case.command != "tpot":
             raise HarnessError(f"{path}: case.command", f"{results.case.command!r}: not a `harness tpot` results file "
                                                         "(python -m harness report renders it)")
         for i, row in enumerate(map(asdict, results.rows)):
             if row["metric"] in DETAILS:
                 validate(row["detail"], DETAILS[row["metric"]], f"{path}: rows[{i}].detail")
-            key = (row["preset"], row["scale"], row["scenario"], path.name)
+            key = (row["preset"], row["scale"], row["scenario"], str(path), device_type(results))
             cases.setdefault(key, {}).setdefault(row["strategy"], {})[row["metric"]] = row
     return cases
 
 
 def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+    return "-" if v is None else readable(v, spec)
 
 
 def _val(metrics: dict, name: str):
@@ -144,40 +148,52 @@ def _val(metrics: dict, name: str):
 
 
 def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, dict]]]:
-    """(markdown, [(case title, {strategy: (attn_ms, rest_ms)})]) of the TPOT results."""
+    """(markdown, [(case title, {strategy: (attn_ms, rest_ms)})]) of the TPOT results; attn_ms None: the step unsplit."""
     lines = ["# End-to-end TPOT (model-shaped decode step, one TP rank)", ""]
     bars = []
     for key, strategies in _cases(paths).items():
         if not any("tpot_ms" in m for m in strategies.values()):
             continue
-        preset, scale, scenario, fname = key
+        preset, scale, scenario, fname, device = key
+        # the attention share only where the doc calls it one (CUDA graphs): on CPU attn_path_ms and tpot_ms are host
+        # times of separate runs, as the breakdown's parts are, and their ratio can pass 100%
+        split = device == "cuda"
         first = next(m["tpot_ms"] for m in strategies.values() if "tpot_ms" in m and m["tpot_ms"].get("detail"))
         d = first["detail"]
         title = f"{preset} · {scale} · {scenario} ({fname})"
+        copy = next((_val(m, "control_copy_gbps") for m in strategies.values() if "control_copy_gbps" in m), None)
         reuse = d.get("reuse_distance_over_l2")
         reuse_text = "no set is reused" if reuse is None or reuse < 0 else f"reuse distance {reuse:.1f}x L2"
         if str(d.get("engine", "")).startswith("sglang"):  # --engine sglang: SGLang's own benchmark, none of the harness's model
             what = f"SGLang's own {d['engine']} (--engine sglang), each timed decode step a sample: `{' '.join(d.get('command') or [])}`."
         else:
             what = (f"{d.get('layers')} layers, {d.get('weight_sets')} rotated weight sets ({reuse_text}), mean active experts "
-                    f"{_fmt(d.get('mean_active_experts'), '.1f')}; pool {d.get('pool_bytes', 0) / 1e9:.1f} GB; all-reduce: {d.get('allreduce')}.")
+                    f"{_fmt(d.get('mean_active_experts'), '.1f')}; pool {_fmt(d.get('pool_bytes', 0) / 1e9, '.1f')} GB; all-reduce: {d.get('allreduce')}.")
+        if copy is not None:  # the control row: the copy compare's environment check reads, not a strategy
+            what += f" Control copy {_fmt(copy, '.1f')} GB/s ({'device' if device == 'cuda' else 'host'} memory)."
         lines += [f"## {title}", "", what, "",
                   "| strategy | TPOT ms | attention path ms | attention share | roofline ms | TPOT / roofline | GB moved (weights + KV + cast) | fits beside full rank weights |",
                   "|---|---|---|---|---|---|---|---|"]
         case_bars = {}
         for name, m in strategies.items():
+            if "tpot_ms" not in m:  # the control row (above) or another metric alone: no step of its own
+                continue
             tpot = _val(m, "tpot_ms")
             if tpot is None:
                 why = ((m.get("tpot_ms") or {}).get("detail") or {}).get("unsupported", "not measured")
                 lines.append(f"| {name} | {why} | | | | | | |")
                 continue
             attn = _val(m, "attn_path_ms")
-            gb = [(_val(m, k) or 0) / 1e9 for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")]
+            gb = [_val(m, k) for k in ("step_weight_bytes", "step_kv_bytes", "step_cast_bytes")]
+            total = None if None in gb else sum(gb) / 1e9  # a null or missing row is no 0 B: no total
+            moved = f"{_fmt(total, '.2f')} ({' + '.join(_fmt(None if b is None else b / 1e9, '.2f') for b in gb)})"
             fits = (m["tpot_ms"]["detail"] or {}).get("fits_with_full_weights")
-            lines.append(f"| {name} | {tpot:.2f} | {_fmt(attn, '.2f')} | {_fmt(_val(m, 'attn_share'), '.0%')} | "
+            lines.append(f"| {name} | {_fmt(tpot, '.2f')} | {_fmt(attn, '.2f')} | {_fmt(_val(m, 'attn_share') if split else None, '.0%')} | "
                          f"{_fmt(_val(m, 'roofline_ms'), '.2f')} | {_fmt(_val(m, 'tpot_over_roofline'), '.2f')} | "
-                         f"{sum(gb):.2f} ({gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f}) | {'-' if fits is None else ('yes' if fits else 'no, max ' + _fmt(m['tpot_ms']['detail'].get('max_slots_with_full_weights'), ',') + ' slots')} |")
-            case_bars[name] = (min(attn or 0.0, tpot), max(tpot - (attn or 0.0), 0.0))
+                         f"{moved} | {'-' if fits is None else ('yes' if fits else 'no, max ' + _fmt(m['tpot_ms']['detail'].get('max_slots_with_full_weights'), ',') + ' slots')} |")
+            # split into attention path and rest only where the share is shown and within the step: else one bar
+            whole = not split or attn is None or attn > tpot
+            case_bars[name] = (None, tpot) if whole else (attn, tpot - attn)
         lines.append(f"| article (GLM-5-NVFP4, 8x RTX PRO 6000, stock) | {ARTICLE['tpot_ms']} | cast alone {ARTICLE['cast_ms']} | cast {ARTICLE['cast_share']:.0%} | | | | |")
         lines.append(f"| article, BF16 shadow buffer | {ARTICLE['tpot_after_fix_ms']} | | | | | | |")
         kernels = first["detail"].get("kernels", {})
@@ -195,8 +211,8 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
                           "| component | ms | share of TPOT | floor GB | floor ms | ms / floor |", "|---|---|---|---|---|---|"]
                 add_up = bd.get("parts_add_up", True)
                 for part, v in bd["parts"].items():
-                    lines.append(f"| {part} | {v['ms']:.2f} | {_fmt(v['ms'] / bd['tpot_ms'] if add_up else None, '.0%')} | "
-                                 f"{v['floor_bytes'] / 1e9:.2f} | {_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
+                    lines.append(f"| {part} | {_fmt(v['ms'], '.2f')} | {_fmt(v['ms'] / bd['tpot_ms'] if add_up else None, '.0%')} | "
+                                 f"{_fmt(v['floor_bytes'] / 1e9, '.2f')} | {_fmt(v['floor_ms'], '.2f')} | {_fmt(v['over_floor'], '.1f')} |")
                 if add_up:
                     lines.append(f"| sum (unattributed {bd['unattributed_ms']:+.2f} ms) | {bd['sum_ms']:.2f} | {bd['sum_ms'] / bd['tpot_ms']:.0%} | | | |")
                 lines.append("")
@@ -234,12 +250,14 @@ def plot(bars, path: Path) -> bool:
     FigureCanvasAgg(fig)
     for i, (title, case_bars) in enumerate(bars):
         ax = fig.add_subplot(1, len(bars) + 1, i + 1)
-        names = list(case_bars)
-        attn = [case_bars[n][0] for n in names]
-        rest = [case_bars[n][1] for n in names]
-        ax.bar(names, attn, label="attention path")
-        ax.bar(names, rest, bottom=attn, label="rest of the step")
-        ax.set_title(title.split(" (")[0], fontsize=8)
+        names = [n for n in case_bars if case_bars[n][0] is not None]
+        whole = [n for n in case_bars if case_bars[n][0] is None]
+        ax.bar(names, [case_bars[n][0] for n in names], label="attention path")
+        ax.bar(names, [case_bars[n][1] for n in names], bottom=[case_bars[n][0] for n in names], label="rest of the step")
+        if whole:  # no split there (CPU host times, or no attention path): the bar is the whole step
+            ax.bar(whole, [case_bars[n][1] for n in whole], color="grey", label="whole step (not split)")
+            ax.legend(fontsize=7)
+        ax.set_title(title.replace(" (", "\n("), fontsize=8)
         ax.set_ylabel("ms")
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     ax = fig.add_subplot(1, len(bars) + 1, len(bars) + 1)

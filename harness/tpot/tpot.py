@@ -2,7 +2,8 @@
 
 tpot_ms: one decode step of one TP rank (on CUDA one CUDA-graph replay of the whole step, host
 re-plan included, CUDA events); attn_path_ms: the strategy's attention path alone (the harness's
-step_ms: writes, casts, attention over every layer, synthetic queries); attn_share = their ratio.
+step_ms: writes, casts, attention over every layer, synthetic queries); attn_share = their ratio (CUDA; on CPU
+null: host times of separate runs are no share of the step).
 roofline_ms: the step's bytes (weights + KV + casts) over the measured device copy bandwidth, plus the
 all-reduce model's latency (two per layer at the step's message size; 0 when none is modeled).
 breakdown (CUDA, in the tpot_ms row's detail): where the time goes: each component of the step
@@ -285,7 +286,7 @@ def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy
         rows += [
             Row(strategy=r.strategy, metric="tpot_ms", value=r.tpot, unit="ms", better="lower", iqr=iqr(r.tpot_ms), samples=list(r.tpot_ms), detail=detail, **ident),
             Row(strategy=r.strategy, metric="attn_path_ms", value=med(r.attn_path_ms), unit="ms", better="lower", iqr=iqr(r.attn_path_ms), samples=list(r.attn_path_ms), **ident),
-            Row(strategy=r.strategy, metric="attn_share", value=r.attn_share, unit="ratio", **ident),
+            attn_share_row(ctx, r, ident),
             Row(strategy=r.strategy, metric="step_weight_bytes", value=sb.weights, unit="B", **ident),
             Row(strategy=r.strategy, metric="step_kv_bytes", value=sb.kv, unit="B", **ident),
             Row(strategy=r.strategy, metric="step_cast_bytes", value=sb.cast, unit="B", **ident),
@@ -302,6 +303,16 @@ def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy
     if rotation:
         rows.append(Row(strategy=rotation["strategy"], metric="rotation_check", value=rotation["ratio"], unit="ratio", detail=rotation, **ident))
     return rows
+
+
+def attn_share_row(ctx: TpotContext, r: TpotResult, ident: dict) -> Row:
+    """attn_path_ms / tpot_ms on CUDA; on CPU null with the reason: there both are host wall times of separate runs
+    (as the breakdown's parts are, docs/tpot.md), whose ratio is no share of the step (it can pass 100%)."""
+    if ctx.device.type == "cuda":
+        return Row(strategy=r.strategy, metric="attn_share", value=r.attn_share, unit="ratio", **ident)
+    why = (f"{r.strategy}: on {ctx.device.type} attn_path_ms and tpot_ms are host wall times of separate runs, "
+           "their ratio no share of the step (CUDA only)")
+    return Row(strategy=r.strategy, metric="attn_share", value=None, detail={"unsupported": why}, **ident)
 
 
 def r_batch(ctx: TpotContext) -> int:
