@@ -4,6 +4,8 @@ any problem is one HarnessError line naming the file."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tomllib
 from pathlib import Path
 
@@ -16,8 +18,11 @@ MAX_BYTES = 256 << 20  # larger is no file of the harness's (an endless stream s
 
 
 def read_text(path: Path) -> str:
-    """The file as UTF-8 text (a UTF-8 BOM is dropped; at most MAX_BYTES); UTF-16 is named as such, not "not text"."""
+    """The file as UTF-8 text (a UTF-8 BOM is dropped; at most MAX_BYTES); UTF-16 is named as such, not "not text".
+    A pipe (FIFO) is refused before it is opened: with no writer, opening one waits forever."""
     try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            raise HarnessError(str(path), "a pipe (FIFO), not a file; nothing was read (save it to a file)")
         with path.open("rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
@@ -34,15 +39,15 @@ def read_text(path: Path) -> str:
         raise HarnessError(str(path), f"not UTF-8 text (byte {exc.start})") from None
 
 
-class _DuplicateKey(Exception):
+class DuplicateKey(Exception):
     """A JSON object that gives one key twice (json.loads would keep the last one silently)."""
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     seen = set()
     for key, _ in pairs:
         if key in seen:
-            raise _DuplicateKey(key)
+            raise DuplicateKey(key)
         seen.add(key)
     return dict(pairs)
 
@@ -68,9 +73,9 @@ def read_json(path: str | Path):
     """A JSON file's document: a key given twice in one object, or a string that is no Unicode text, is refused."""
     path = Path(path)
     try:
-        doc = json.loads(read_text(path), object_pairs_hook=_unique_keys)
+        doc = json.loads(read_text(path), object_pairs_hook=unique_keys)
         bad = _not_text(doc)
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise HarnessError(f"{path}: {exc.args[0]}", "duplicate key: given twice in one object, of which a reader would see only the last") from None
     except json.JSONDecodeError as exc:
         raise HarnessError(str(path), f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None

@@ -186,3 +186,23 @@ def test_layers_are_at_most_the_models(capsys):
     _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--layers", "1000000000"], "--layers", "must be <= 78")
     _one_error_line(capsys, ["run", "--scenario", "b1-l500", *TINY, "--preset", "deepseek-v3-tp8", "--layers", "62"],
                     "--layers", "must be <= 61")
+
+
+@pytest.mark.parametrize("command", ["run --scenario-file", "compare", "golden cases.toml"])
+def test_a_pipe_given_as_a_data_file_is_one_line_not_a_wait(tmp_path, command):
+    """A FIFO given as a scenario, results or cases file: opening it waited forever for a writer (the run hung until
+    killed). It is now one line and exit 2 before it is opened. Twin: the same name as a regular file is read."""
+    root = Path(__file__).resolve().parent.parent
+    fifo = tmp_path / ("cases.toml" if command.startswith("golden") else "x.toml")
+    os.mkfifo(fifo)
+    argv = {"run --scenario-file": ["run", "--scenario-file", str(fifo), "--repeats", "0"],
+            "compare": ["compare", str(fifo), str(fifo)],
+            "golden cases.toml": ["golden", "verify", "--golden-dir", str(tmp_path)]}[command]
+    proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=HANG_GUARD_S)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == f"error: {fifo}: a pipe (FIFO), not a file; nothing was read (save it to a file)", proc.stderr
+    from harness.datafiles import read_text
+
+    fifo.unlink()
+    fifo.write_text("x = 1\n")
+    assert read_text(fifo) == "x = 1\n"

@@ -47,7 +47,10 @@ def test_tampered_outputs_are_detected(golden_copy):
 
 def _header(tensors: dict, pad: bytes = b"") -> bytes:
     """A safetensors file's first bytes: the header's length, then the JSON header (`pad` follows it)."""
-    text = json.dumps(tensors).encode()
+    return _raw_header(json.dumps(tensors).encode(), pad)
+
+
+def _raw_header(text: bytes, pad: bytes = b"") -> bytes:
     return len(text).to_bytes(8, "little") + text + pad
 
 
@@ -63,7 +66,11 @@ def _header(tensors: dict, pad: bytes = b"") -> bytes:
      "x: dtype 'F64', expected one a golden stores"),
     (lambda path: path.write_bytes(_header({"x": {"dtype": "F32", "shape": [1 << 40], "data_offsets": [0, 4]}}, bytes(4))),
      "x: data_offsets [0, 4] are not the F32 [1099511627776]'s bytes from offset 0"),
-], ids=["sparse-3GiB", "padded", "header-past-the-end", "header-not-json", "negative-shape", "foreign-dtype", "huge-shape"])
+    (lambda path: path.write_bytes(_raw_header(b'{"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                                               b'"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', bytes(4))),
+     "x: not a safetensors file: its header names this tensor twice"),  # json.loads kept the last one
+], ids=["sparse-3GiB", "padded", "header-past-the-end", "header-not-json", "negative-shape", "foreign-dtype", "huge-shape",
+        "tensor-named-twice"])
 def test_a_huge_or_malformed_outputs_file_is_refused_before_hashing(golden_copy, monkeypatch, make, message):
     """The outputs file's header is read first: a sparse 3 GiB file, one padded past its tensors, and one whose header
     does not parse or declare a golden's tensors are refused with one line naming the file, never hashed (before:
@@ -97,6 +104,21 @@ def test_tampered_values_with_fixed_hash_are_caught_by_recompute(golden_copy):
     reloaded = golden.load(CASE, golden_copy)
     changes = golden.differences(reloaded, golden.compute(load_case(CASE)))
     assert any(c.startswith(key) for c in changes)
+
+
+@pytest.mark.parametrize("name", ["s0.l0.out_bf16", "s0.l0.out_fp32", "s0.l1.out_bf16", "s0.l1.out_fp32"])
+def test_zeros_of_the_other_sign_are_a_change(tmp_path, name):
+    """edge-kv1's outputs hold exact zeros (+0 in layer 0, some -0 in layer 1): a re-signed golden whose zeros flipped
+    sign is other bytes, which verify passed (torch.equal and allclose take -0.0 == 0.0). Twin: the golden as committed."""
+    case = "glm5-tp8.ci.edge-kv1"
+    shutil.copytree(GOLDEN_DIR / case, tmp_path / case)
+    stored, fresh = golden.load(case, tmp_path), golden.compute(load_case(case))
+    assert golden.differences(stored, fresh) == []
+    zeros = stored.tensors[name] == 0
+    assert zeros.any()
+    stored.tensors[name][zeros] = -stored.tensors[name][zeros]  # +0 -> -0, -0 -> +0
+    golden.write(stored, case, tmp_path)
+    assert [c.split(":")[0] for c in golden.differences(golden.load(case, tmp_path), fresh)] == [name]
 
 
 def test_corrupt_manifest_and_missing_files(golden_copy):

@@ -69,3 +69,20 @@ def _ci_case():
     from harness.spec.scenario import load_scenario
 
     return cases.Case(get_preset("glm5-tp8"), get_scale("ci"), load_scenario("b1-l500"))
+
+
+@pytest.mark.parametrize("edit, field", [
+    ('[[case]]\npreset = "glm5-tp8"\nscale = "ci"\nscenario = "b1-l500"\n', "case[1]"),  # the same case twice
+    ('seed = 7\n', "seed"),  # read as the top level's key: TOML puts it before the tables only, so prepend
+    ('[[case]]\npreset = "glm5-tp8"\nscale = "ci"\nscenario = "b1-l4096"\nseed = 7\n', "case[1].seed"),
+])
+def test_cases_toml_refuses_a_duplicate_case_and_unknown_keys(tables, edit, field):
+    """A case listed twice, or a key no case reads (a `seed` the user meant to set), was silently ignored. Each is
+    now one error naming cases.toml and the entry. Twin: the unedited table reads."""
+    use_golden_dir(tables["flag"])
+    assert cases.golden_case_names() == ["glm5-tp8.ci.b1-l500"]
+    path = tables["flag"] / "cases.toml"
+    path.write_text(edit + path.read_text() if field == "seed" else path.read_text() + edit)
+    with pytest.raises(HarnessError) as err:
+        cases.golden_case_names()
+    assert err.value.where == f"{path}: {field}", err.value

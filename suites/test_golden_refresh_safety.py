@@ -52,6 +52,40 @@ def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path,
     assert golden.case_mismatch(golden.load(CASE, root), load_case(CASE)) == ""
 
 
+RUN = ("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500")
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda m: m.update(seed=True), "$.seed"), (lambda m: m["scenario"].update(kv_lens=[500.0]), "$.scenario.kv_lens[0]"),
+    (lambda m: m["scenario"].update(steps=True), "$.scenario.steps"), (lambda m: m["preset"].update(tp=8.0), "$.preset.tp"),
+    (lambda m: m.update(tolerance={"atol": 1e9}), "unknown field `tolerance`"), (lambda m: m.update(created=5), "$.created"),
+    (lambda m: m["preset"].update(atol=1e9), "unknown field `atol` - at `$.preset`"),
+], ids=["seed-true", "kv_lens-float", "steps-true", "tp-float", "unknown-key", "created-int", "unknown-preset-key"])
+def test_a_resigned_manifest_of_other_types_or_unknown_keys_is_refused(tmp_path, edit, where):
+    """A re-signed manifest whose values are of another type (true == 1 == 1.0 in Python) or that holds a key no writer
+    writes passed run, verify and refresh. Its schema declares every field the writer writes: exit 2 naming it."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, edit)
+    for args in (("golden", "verify", "--case", CASE), ("golden", "refresh", "--case", CASE), RUN):
+        _one_error_line(harness(*args, golden_dir=root), "manifest.json", "GoldenManifest schema", where)
+
+
+@pytest.mark.parametrize("value", [1, 1.0], ids=["int", "twin-float"])
+def test_a_resigned_float_written_as_an_int_is_another_case(tmp_path, value):
+    """yarn_factor 1 (an int, which the schema's float takes) for the writer's 1.0: == called it equal, so run,
+    verify and refresh passed a manifest the writer never wrote. Compared type-strictly, run refuses it and verify
+    reports it. Twin: 1.0 re-signed."""
+    root = _golden_copy(tmp_path, [CASE])
+    _resign(root, lambda m: m["preset"].update(yarn_factor=value))
+    verify, run = harness("golden", "verify", "--case", CASE, golden_dir=root), harness(*RUN, golden_dir=root)
+    if isinstance(value, float):  # not `value == 1.0`: 1 == 1.0 is the bug
+        assert verify.returncode == 0 and run.returncode == 0, verify.stdout + run.stdout + run.stderr
+        return
+    assert verify.returncode == 1 and "  preset: " in verify.stdout, verify.stdout + verify.stderr
+    _one_error_line(run, "manifest.json: preset.yarn_factor is 1, the case's is 1.0")
+    assert harness("golden", "refresh", "--case", CASE, golden_dir=root).returncode == 1
+
+
 @pytest.mark.parametrize("action", ["refresh", "verify"])
 def test_an_empty_case_name_is_bad_input_not_every_case(tmp_path, action):
     """`golden refresh --case ''` (a CI variable left unset) refreshed every case. It is one error line, exit 2, and
@@ -135,6 +169,30 @@ def test_refresh_force_refuses_a_linked_case_folder(tmp_path):
     (root / CASE).write_text("mine\n")
     _one_error_line(harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root), CASE, "a file")
     assert (root / CASE).read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("linked", [True, False], ids=["linked", "twin-real-folder"])
+def test_refresh_without_force_writes_nothing_through_a_linked_case_folder(tmp_path, linked):
+    """Without --force a changed golden behind a linked case folder got its obtained file written through the link
+    (exit 1: 'CHANGED, not written'). Refused before either path: exit 2 naming the link, the target untouched.
+    Twin: the same golden in a real folder is reported changed (exit 1) with its obtained file."""
+    root = _golden_copy(tmp_path, [CASE])
+    stored = golden.load(CASE, root)
+    stored.tensors["s0.l1.out_fp32"][0, 0, :4] += 0.25
+    golden.write(stored, CASE, root)  # re-signed and changed
+    target = root / CASE
+    if linked:
+        target = root / "realcase"
+        (root / CASE).rename(target)
+        (root / CASE).symlink_to("realcase")
+    before = _contents(target)
+    proc = harness("golden", "refresh", "--case", CASE, golden_dir=root)
+    if linked:
+        _one_error_line(proc, f"{root / CASE}: a link")
+        assert _contents(target) == before and (root / CASE).is_symlink()
+    else:
+        assert proc.returncode == 1 and "CHANGED, not written" in proc.stdout, proc.stdout + proc.stderr
+        assert sorted(_contents(target)) == sorted([*before, "outputs.obtained.safetensors"])
 
 
 def test_a_golden_folder_that_takes_no_obtained_file_does_not_fail_the_run(tmp_path, monkeypatch):

@@ -42,6 +42,11 @@ def command(args, console: Console) -> int:
             changes = golden.differences(stored, fresh)
             status = "[green]ok[/]" if not changes else "[bold red]MISMATCH[/]"
         else:
+            try:
+                golden.refuse_a_link(case.name)  # before the work, and for either path: a forced write, an obtained file
+            except HarnessError as exc:
+                unreadable.append(_unreadable(console, case.name, exc, "REFUSED"))
+                continue
             with progress_bar(console, f"refresh {case.name}", n) as advance:
                 fresh = golden.compute(case, progress=advance)
             if not os.path.lexists(golden.case_dir(case.name)):  # a folder without a manifest is no new case
@@ -85,8 +90,8 @@ def command(args, console: Console) -> int:
     return 0
 
 
-def _unreadable(console: Console, case_name: str, exc: HarnessError) -> HarnessError:
-    console.print(f"{case_name}: UNREADABLE: {exc}", markup=False, highlight=False)
+def _unreadable(console: Console, case_name: str, exc: HarnessError, label: str = "UNREADABLE") -> HarnessError:
+    console.print(f"{case_name}: {label}: {exc}", markup=False, highlight=False)
     return exc
 
 

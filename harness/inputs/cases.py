@@ -125,14 +125,24 @@ def checked_positions(batch, request_ids: np.ndarray) -> np.ndarray:
 def _case_table() -> dict[str, dict]:
     """golden/cases.toml as {case name: entry}."""
     cases_file = golden_dir() / "cases.toml"
-    cases = read_toml(cases_file).get("case")
-    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) and {"preset", "scale", "scenario"} <= set(c) for c in cases):
+    table = read_toml(cases_file)
+    if unknown := sorted(set(table) - {"case"}):
+        raise HarnessError(f"{cases_file}: {unknown[0]}", "unknown key; the file holds [[case]] tables only")
+    cases, fields = table.get("case"), ("preset", "scale", "scenario")
+    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) and set(fields) <= set(c) for c in cases):
         raise HarnessError(f"{cases_file}: case", "must be one or more [[case]] tables with preset, scale and scenario")
+    named: dict[str, dict] = {}
     for i, c in enumerate(cases):
-        for field in ("preset", "scale", "scenario"):
+        if unknown := sorted(set(c) - set(fields)):
+            raise HarnessError(f"{cases_file}: case[{i}].{unknown[0]}", f"unknown key; a case names {', '.join(fields)} only")
+        for field in fields:
             if not isinstance(c[field], str):
                 raise HarnessError(f"{cases_file}: case[{i}].{field}", f"must be a string, got {c[field]!r}")
-    return {f"{c['preset']}.{c['scale']}.{c['scenario']}": c for c in cases}
+        name = f"{c['preset']}.{c['scale']}.{c['scenario']}"
+        if name in named:
+            raise HarnessError(f"{cases_file}: case[{i}]", f"{name} is listed twice")
+        named[name] = c
+    return named
 
 
 def golden_case_names() -> list[str]:

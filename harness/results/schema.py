@@ -224,18 +224,73 @@ class PoolScale(msgspec.Struct, forbid_unknown_fields=True):
     num_layers: Count
 
 
-class GoldenManifest(msgspec.Struct):
+class GoldenPreset(msgspec.Struct, forbid_unknown_fields=True):
+    """A golden's record of its preset: harness.spec.presets.ModelPreset's fields and its sm_scale (Case.spec)."""
+
+    name: str
+    num_layers: Count
+    num_heads_total: Count
+    tp: Count
+    qk_nope_head_dim: Count
+    kv_lora_rank: Count
+    qk_rope_head_dim: Count
+    page_size: Count
+    index_k_bytes: Count
+    yarn_factor: Finite
+    yarn_mscale_all_dim: Finite
+    sm_scale: Finite
+
+
+class GoldenFinish(msgspec.Struct, forbid_unknown_fields=True):
+    after_step: Count
+    request: Count
+
+
+class GoldenScenario(msgspec.Struct, forbid_unknown_fields=True):
+    """A golden's record of its scenario's definition (harness.spec.scenario.Scenario.to_dict without its prose)."""
+
+    name: str
+    seed: Count
+    steps: Count
+    kv_lens: list[Count]
+    layout: str
+    finish: list[GoldenFinish]
+    slots: list[list[Count]]
+    description: str = ""  # prose, no part of the case: a manifest written before it was left out records it
+
+
+class GoldenVersions(msgspec.Struct, forbid_unknown_fields=True):
+    torch: str
+    numpy: str
+    safetensors: str
+
+
+class GoldenManifest(msgspec.Struct, forbid_unknown_fields=True):
+    """Every field harness.verify.golden writes (compute and write), typed: a re-signed manifest with a field of
+    another type (true for 1, 8.0 for 8) or one no writer writes is refused. Verify and run compare the case's
+    values type-strictly besides (a float where the writer writes an int is another manifest)."""
+
     schema: str
     case: str
-    preset: dict
+    preset: GoldenPreset
     scale: PoolScale
-    scenario: dict
+    scenario: GoldenScenario
     generator: str
+    seed: Count
+    reference_precision: str
     checked: list[tuple[Count, Count]]
     checked_request_ids: list[Count]
     inputs_sha256: Sha256
     outputs_sha256: Sha256
+    created: str
+    versions: GoldenVersions
     manifest_sha256: Sha256
+
+    def __post_init__(self):
+        try:
+            datetime.fromisoformat(self.created)
+        except ValueError:
+            raise ValueError(f"created: not an ISO timestamp: {self.created!r}") from None
 
 
 class SafetensorsTensor(msgspec.Struct, forbid_unknown_fields=True):

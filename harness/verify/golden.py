@@ -34,7 +34,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from harness.datafiles import read_json
+from harness.datafiles import DuplicateKey, read_json, unique_keys
 from harness.errors import HarnessError
 from harness.fsio import share_folder, write_bytes, write_text
 from harness.inputs.cases import Case, checked_positions, golden_dir
@@ -155,7 +155,9 @@ def _check_header(path: Path) -> None:
         if length is None or length > min(size - 8, HEADER_LIMIT):
             raise HarnessError(str(path), f"not a safetensors file: its {size} bytes do not hold the header its first 8 announce")
         try:
-            header = json.loads(f.read(length))
+            header = json.loads(f.read(length), object_pairs_hook=unique_keys)  # a tensor named twice: manifests' rule
+        except DuplicateKey as exc:
+            raise HarnessError(f"{path}: {exc.args[0]}", "not a safetensors file: its header names this tensor twice") from None
         except (ValueError, RecursionError) as exc:  # a UnicodeDecodeError too; RecursionError: nested too deep
             raise HarnessError(str(path), f"not a safetensors file: its header is not JSON ({exc})") from None
     if isinstance(header, dict):
@@ -174,10 +176,15 @@ def _check_header(path: Path) -> None:
                            f"{end} of tensors): truncated, padded or not a golden's")
 
 
+def _canonical(value) -> str:
+    """A JSON value as canonical JSON text: equal only when of one type too (true, 1 and 1.0 differ, as their bytes do)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def manifest_digest(manifest: dict) -> str:
     """sha256 of the canonical JSON of every manifest field but manifest_sha256 itself."""
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 @contextmanager
@@ -314,7 +321,7 @@ def differences(old: GoldenData, new: GoldenData) -> list[str]:
     """What changed between a stored golden and a recomputed one (empty: equivalent)."""
     changes = []
     for field in [f for f in new.manifest if f not in ("inputs_sha256", "versions")]:  # the case spec (seed too), what is checked
-        if old.manifest.get(field) != new.manifest.get(field):
+        if _canonical(old.manifest.get(field)) != _canonical(new.manifest.get(field)):
             changes.append(f"{field}: {old.manifest.get(field)!r} -> {new.manifest.get(field)!r}")
     if old.manifest.get("inputs_sha256") != new.manifest["inputs_sha256"]:
         changes.append("inputs_sha256: the generated pool rows or queries changed (generator drift)")
@@ -323,11 +330,18 @@ def differences(old: GoldenData, new: GoldenData) -> list[str]:
         if stored is None or stored.shape != tensor.shape:
             changes.append(f"{name}: missing or reshaped")
         elif name.endswith("positions") or name.endswith("out_bf16"):
-            if not torch.equal(stored, tensor):
-                changes.append(f"{name}: {int((stored != tensor).sum())} elements differ")
+            if not torch.equal(_bits(stored), _bits(tensor)):  # bit for bit: -0.0 is not 0.0
+                changes.append(f"{name}: {int((_bits(stored) != _bits(tensor)).sum())} elements differ")
         elif not torch.allclose(stored, tensor, rtol=RECOMPUTE_RTOL, atol=RECOMPUTE_ATOL):
             changes.append(f"{name}: max |diff| {float((stored - tensor).abs().max()):.3g}")
+        elif signs := int(((stored == tensor) & (_bits(stored) != _bits(tensor))).sum()):  # equal values, other bits: ±0
+            changes.append(f"{name}: {signs} zeros of the other sign")
     return changes
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bits as integers of its width: compared, -0.0 and 0.0 differ."""
+    return t if not t.dtype.is_floating_point else t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.itemsize])
 
 
 def _builtin(scenario) -> bool:
@@ -338,9 +352,9 @@ def spec_mismatch(gold: GoldenData, case: Case) -> str:
     """'' when the golden was made for this case, else why it is another case: its scale, or the
     definition of a scenario read from the user's own file (a built-in's is case_mismatch's)."""
     m = gold.manifest
-    if m.get("scale") != {"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}:
+    if _canonical(m.get("scale")) != _canonical({"name": case.scale.name, "slots": case.scale.slots, "num_layers": case.num_layers}):
         return f"scale ({m.get('scale')})"
-    if m.get("scenario") != definition(case.scenario.to_dict()) and not _builtin(case.scenario):
+    if _canonical(m.get("scenario")) != _canonical(definition(case.scenario.to_dict())) and not _builtin(case.scenario):
         return "scenario definition"
     return ""
 
@@ -352,9 +366,9 @@ def case_mismatch(gold: GoldenData, case: Case) -> str:
     m = gold.manifest
     for field, value in json.loads(json.dumps(case.spec())).items():
         got = m.get(field)
-        if got != value:
+        if _canonical(got) != _canonical(value):  # type-strict: a re-signed 8.0 is not the preset's tp 8
             if isinstance(got, dict) and isinstance(value, dict):
-                key = next(k for k in sorted({*got, *value}) if got.get(k) != value.get(k))
+                key = next(k for k in sorted({*got, *value}) if _canonical(got.get(k)) != _canonical(value.get(k)))
                 field, got, value = f"{field}.{key}", got.get(key), value.get(key)
             return f"{field} is {got!r}, the case's is {value!r}"
     if m.get("inputs_sha256") != inputs_digest(case):
@@ -412,6 +426,18 @@ def _not_the_goldens(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if not _golden_file(p))
 
 
+def refuse_a_link(case_name: str, root: Path | None = None) -> None:
+    """A refresh neither replaces a case folder that is a link (or a file of the case's name) nor writes through it:
+    not its new golden, nor the obtained file of a changed one it refuses (exit 2 naming it)."""
+    folder = case_dir(case_name, root)
+    try:
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise HarnessError(str(folder), "a link or a file, not a case folder: a refresh neither replaces it nor writes "
+                               "through it (put the case folder itself there)")
+    except OSError as exc:  # an unsearchable golden folder
+        raise HarnessError(str(folder), f"cannot read: {exc.strerror or exc}") from None
+
+
 def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     """Write both files into a fresh folder, then swap folders under the refresh lock: the pair
     is never half updated, and a failed swap puts the previous golden back (a killed one is put
@@ -420,9 +446,7 @@ def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
     folder = case_dir(case_name, root)
     with refresh_lock(root):
         recover(case_name, root)
-        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            raise HarnessError(str(folder), "a link or a file, not a case folder: a refresh neither replaces it nor writes "
-                               "through it (put the case folder itself there)")
+        refuse_a_link(case_name, root)
         if foreign := _not_the_goldens(folder):
             raise HarnessError(str(folder / foreign[0]), "not the golden's own file: a refresh does not delete it "
                                "(move it out of the case folder)")
