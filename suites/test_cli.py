@@ -569,7 +569,9 @@ def test_tpot_records_its_own_command_line(tmp_path, monkeypatch):
     proc = harness("tpot", "--device", "cpu", "--shrink", "--slots", "2048", "--layers", "1", "--scenario", "b1-l500",
                    "--strategy", "stock", "--repeats", "1", "--no-breakdown", "--json", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert repro_words(json.loads(out.read_text())["repro"])[1][:6] == ["tpot", "--device", "cpu", "--shrink", "--slots", "2048"]
+    words = repro_words(json.loads(out.read_text())["repro"])[1]  # the options as given, the pinned ones after them
+    assert words[:6] == ["tpot", "--shrink", "--layers", "1", "--scenario", "b1-l500"] and "--unrelated" not in words
+    assert words[words.index("--device"):][:2] == ["--device", "cpu"] and words[words.index("--slots") + 1] == "2048"
 
 
 def test_timing_is_a_progress_phase_of_its_own(tmp_path):
