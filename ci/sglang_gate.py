@@ -218,34 +218,26 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     return site, versions[0] if len(versions) == 1 else "unknown"
 
 
-def _option(extra: list[str], name: str) -> str | None:
-    """The value of `harness run`'s option `name` among the arguments after -- (its parser takes no abbreviations)."""
-    value = None
-    for i, arg in enumerate(extra):
-        if arg == name and i + 1 < len(extra):
-            value = extra[i + 1]
-        elif arg.startswith(f"{name}="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def check_out(out: Path, extra: list[str]) -> None:
     """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install rather than after it: OUT is
     none of its inputs (the --scenario-file, the harness's own files, a golden file), not inside a golden folder
     (--golden-dir's too), and writable."""
     from types import SimpleNamespace
 
+    from harness.cli import run as run_cli
     from harness.cli.common import inputs_of
     from harness.inputs.cases import refuse_clobbering, use_golden_dir
 
-    golden, scenario = _option(extra, "--golden-dir"), _option(extra, "--scenario-file")
-    use_golden_dir(Path(golden) if golden else None)
+    parser = argparse.ArgumentParser(prog="python -m harness run", allow_abbrev=False)  # as harness run reads them
+    run_cli.add_arguments(parser)
+    given, _ = parser.parse_known_args(extra)
+    use_golden_dir(given.golden_dir)
     try:
-        refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=scenario))))
+        refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=given.scenario_file))))
     finally:
         use_golden_dir(None)  # the gate reads no golden itself: nothing of this check stays set in the process
     try:
-        check_writable(out, "--json", force="--force" in extra)
+        check_writable(out, "--json", force=given.force)
     except HarnessError as exc:
         raise BadInput(f"{exc} (harness run's --force goes after --)") from None
 
