@@ -108,3 +108,36 @@ def test_a_clock_disturbed_timing_fails_its_benchmark(monkeypatch):
     benchmarks.CastUs().setup(clean, scenario, "gather_cast")
     with pytest.raises(RuntimeError, match=r"cast_us of gather_cast in .*: clock guard: SM clock 1410 -> 990 MHz \(planted\)"):
         benchmarks.CastUs().setup(disturbed, scenario, "gather_cast")
+
+
+def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
+    """bench_tpot repeated harness tpot's rule (a share on CUDA only) in an `if CUDA` of its own: it now tracks the
+    value of tpot's attn_share_row, a share the row gives on CPU too. Twin: where the row is null (CPU) n/a, with its
+    reason. A base commit's harness from before the row: tpot_ms still measured, attn_share n/a."""
+    import importlib.util
+
+    import torch
+
+    from harness.results.schema import Row
+    from harness.tpot import tpot
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("MLA_ASV_TPOT", "1")
+    monkeypatch.setenv("MLA_ASV_REPEATS", "2")
+    spec = importlib.util.spec_from_file_location("suites.asv._fresh_bench_tpot", REPO / "suites" / "asv" / "bench_tpot.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    scenario, share = bench.SCENARIOS[0], bench.AttnShare()
+    real = tpot.attn_share_row
+    monkeypatch.setattr(tpot, "attn_share_row", lambda ctx, r, ident: Row(strategy=r.strategy, metric="attn_share", value=0.25, **ident))
+    share.setup(scenario, "gather_cast")
+    assert share.track_attn_share(scenario, "gather_cast") == 0.25
+    monkeypatch.setattr(tpot, "attn_share_row", real)
+    share.setup(scenario, "gather_cast")
+    with pytest.raises(NotImplementedError, match=r"^gather_cast: on cpu attn_path_ms and tpot_ms .* \(CUDA only\)$"):
+        share.track_attn_share(scenario, "gather_cast")
+    monkeypatch.delattr(tpot, "attn_share_row")
+    share.setup(scenario, "gather_cast")
+    with pytest.raises(NotImplementedError, match="has no attn_share_row"):
+        share.track_attn_share(scenario, "gather_cast")
+    assert share.values["tpot_ms"] > 0

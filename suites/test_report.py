@@ -510,3 +510,70 @@ def test_a_timing_of_under_four_samples_has_no_spread(tmp_path):
 
     assert Samples("ms", (107.5, 5.42, 85.2)).iqr is None
     assert Samples("ms", (1.0, 2.0, 3.0, 4.0)).iqr > 0
+
+
+def _also_measured(text: str, strategy: str) -> set[str]:
+    """The metrics the notes under a results table list for `strategy` ("also measured: ...")."""
+    notes = (line.lstrip("- ") for line in text.splitlines())
+    return {note.split()[3] for note in notes if note.startswith(f"also measured: {strategy} ")}
+
+
+def test_the_metrics_listed_under_a_results_table_are_those_no_column_reads(tmp_path):
+    """The columns and the set of metrics they show were two lists that could drift apart (a metric shown twice, or
+    hidden). Now the notes list exactly the metrics of a strategy that no column of the table reads, as COLUMNS (and,
+    in report.md, REPEAT_COLUMNS) declare them: every metric of the metric table and one it lacks."""
+    from harness.render.report import COLUMNS, REPEAT_COLUMNS
+    from harness.results.metrics import METRICS
+
+    path = _write(tmp_path / "a.json")
+    doc = json.loads(path.read_text())
+    case = {k: doc["rows"][0][k] for k in ("preset", "scale", "scenario", "backend")}
+    have = {r["metric"] for r in doc["rows"] if r["strategy"] == "stock"}
+    doc["rows"] += [dict(case, strategy="stock", metric=m, value=1.5, unit=METRICS.get(m) and METRICS[m].unit)
+                    for m in (*METRICS, "my_new_metric") if m not in have]
+    path.write_text(json.dumps(doc))
+    text = _render([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    measured = {*METRICS, "my_new_metric"}
+    assert _also_measured(text, "stock") == measured - {c.metric for c in COLUMNS}
+    assert _also_measured(md, "stock") == measured - {c.metric for c in COLUMNS + REPEAT_COLUMNS}
+    assert {"my_new_metric", "tpot_ms"} <= _also_measured(md, "stock") and "verdict" not in _also_measured(md, "stock")
+
+
+def test_a_metric_given_a_column_is_no_longer_listed_under_the_table(tmp_path, monkeypatch):
+    """The metrics left out of the notes are those the columns read, not a list of their own: a column added for a
+    metric shows it and takes it out of the notes. Twin: without that column it is listed."""
+    from harness.render import report
+
+    path = _write(tmp_path / "a.json")
+    doc = json.loads(path.read_text())
+    case = {k: doc["rows"][0][k] for k in ("preset", "scale", "scenario", "backend")}
+    doc["rows"].append(dict(case, strategy="stock", metric="my_new_metric", value=1.5, unit="x", better="lower"))
+    path.write_text(json.dumps(doc))
+    assert "my_new_metric" in _also_measured(_render([path], tmp_path / "twin"), "stock")
+    monkeypatch.setattr(report, "COLUMNS", (*report.COLUMNS, report.Column("mine", "my_new_metric", lambda cell, _: str(cell[0]["value"]) if cell else "-")))
+    text = _render([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "stock")["mine"] == "1.5"
+    assert _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "gather_cast")["mine"] == "-"
+    assert not _also_measured(text, "stock") and not _also_measured(md, "stock")
+
+
+def test_gpu_names_differing_only_in_case_are_one_gpu(tmp_path):
+    """`compare` holds GPU names that differ only in case or spacing one GPU (env_value); the report told them apart by
+    case: two tables of one case and no trend. Now they are one case, its title spelling the GPU as the first file
+    given did, and a trend of the two. Twin: another GPU is still a case of its own."""
+    files = []
+    for name, created, commit, gpu in (("a.json", "2026-01-01T00:00:00+00:00", "aaaaaaa0", "NVIDIA H200"),
+                                       ("b.json", "2026-01-02T00:00:00+00:00", "bbbbbbb0", "nvidia h200"),
+                                       ("c.json", "2026-01-03T00:00:00+00:00", "ccccccc0", "NVIDIA H100 80GB HBM3")):
+        path = _write_case(tmp_path / name, created, commit)
+        doc = json.loads(path.read_text())
+        doc["environment"]["gpu"] = gpu
+        path.write_text(json.dumps(doc))
+        files.append(path)
+    _render(files, tmp_path / "out")
+    results, _, trends = (tmp_path / "out" / "report.md").read_text().split("## Results", 1)[1].partition("## Trends")
+    assert results.count("\n### ") == 2 and "cuda NVIDIA H200\n" in results and "cuda NVIDIA H100 80GB HBM3\n" in results
+    assert "nvidia h200" not in results + trends
+    assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | bbbbbbb |" in trends

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,11 +31,6 @@ from harness.results.metrics import METRICS, readable
 from harness.strategies import BASELINE
 
 INDEPENDENT = "independent.json"
-COLUMNS = ("strategy", "verdict", "norm_rel", "cast µs", "cast GB/s", "% copy", "attn µs", "step ms", "step device ms",
-           "eager step ms", f"speedup vs {BASELINE}", "extra GiB", "peak GiB", "GB/step", "floor ms", "× floor")
-TABLED = {"verdict", "cast_us", "cast_gbps", "attn_us", "step_ms", "step_device_ms", "step_eager_ms", "extra_bytes",
-          "peak_bytes", "bytes_moved", "floor_us", "floor_ratio"}  # the metrics COLUMNS show; any other is listed below
-REPEAT_COLUMNS = ("cast IQR/median", "step IQR/median")
 # (what, strategy, metric, independent.json key): harness figure at prod scale, b1-l4096
 CROSS_CHECKS = (
     ("full-pool cast, torch .to()", "stock", "cast_us", "torch_cast_us"),
@@ -74,8 +70,10 @@ class Run:
         return f"{self.path} ({self.commit}, created {self.created.isoformat()})"
 
 
-def _load_run(path: Path) -> Run:
-    """One results file through the readers' schema (older versions upgraded), rows as plain dicts."""
+def _load_run(path: Path, gpus: dict[str, str]) -> Run:
+    """One results file through the readers' schema (older versions upgraded), rows as plain dicts. Its variant spells
+    the GPU as the first run on it did (`gpus`: the name as compare's env_value compares it -> that spelling), so names
+    differing only in case or spacing are one GPU, as they are to `compare`."""
     where = str(path)
     results = load_results(path)
     if results.environment is None:
@@ -93,7 +91,7 @@ def _load_run(path: Path) -> Run:
     workload = c.workload[:8] if c.workload else f"{c.workload_v4[:8]} (v4)" if c.workload_v4 else "not recorded"
     env = results.environment  # another GPU or interpreted Triton kernels: compare cannot judge them together, no trend
     variant = (f"{c.command} · {pool} · kernel {c.kernel} · workload {workload} · {(env.device or 'device ?').split(':')[0]}"
-               + (f" {' '.join(env.gpu.split())}" if env.gpu else "")
+               + (f" {gpus.setdefault(env_value(env, 'gpu'), ' '.join(env.gpu.split()))}" if env.gpu else "")
                + (f" · TRITON_INTERPRET={env.triton_interpret}" if env_value(env, "triton_interpret") else ""))
     digest = hashlib.sha256(json.dumps([[list(k), r] for k, r in rows.items()], sort_keys=True, default=str).encode()).hexdigest()
     return Run(path, created, msgspec.to_builtins(results.environment), results.repro, rows, variant, digest)
@@ -149,34 +147,51 @@ def _iqr_pct(cell: Cell | None) -> str:
     return "-" if not value or not is_number(cell[0].get("iqr")) else f"{cell[0]['iqr'] / value * 100:.1f}%"
 
 
-def _case_rows(strategies: dict[str, dict[str, Cell]], repeatability: bool) -> list[list[str]]:
-    stock = strategies.get(BASELINE, {}).get("step_ms")  # the registry's baseline
-    rows = []
-    for name, m in strategies.items():
-        cast_gbps = m.get("cast_gbps")
-        copy_gbps = cast_gbps[1].env.get("copy_gbps") if cast_gbps else None
-        step = _value(m.get("step_ms"))
-        stock_step = _value(stock) if stock and m.get("step_ms") and stock[1] is m["step_ms"][1] else None  # one run's
-        cells = [
-            name, *_verdict(m.get("verdict")),
-            _median_iqr(m.get("cast_us"), ".1f"),
-            _median_iqr(cast_gbps, ".0f"),
-            _ratio(_value(cast_gbps), copy_gbps if is_number(copy_gbps) else None, ".0%"),
-            _median_iqr(m.get("attn_us"), ".1f"),
-            _median_iqr(m.get("step_ms"), ".3f"),
-            _median_iqr(m.get("step_device_ms"), ".3f"),
-            _median_iqr(m.get("step_eager_ms"), ".3f"),
-            _ratio(stock_step, step, ".2f", "×"),
-            _ratio(_value(m.get("extra_bytes")), 1024**3, ".2f"),
-            _ratio(_value(m.get("peak_bytes")), 1024**3, ".2f"),
-            _ratio(_value(m.get("bytes_moved")), 1e9, ".3f"),  # roofline (harness/results/roofline.py)
-            _ratio(_value(m.get("floor_us")), 1e3, ".3f"),
-            _ratio(_value(m.get("floor_ratio")), 1, ".2f", "×"),
-        ]
-        if repeatability:
-            cells += [_iqr_pct(m.get("cast_us")), _iqr_pct(m.get("step_ms"))]
-        rows.append(cells)
-    return rows
+def _copy_share(cell: Cell | None) -> str:
+    copy_gbps = cell[1].env.get("copy_gbps") if cell else None
+    return _ratio(_value(cell), copy_gbps if is_number(copy_gbps) else None, ".0%")
+
+
+def _speedup(cell: Cell | None, base: Cell | None) -> str:
+    """The baseline's time over this one, both of one run."""
+    return _ratio(_value(base), _value(cell), ".2f", "×") if cell and base and base[1] is cell[1] else "-"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A results-table column: its header, the metric it reads, and its text from a strategy's cell of that metric
+    and the baseline's (the registry's BASELINE) cell of it."""
+
+    header: str
+    metric: str
+    show: Callable[[Cell | None, Cell | None], str]
+
+
+# the run table of a case (after "strategy"): a metric no column reads is listed under it ("also measured")
+COLUMNS = (
+    Column("verdict", "verdict", lambda cell, _: _verdict(cell)[0]),
+    Column("norm_rel", "verdict", lambda cell, _: _verdict(cell)[1]),
+    Column("cast µs", "cast_us", lambda cell, _: _median_iqr(cell, ".1f")),
+    Column("cast GB/s", "cast_gbps", lambda cell, _: _median_iqr(cell, ".0f")),
+    Column("% copy", "cast_gbps", lambda cell, _: _copy_share(cell)),
+    Column("attn µs", "attn_us", lambda cell, _: _median_iqr(cell, ".1f")),
+    Column("step ms", "step_ms", lambda cell, _: _median_iqr(cell, ".3f")),
+    Column("step device ms", "step_device_ms", lambda cell, _: _median_iqr(cell, ".3f")),
+    Column("eager step ms", "step_eager_ms", lambda cell, _: _median_iqr(cell, ".3f")),
+    Column(f"speedup vs {BASELINE}", "step_ms", _speedup),
+    Column("extra GiB", "extra_bytes", lambda cell, _: _ratio(_value(cell), 1024**3, ".2f")),
+    Column("peak GiB", "peak_bytes", lambda cell, _: _ratio(_value(cell), 1024**3, ".2f")),
+    Column("GB/step", "bytes_moved", lambda cell, _: _ratio(_value(cell), 1e9, ".3f")),  # roofline (harness/results/roofline.py)
+    Column("floor ms", "floor_us", lambda cell, _: _ratio(_value(cell), 1e3, ".3f")),
+    Column("× floor", "floor_ratio", lambda cell, _: _ratio(_value(cell), 1, ".2f", "×")),
+)
+REPEAT_COLUMNS = (Column("cast IQR/median", "cast_us", lambda cell, _: _iqr_pct(cell)),
+                  Column("step IQR/median", "step_ms", lambda cell, _: _iqr_pct(cell)))
+
+
+def _case_rows(strategies: dict[str, dict[str, Cell]], columns: tuple[Column, ...]) -> list[list[str]]:
+    base = strategies.get(BASELINE, {})
+    return [[name, *(c.show(m.get(c.metric), base.get(c.metric)) for c in columns)] for name, m in strategies.items()]
 
 
 def _metric_table(strategies: dict[str, dict[str, Cell]]) -> tuple[tuple, list[list[str]]]:
@@ -286,7 +301,8 @@ def _title(case: tuple, runs: list[Run]) -> str:
 
 
 def _sections(runs: list[Run], independent: dict | None, repeatability: bool) -> list[Section]:
-    headers = COLUMNS + (REPEAT_COLUMNS if repeatability else ())
+    columns = COLUMNS + (REPEAT_COLUMNS if repeatability else ())
+    tabled = {c.metric for c in columns}
     sections = []
     for case, strategies in _cases(runs).items():
         used = {id(cell[1]) for m in strategies.values() for cell in m.values()}
@@ -299,9 +315,9 @@ def _sections(runs: list[Run], independent: dict | None, repeatability: bool) ->
         if len(case_runs) > 1:  # each strategy's row is the latest run's that has it: say which run each came from
             notes += tuple(f"{name}: from {next(iter(m.values()))[1].source}" for name, m in strategies.items() if m)
         if any("verdict" in m for m in strategies.values()):
-            table = headers, _case_rows(strategies, repeatability)
+            table = ("strategy", *(c.header for c in columns)), _case_rows(strategies, columns)
             notes += tuple(f"also measured: {name} {metric} {_trend_value(cell[0])} {cell[0].get('unit') or ''}".rstrip()
-                           for name, m in strategies.items() for metric, cell in m.items() if metric not in TABLED)
+                           for name, m in strategies.items() for metric, cell in m.items() if metric not in tabled)
         else:
             table = _metric_table(strategies)  # no verdict: not a `run` file (a `tpot` file)
         sections.append(Section("Results", _title(case, runs), *table, notes, tuple(dict.fromkeys(r.repro for r in case_runs))))
@@ -466,7 +482,8 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
     independent_paths = [p for p in paths if p.name == INDEPENDENT]
     if len(independent_paths) > 1:
         raise HarnessError(INDEPENDENT, f"given {len(independent_paths)} times; pass one")
-    runs = sorted((_load_run(p) for p in paths if p.name != INDEPENDENT), key=lambda r: r.created)
+    gpus: dict[str, str] = {}
+    runs = sorted((_load_run(p, gpus) for p in paths if p.name != INDEPENDENT), key=lambda r: r.created)
     independent = _load_independent(independent_paths[0]) if independent_paths else None  # a missing one named first
     if not runs:
         raise HarnessError("report", f"no results files given ({INDEPENDENT} is a cross-check beside them, not one)")

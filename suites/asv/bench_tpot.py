@@ -73,7 +73,9 @@ def _measure(scenario: str, strategy: str) -> dict:
     allreduce = LatencyAllReduce(load_table(ALLREDUCE_TABLE), device) if (ALLREDUCE_TABLE and CUDA) else AllReduce()
     ctx = build_context(case, load_shape("glm5-tp8", shrink=not CUDA), device, "auto", 4, allreduce)
     r = time_strategy(strategy, ctx, REPEATS)
-    return {"tpot_ms": r.tpot, "attn_share": r.attn_share if CUDA else None}  # CPU: two separate runs, no share
+    share_row = getattr(tpot, "attn_share_row", None)  # None: a base commit's harness from before it (no share)
+    ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="auto")
+    return {"tpot_ms": r.tpot, "attn_share": share_row(ctx, r, ident) if share_row else None}  # null on CPU, with the reason
 
 
 class _Tpot:
@@ -97,8 +99,9 @@ if ENABLED:
 
     class AttnShare(_Tpot):
         def track_attn_share(self, scenario, strategy):
-            if self.values["attn_share"] is None:
-                raise NotImplementedError("attn_share: on CUDA only (on CPU the attention path and TPOT are separate runs)")
-            return self.values["attn_share"]
+            row = self.values["attn_share"]
+            if row is None or row.value is None:
+                raise NotImplementedError(row.detail["unsupported"] if row else "attn_share: this commit's harness tpot has no attn_share_row")
+            return row.value
 
         track_attn_share.unit = "ratio"
