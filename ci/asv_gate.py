@@ -22,9 +22,9 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   exits 1, but without a summary line, so the gate reads that as a failure;
 - a benchmark that vanished from the head, or was skipped there (n/a), is not even listed
   (`continuous` shows changed rows only), so after asv's verdict the gate reads both commits'
-  stored results (of one machine, one entry per environment both commits were measured in): a
-  benchmark the base has and the head lacks, one that failed in the head, or one the base measured
-  that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
+  stored results (of one machine, one entry per environment both commits were measured in, named as asv names its
+  rows: `name [machine/env]` with several): a benchmark the base has and the head lacks, one that failed in the
+  head, or one the base measured that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
   listed, not failed, unless nothing was measured at both; unreadable or absent results fail too, and so does
   a results file asv would not read (a renamed copy, another machine's) or a value or sample asv could not have
   written (no number, or a sample the harness rule cannot take a ratio of), named with its file and benchmark;
@@ -33,6 +33,9 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
 - a benchmark of the `verdict` metric (the SGLang gate's `Verdict.track_verdict`: 0 pass, 1 fail) at 1 in
   the head fails the gate (exit 1) whatever the base had: asv calls 1 -> 1 unchanged;
 - BASE and HEAD naming one commit are refused before asv runs (one commit's results always pass).
+
+Ctrl-C or SIGTERM (a cancelled job) stops asv and every process it started (asv runs in a session of its own, killed
+whole, since it starts each benchmark in a process group of its own), says 'interrupted' and exits 130.
 
 The harness's rule beside asv's (`harness_rule`): every gating benchmark with at least MIN_SAMPLES recorded
 samples at both commits is also judged by `harness compare`'s decision rule (harness/gate/decision.py: a 99%
@@ -55,21 +58,24 @@ prints, per benchmark, which of these decided (`asv-gate: decided by ...`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import itertools
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from harness import envvars
 from harness.datafiles import read_json, read_text
-from harness.errors import HarnessError
+from harness.errors import HarnessError, interruptible
 
 CLEAN, REGRESSION, FAILURE = 0, 1, 2
 DECREASED = "PERFORMANCE DECREASED."
@@ -77,6 +83,8 @@ SUMMARIES = (DECREASED, "PERFORMANCE INCREASED.", "BENCHMARKS NOT SIGNIFICANTLY 
 LOST_VALUES = ("failed", "n/a")  # how asv prints a value the head did not produce
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 FAILED_LINE = re.compile(r"^(?:\[\s*[\d.]+%\]\s+)?·+\s+(?P<name>.+?)\s+(?:\d+/\d+\s+)?failed$")
+GRACE_S = 5  # how long an interrupted child may take to unwind before the next, harder signal
+T = TypeVar("T")
 
 
 @dataclass
@@ -343,10 +351,11 @@ def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     envs = sorted(found[0].keys() & found[1].keys())
     if not envs:
         raise HarnessError("HEAD", f"no asv environment holds results of both {args.base!r} and {args.head!r} in {results_dir}")
+    # named as asv names a row (asv/commands/compare.py print_table): with several environments `name [machine/env]`
     named = (lambda name, env: f"{name} [{env}]") if len(envs) > 1 else (lambda name, env: name)
     # this run's benchmarks only: a results file keeps what earlier runs (other --bench) stored beside them
     chosen = lambda name: not args.bench or any(re.search(regex, name) for regex in args.bench)  # noqa: E731 (as asv selects)
-    return tuple({named(n, e): v for e in envs for n, v in side[e].items() if chosen(n)} for side in found)
+    return tuple({named(n, f"{machine}/{e}"): v for e in envs for n, v in side[e].items() if chosen(n)} for side in found)
 
 
 def _skipped(value) -> bool:
@@ -474,15 +483,67 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
     return judged(outcome, rule, args.inconclusive)
 
 
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone (BSD: only zombies left)
+        os.killpg(pgid, signum)
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL to every process left in session `sid`, in whatever process group (asv runs each benchmark in one of its
+    own), found in Linux's /proc (elsewhere only the signals to the child's own group reach anything)."""
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        with contextlib.suppress(OSError):  # not a process, or gone meanwhile
+            if entry.isdigit() and os.getsid(int(entry)) == sid:
+                os.kill(int(entry), signal.SIGKILL)
+
+
+def run_supervised(cmd: list[str], wait: Callable[[subprocess.Popen], T] = subprocess.Popen.wait, **popen) -> T | int:
+    """wait(the child running `cmd`, started in a session of its own). Interrupted (Ctrl-C or SIGTERM, a cancelled job:
+    either is passed on to the child's process group), the child may unwind as an interruptible main does (temporary
+    files go, 'interrupted', 130) and is waited for (then SIGTERM, then SIGKILL to its group, each GRACE_S later); what
+    is left of its session is killed. Its 130 is returned (it said 'interrupted'), else the interruption goes on."""
+    with subprocess.Popen(cmd, start_new_session=True, **popen) as proc:
+        stopping = False
+
+        def forward(signum, frame):
+            _signal_group(proc.pid, signum)
+            if not stopping:
+                raise KeyboardInterrupt
+
+        previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return wait(proc)
+        except KeyboardInterrupt:
+            stopping = True
+            for signum in (None, signal.SIGTERM, signal.SIGKILL):
+                if signum:
+                    _signal_group(proc.pid, signum)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(GRACE_S)
+                    break
+            _kill_session(proc.pid)
+            if proc.returncode == 130:
+                return 130
+            raise
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
 def run_streaming(cmd: list[str]) -> tuple[int, str]:
-    """Run `cmd`, echoing its combined output line by line; return (exit status, output)."""
+    """Run `cmd` (`run_supervised`: interrupted, asv and the benchmarks it started are stopped), echoing its combined
+    output line by line; return (exit status, output)."""
     lines = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+
+    def echo(proc: subprocess.Popen) -> int:
         for line in proc.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
             lines.append(line)
-    return proc.returncode, "".join(lines)
+        return proc.wait()
+
+    returncode = run_supervised(cmd, echo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    return returncode, "".join(lines)
 
 
 def factor_arg(text: str) -> float:
@@ -521,6 +582,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(argv)  # asv's spellings of these (-f, a prefix, a repeat) are the gate's: asv gets one
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark

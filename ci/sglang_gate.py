@@ -16,8 +16,8 @@ one commit the same way (into a temporary folder put first on PYTHONPATH) and ru
 gates two commits. --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
 its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
 commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
-runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install, says
-'interrupted' and exits 130.
+runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install (pip's
+temporary folders with it), says 'interrupted' and exits 130.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,6 @@ INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-
 # radix tree: nothing the decode path imports). With setuptools-rust in the runner's environment SGLang's build
 # otherwise runs cargo on ../rust, which needs crates.io (the runner is air-gapped). Set it yourself to override.
 BUILD_ENV = {"SGLANG_BUILD_RUST_EXTS": "none"}
-GRACE_S = 5  # how long an interrupted `harness run` may take to unwind before the next, harder signal
 
 
 def _runner_reasons() -> dict[str, str | None]:
@@ -202,8 +200,9 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     """`pip install --no-deps` of one commit's SGLang project into the folder `into`/site, built as SGLang builds it:
     from a checkout of the commit with its history and tags (a clone sharing the repository's objects; SGLang's
     setuptools-scm version is `git describe` of the commit, "0.0.0.dev0" without .git), Rust extensions off
-    (BUILD_ENV). (site, the version pip installed)."""
-    src, site = into / "src", into / "site"
+    (BUILD_ENV), pip's own temporary folders in `into`/tmp (TMPDIR), so those an interrupted pip leaves go with `into`.
+    (site, the version pip installed)."""
+    src, site, tmp = into / "src", into / "site", into / "tmp"
     # the fetch: a shallow repository is cloned by fetching its branches and tags only (no shared objects), so a
     # commit on another ref (a remote-tracking branch of a CI checkout) is fetched by its hash
     for step, cmd in (("clone", ["clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)]),
@@ -212,7 +211,8 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
         if subprocess.run(["git", *cmd]).returncode != 0:  # git's own error is above this line
             raise BadInput(f"COMMIT {commit[:12]}: git {step} of {repo} failed; nothing was run")
     cmd = [sys.executable, *INSTALL.split()[1:], "--target", str(site), str(src / subdir)]
-    if subprocess.run(cmd, env={**BUILD_ENV, **os.environ}).returncode != 0:  # pip's own error is above this line
+    tmp.mkdir()
+    if subprocess.run(cmd, env={**BUILD_ENV, **os.environ, "TMPDIR": str(tmp)}).returncode != 0:  # pip's own error is above this line
         raise BadInput(f"COMMIT {commit[:12]}: pip could not install its SGLang project ({subdir or '.'}); nothing was run")
     versions = [d.name[len("sglang-"):-len(".dist-info")] for d in site.glob("sglang-*.dist-info")]
     return site, versions[0] if len(versions) == 1 else "unknown"
@@ -243,35 +243,10 @@ def check_out(out: Path, extra: list[str]) -> None:
 
 
 def run_harness(cmd: list[str], **kwargs) -> int:
-    """`harness run`'s exit status. Interrupted (Ctrl-C, which reached the child too, or SIGTERM, passed on to it), the
-    child unwinds as its own interruptible main does (temporary files go, 'interrupted', 130) and is waited for (SIGTERM,
-    then SIGKILL, each GRACE_S later) before the caller's temporary folder goes; its 130 is returned (it said
-    'interrupted'), else the interruption goes on."""
-    proc = subprocess.Popen(cmd, **kwargs)
-    stopping = False
-
-    def forward(signum, frame):
-        proc.send_signal(signum)
-        if not stopping:
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, forward)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        stopping = True
-        for stop in (None, proc.terminate, proc.kill):
-            if stop:
-                stop()
-            try:
-                if proc.wait(GRACE_S) == 130:
-                    return 130
-                break
-            except subprocess.TimeoutExpired:
-                pass
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    """`harness run`'s exit status. Interrupted (Ctrl-C or SIGTERM, passed on to it: `asv_gate.run_supervised`), the child
+    unwinds as its own interruptible main does (temporary files go, 'interrupted', 130) and is stopped and waited for
+    before the caller's temporary folder goes; its 130 is returned, else the interruption goes on."""
+    return asv_gate.run_supervised(cmd, **kwargs)
 
 
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:

@@ -16,8 +16,10 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -607,12 +609,12 @@ def test_stored_results_are_one_machines_and_one_entry_per_environment(tmp_path,
         _results(results, "gt", "a" * 40, env, {"bench.track_mode": 5.0})
         _results(results, "gt", "b" * 40, env, {"bench.track_mode": head_value})
     base, head = _stored(tmp_path, monkeypatch, None)  # the only machine
-    assert asv_gate.lost(base, head) == ["bench.track_mode [py-MODEa] (n/a in the head: skipped)"]
+    assert asv_gate.lost(base, head) == ["bench.track_mode [gt/py-MODEa] (n/a in the head: skipped)"]
     _results(results, "other", "b" * 40, "py-MODEa", {"bench.track_mode": 5.0})  # another machine's clean head
     with pytest.raises(HarnessError, match=r"holds results of 2 machines"):
         _stored(tmp_path, monkeypatch, None)
     base, head = _stored(tmp_path, monkeypatch, "gt")  # named: the other machine's results are not read
-    assert asv_gate.lost(base, head) == ["bench.track_mode [py-MODEa] (n/a in the head: skipped)"]
+    assert asv_gate.lost(base, head) == ["bench.track_mode [gt/py-MODEa] (n/a in the head: skipped)"]
 
 
 def test_no_stored_results_for_a_commit_is_a_failure(tmp_path, monkeypatch):
@@ -857,3 +859,124 @@ def test_a_results_file_asv_would_not_read_is_one_failure_naming_it(tmp_path, mo
         head.write_text(text)
     outcome = asv_gate.check_stored(args, ASV_CLEAN)
     assert outcome.code == asv_gate.FAILURE and str(bad) in outcome.reason and words in outcome.reason, outcome
+
+
+def _as_asv_continuous(results: Path, envs: list[str], shift: float) -> tuple[int, str]:
+    """asv's own results files of commits a and b (one per environment; STEP `shift` times slower at b in the last one), and
+    `asv continuous`'s exit status and output on them: the table as it prints it (asv/commands/continuous.py hands each
+    environment's results to Compare.print_table, which names a row `name [machine/env]` when there are several), then
+    its summary."""
+    from asv import config
+    from asv.benchmarks import Benchmarks
+    from asv.commands.compare import Compare
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    key, params = STEP.split("(")[0], [["'b32-l4096'"], ["'gather_cast'"]]
+    conf = config.Config()
+    conf.results_dir = str(results)
+    Benchmarks(conf, [{"name": key, "params": params, "version": "1", "unit": "seconds"}]).save()
+    for commit, factor in (("a" * 40, 1.0), ("b" * 40, shift)):
+        for env in envs:
+            samples = list(2.5e-3 * (factor if env == envs[-1] else 1.0) * (1 + 0.03 * np.linspace(-1, 1, 30)))
+            doc = Results({"machine": "gt"}, {}, commit, 0, "3.11", env, {})
+            doc.add_result({"name": key, "params": params, "version": "1"},
+                           BenchmarkResult([float(np.median(samples))], [samples], [1], 0, "", None), record_samples=True)
+            doc.save(str(results))
+
+    def rows(commit: str):  # continuous's results_iter
+        for env in envs:
+            doc = Results.load(str(results / "gt" / f"{commit[:8]}-{env}.json"), "gt")
+            got = (doc.get_result_value, doc.get_result_stats, doc.get_result_samples)
+            yield key, params, *(get(key, params) for get in got), "1", "gt", env
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        worsened, _ = Compare.print_table(conf, "a" * 40, "b" * 40, resultset_1=rows("a" * 40), resultset_2=rows("b" * 40),
+                                          factor=1.05, split=False, only_changed=True, sort="ratio")
+    return int(worsened), printed.getvalue() + ("\nPERFORMANCE DECREASED.\n" if worsened else "\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n")
+
+
+@pytest.mark.parametrize("envs", [["virtualenv-py3.11"], ["virtualenv-py3.11", "virtualenv-py3.12"]], ids=["one-env", "two-envs"])
+@pytest.mark.parametrize("shift, code", [(1.15, asv_gate.REGRESSION), (1.06, asv_gate.CLEAN)])
+def test_the_harness_rule_judges_the_row_asv_printed_in_one_or_several_environments(tmp_path, monkeypatch, capsys, envs, shift, code):
+    """With several environments asv names a row `name [machine/env]`; the gate's stored results bear the same name, so the
+    harness rule decides the row asv flagged (before: stored as `name [env]`, never asv's row: a 6% slowdown the rule finds
+    inconclusive failed, a confirmed 15% one was listed twice, its test 'unknown'). asv's own results files and table;
+    one environment (a row named `name`) is the twin."""
+    status, output = _as_asv_continuous(tmp_path / "results", envs, shift)
+    row = f"{STEP} [gt/{envs[-1]}]" if len(envs) > 1 else STEP
+    assert [r[4] for r in asv_gate._table_rows(output.splitlines())] == [row], output
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine=None, config=conf, bench=None, factor=1.05, inconclusive="pass")
+    outcome = asv_gate.check_stored(args, asv_gate.classify(status, output))
+    assert outcome.code == code, outcome
+    (judged,) = outcome.regressions if code == asv_gate.REGRESSION else outcome.inconclusive
+    assert judged.startswith(f"{row} (") and f"; {row} (harness rule: " in judged, judged
+    assert f"asv-gate:   {row}: {asv_gate.MANN_WHITNEY}" in capsys.readouterr().out
+
+
+# interruption (a stand-in asv under a real gate process)
+
+FAKE_ASV = """import os, subprocess, sys, time
+from pathlib import Path
+# a benchmark in a process group of its own, as asv runs one (asv.util.check_output), which this asv leaves behind
+bench = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", os.environ["SLEEP"]], process_group=0)
+print("fake asv: benchmarking", flush=True)
+Path(os.environ["MARK"] + ".part").write_text(f"{os.getpid()} {bench.pid}")
+os.replace(os.environ["MARK"] + ".part", os.environ["MARK"])
+bench.wait()
+print("BENCHMARKS NOT SIGNIFICANTLY CHANGED.")
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed and not yet reaped by whoever adopted it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from Linux's /proc")
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c", None])
+def test_an_interrupted_gate_stops_asv_and_its_benchmarks(tmp_path, monkeypatch, how):
+    """A cancelled job's SIGTERM to the gate, or Ctrl-C to its process group: asv and the benchmark it runs in a process
+    group of its own are stopped (also by an asv that leaves it behind, as this stand-in does), one 'interrupted' line and
+    no traceback, exit 130 (before: the gate died of the signal, asv's benchmark ran on). Twin: uninterrupted, the gate
+    streams asv's output through to its verdict (a FAILURE here: the stand-in stores no results)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _in_a_git_project(project, monkeypatch)
+    (tmp_path / "fake" / "asv").mkdir(parents=True)
+    (tmp_path / "fake" / "asv" / "__init__.py").write_text("")
+    (tmp_path / "fake" / "asv" / "__main__.py").write_text(FAKE_ASV)  # `python -m asv`: first on PYTHONPATH
+    mark, pids = tmp_path / "mark", []
+    env = dict(os.environ, MARK=str(mark), SLEEP="60" if how else "0", PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), str(REPO)]))
+    proc = subprocess.Popen([sys.executable, "-m", "ci.asv_gate", "HEAD~1", "HEAD"], cwd=project, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while how and not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        elif how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        pids = [int(pid) for pid in mark.read_text().split()]
+        deadline = time.monotonic() + 10  # SIGKILL is sent, not awaited
+        while any(map(_running, pids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_running, pids)), "asv or its benchmark outlived the gate"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in filter(_running, pids):
+            os.kill(pid, signal.SIGKILL)
+    if not how:
+        assert proc.returncode == asv_gate.FAILURE and "BENCHMARKS NOT SIGNIFICANTLY CHANGED." in stdout and not stderr, stdout + stderr
+        return
+    assert proc.returncode == 130 and stderr.splitlines() == ["interrupted"] and "Traceback" not in stdout, (proc.returncode, stdout, stderr)

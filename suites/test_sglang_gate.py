@@ -603,6 +603,41 @@ def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, h
     assert not out.exists()
 
 
+FAKE_PIP = """import os, tempfile, time
+from pathlib import Path
+Path(os.environ["PIP_MARK"]).write_text(tempfile.mkdtemp(prefix="pip-"))  # as pip makes its build and unpack folders
+time.sleep(60)
+"""
+
+
+def test_an_interrupted_install_leaves_no_pip_temporary_folder(tmp_path):
+    """SIGTERM during the install: pip (a stand-in first on PYTHONPATH that makes a pip-* folder, as pip does, and waits) is
+    killed, and its folder, made in the gate's temporary folder (TMPDIR), goes with it (before: left in the runner's
+    $TMPDIR). The gate's own $TMPDIR is left empty, exit 130."""
+    fake, system = tmp_path / "fake" / "pip", tmp_path / "tmp"
+    fake.mkdir(parents=True)
+    system.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(FAKE_PIP)
+    mark = tmp_path / "mark"
+    env = dict(os.environ, PIP_MARK=str(mark), TMPDIR=str(system), PYTHONPATH=os.pathsep.join([str(fake.parent), str(ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-m", "ci.sglang_gate", "--sglang-repo", str(fake_sglang(tmp_path)), "--json",
+                             str(tmp_path / "r.json"), "a"], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not (mark.exists() and mark.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    made = Path(mark.read_text())
+    assert made.name.startswith("pip-") and made.parent.parent.name.startswith("sglang-gate-"), made
+    assert proc.returncode == 130 and stderr.splitlines() == ["interrupted"], (proc.returncode, stderr)
+    assert list(system.iterdir()) == [], "left in $TMPDIR"
+
+
 def test_json_to_stdout_is_the_stream_the_harness_writes(tmp_path):
     """--json /dev/stdout with stdout a pipe: `harness run` gets /dev/stdout (its own, the same pipe), as `harness run
     --json /dev/stdout` streams, and the gate's own line goes to stderr (before: resolved to /proc/<pid>/fd/pipe:[N], which
