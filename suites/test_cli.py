@@ -1,6 +1,8 @@
 """The CLI end to end: exit codes 0/1/2, one-line errors, JSON results, repro bundles, golden refresh."""
 
+import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -433,6 +435,19 @@ def test_a_pass_shows_what_it_left_unchecked():
     assert note in console.file.getvalue()
 
 
+def test_a_planted_fault_run_is_another_case_to_compare(tmp_path):
+    """A run with a planted fault (one token dropped: another workload) and a clean run are refused by compare as two
+    cases (exit 2, naming the workload), whichever is the base (before: one case, judged "2 fixed" by its timings).
+    Twin: two clean runs are one case."""
+    run = ("run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "3")
+    for name, extra in (("clean", ()), ("again", ()), ("fault", ("--plant-fault", "dropped-last-token"))):
+        harness(*run, *extra, "--json", tmp_path / f"{name}.json")
+    assert harness("compare", tmp_path / "clean.json", tmp_path / "again.json").returncode in (0, 1)
+    for pair in (("fault", "clean"), ("clean", "fault")):
+        proc = harness("compare", *(tmp_path / f"{n}.json" for n in pair))
+        assert proc.returncode == 2 and "workload" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def test_a_golden_miss_leaves_the_obtained_outputs_beside_the_golden(tmp_path):
     """pytest-regressions' obtained file: a run that fails its golden, and a verify that finds a changed golden,
     write what they got beside it (keyed as the golden's outputs) and say where; a pass, or a planted fault's
@@ -519,6 +534,25 @@ def test_repro_pins_the_defaults_this_machine_resolved(tmp_path):
     assert pinned["--device"] == "cpu" and pinned["--scale"] == doc["case"]["scale"] == "ci"
     assert pinned["--slots"] == str(doc["case"]["slots"]) and pinned["--backend"] == doc["case"]["backend"] == "torch"
     assert pinned["--repeats"] == "0" and words.count("--repeats") == 1
+
+
+def test_repro_pins_a_backend_the_command_line_takes(tmp_path, monkeypatch):
+    """On a GPU a run's backend is a family and the kernel the GPU chose ("flashinfer-fa3"); the repro pins the family,
+    which `--backend` takes, and the rerun chooses the kernel again (before: it pinned "flashinfer-fa3", and every GPU
+    repro failed with "unknown backend")."""
+    from harness import api
+    from harness.backends import BACKENDS
+    from harness.cli.run import add_arguments
+
+    real = api.run
+    monkeypatch.setattr(api, "run", lambda cfg, console: dataclasses.replace(real(cfg, console), backend="flashinfer-fa3"))
+    proc = harness("run", "--scenario", "b1-l500", "--strategy", "stock", "--repeats", "0", "--layers", "1",
+                   f"--json={tmp_path / 'r.json'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    words = repro_words(json.loads((tmp_path / "r.json").read_text())["repro"])[1]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(words[1:]).backend == "flashinfer" and "flashinfer" in BACKENDS
 
 
 def test_repro_names_the_sglang_python_absolutely_and_never_replaces_its_results(tmp_path, monkeypatch):

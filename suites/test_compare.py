@@ -473,6 +473,12 @@ def test_machine_differences_are_said_not_judged(write, capsys):
     assert "note: the machines differ in hostname: ci -> ci-2; driver: 580.82 -> 575.51; power_limit: 700.00 W -> 350.00 W" in out
     assert main_compare(base, write("same.json", _rows(seed=7), {**ENV, "driver": "580.82", "power_limit": "700.00 W"}), "5%") == 0
     assert "machines differ" not in capsys.readouterr().out
+    software = {"python": ("3.12.3", "3.12.9"), "numpy": ("2.2.0", "2.3.1"), "triton": ("3.5.0", "3.6.0"),
+                "reference": ("golden/x (manifest_sha256 ab12)", "live float64 reference")}  # Triton writes gather_cast's kernel
+    base = write("sw-base.json", _rows(), {**ENV, **{k: v[0] for k, v in software.items()}})
+    assert main_compare(base, write("sw-head.json", _rows(seed=7), {**ENV, **{k: v[1] for k, v in software.items()}}), "5%") == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert all(f"{k}: {a} -> {b}" in out for k, (a, b) in software.items()), out
 
 
 def test_an_exact_regression_fails_even_when_the_environments_differ():

@@ -136,6 +136,34 @@ def test_git_commit_says_dirty_and_is_none_in_another_projects_repository(tmp_pa
         f.write("# a local change\n")
     assert _commit_of(own) == head + "-dirty"
     assert _commit_of(other / "vendor") is None  # not the other project's HEAD
+    _git(own, "checkout", "-q", "--", ".")
+    assert _commit_of(own) == head  # the __pycache__ folders its imports left are no source
+    scenario = own / "harness" / "spec" / "scenarios" / "zz.toml"
+    scenario.write_text('name = "zz"\n')  # untracked, yet `--scenario zz` runs it: the commit alone cannot rerun it
+    assert _commit_of(own) == head + "-dirty"
+    scenario.unlink()
+    (own / "golden").mkdir()
+    (own / "golden" / "cases.toml").write_text("")
+    assert _commit_of(own) == head + "-dirty"
+
+
+def test_harness_digest_is_the_imported_packages_sources(tmp_path):
+    """harness_digest names the code that ran without git (an installed or copied harness): every *.py, *.cu and
+    *.toml of the imported package, so an edited kernel or scenario changes it and a byte-compiled file does not."""
+    from harness.measure.environment import HARNESS_SOURCES, source_digest
+
+    assert environment(torch.device("cpu"))["harness_digest"] == source_digest(HARNESS, HARNESS_SOURCES)
+    (tmp_path / "k").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "k" / "fused.cu").write_text("// kernel\n")
+    (tmp_path / "k" / "table.toml").write_text("a = 1\n")
+    seen = {source_digest(tmp_path, HARNESS_SOURCES)}
+    (tmp_path / "k" / "a.cpython-312.pyc").write_bytes(b"\0")
+    assert source_digest(tmp_path, HARNESS_SOURCES) in seen
+    for name in ("k/fused.cu", "k/table.toml", "a.py"):
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "# edited\n")
+        seen.add(source_digest(tmp_path, HARNESS_SOURCES))
+    assert len(seen) == 4
 
 
 def test_environment_names_the_cpu_model_triton_and_harness_version():

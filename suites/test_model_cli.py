@@ -500,6 +500,23 @@ def test_tpot_repro_pins_the_defaults_that_depend_on_the_machine(tmp_path):
     assert rerun["case"] == doc["case"] and repro_words(rerun["repro"])[1][-12:] == args[-12:]
 
 
+def test_tpot_repro_pins_the_backend_family_the_command_line_takes(tmp_path, monkeypatch):
+    """A backend named with the kernel its GPU chose ("flashinfer-fa3", here a torch backend renamed "torch-k") is
+    recorded as it ran, and the repro pins its family, which `--backend` takes (before: the full name, which every
+    GPU repro refused as an unknown backend)."""
+    from harness.backends import BACKENDS
+    from harness.backends.torch_backend import TorchBackend
+    from harness.cli import main
+
+    monkeypatch.setattr(TorchBackend, "name", "torch-k")
+    out = tmp_path / "r.json"
+    assert main(["tpot", "--shrink", "--layers", "1", "--scenario", "b1-l500", "--no-breakdown", "--strategy", "stock",
+                 "--repeats", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    args = repro_words(doc["repro"])[1]
+    assert doc["case"]["backend"] == "torch-k" and args[args.index("--backend") + 1] == "torch" in BACKENDS
+
+
 def test_report_prints_small_sizes_and_the_control_honestly(results, tmp_path):
     """A 2.4 MB pool is not 'pool 0.0 GB' (two significant digits where the fixed decimals would print 0, as
     harness report does); the control row is its measured copy bandwidth, not a strategy 'not measured'. Twin: a

@@ -20,6 +20,12 @@ def backend_keys() -> tuple[str, ...]:
     return tuple(key for family, kernels in FAMILIES.items() for key in (family, *(f"{family}-{k}" for k in kernels)))
 
 
+def backend_family(key: str) -> str:
+    """The `--backend` that selects a backend key a run recorded ("flashinfer-fa3" -> "flashinfer"): the kernel part
+    is the kernel choice's outcome on that GPU, not an option value."""
+    return key.partition("-")[0]
+
+
 def make_backend(name: str, device, kernel: str = "auto"):
     """The backend called `name` for `device` (a torch.device); "auto" is flashinfer on CUDA, torch on CPU.
 

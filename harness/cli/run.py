@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.backends import BACKENDS, KERNEL_CHOICES
+from harness.backends import BACKENDS, KERNEL_CHOICES, backend_family
 from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, strategy_help
 from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_new_dir, check_writable
@@ -67,8 +67,9 @@ def command(args, console: Console) -> int:
         env["reference"] = outcome.reference
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
         pinned = pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
-                                         "--backend": outcome.backend, "--repeats": str(repeats)})
-        write_results(args.json, rows, env, repro_command(pinned), case_record(case, outcome.backend, args.kernel))
+                                         "--backend": backend_family(outcome.backend), "--repeats": str(repeats)})
+        planted = {"faults": sorted(f.value for f in faults)} if faults else None  # another workload than a clean run's
+        write_results(args.json, rows, env, repro_command(pinned), case_record(case, outcome.backend, args.kernel, extra=planted))
         console.print(f"results written to {args.json}", markup=False)
     failed = [r.strategy for r in outcome.results if r.verdict.status.value in ("fail", "error")]
     ran = [r.strategy for r in outcome.results if r.strategy in strategies and r.verdict.status.value == "pass"]

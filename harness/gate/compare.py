@@ -356,8 +356,8 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     return None
 
 
-MACHINE_FIELDS = ("hostname", "driver", "cuda", "torch", "flashinfer", "flashinfer_path", "sglang", "sglang_commit", "sglang_digest",
-                  "power_limit", "clock_sm_max", "sm_count")
+MACHINE_FIELDS = ("hostname", "driver", "cuda", "python", "torch", "numpy", "triton", "flashinfer", "flashinfer_path", "sglang",
+                  "sglang_commit", "sglang_digest", "power_limit", "clock_sm_max", "sm_count", "reference")
 
 
 def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:

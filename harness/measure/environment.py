@@ -24,6 +24,7 @@ REPOSITORY_ENV = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_
                   "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
                   "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
                   "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR")
+HARNESS_SOURCES = ("*.py", "*.cu", "*.toml")  # what in harness/ decides what a run does: code, kernels, specs and tables
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -39,13 +40,15 @@ def _git(folder: Path, *args: str) -> str | None:
 
 def _git_commit() -> str | None:
     """MLA_HARNESS_GIT_COMMIT, else the HEAD of the checkout this harness/ is the top-level package of ("-dirty" with
-    changes to tracked files there); None when it is no checkout's own (a copy, or one inside another project's repository)."""
+    changes to tracked files there, or a source file of harness/ or a golden file git does not track yet: a scenario
+    or strategy found by its folder runs from it); None when it is no checkout's own (a copy, or one inside another project's repository)."""
     if commit := envvars.read("MLA_HARNESS_GIT_COMMIT"):
         return commit  # a checkout copied without .git (e.g. to a GPU box) says where it came from
     top = _git(CHECKOUT, "rev-parse", "--show-toplevel")
     if not top or Path(top).resolve() != CHECKOUT or not (head := _git(CHECKOUT, "rev-parse", "HEAD")):
         return None
-    return head + ("-dirty" if _git(CHECKOUT, "status", "--porcelain", "--untracked-files=no") else "")
+    untracked = _git(CHECKOUT, "ls-files", "--others", "--exclude-standard", "--", *(f"harness/{p}" for p in HARNESS_SOURCES), "golden")
+    return head + ("-dirty" if _git(CHECKOUT, "status", "--porcelain", "--untracked-files=no") or untracked else "")
 
 
 def _cpu_model() -> str:
@@ -87,11 +90,12 @@ def _flashinfer() -> dict:
     return {"flashinfer": version, "flashinfer_path": str(folder) if folder else None}
 
 
-def source_digest(folder: Path) -> str:
-    """sha256 of a package's Python source: every *.py file under `folder`, its relative path and bytes, in path order.
-    Two runs of the same version from the same folder whose code differs (a patch edited in place, no git) differ here."""
+def source_digest(folder: Path, patterns: tuple[str, ...] = ("*.py",)) -> str:
+    """sha256 of a package's source: every file under `folder` matching `patterns`, its relative path and bytes, in
+    path order. Two runs of the same version from the same folder whose code differs (a patch edited in place, no git)
+    differ here."""
     h = hashlib.sha256()
-    for path in sorted(folder.rglob("*.py")):
+    for path in sorted({p for pattern in patterns for p in folder.rglob(pattern)}):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -167,6 +171,7 @@ def environment(device: torch.device) -> dict:
         "numpy": np.__version__,
         "triton": _imported("triton")[0] or _installed("triton"),
         "harness": _installed("mla-harness"),
+        "harness_digest": source_digest(CHECKOUT / "harness", HARNESS_SOURCES),  # the code that ran, git or not
         "device": str(device),
         "git_commit": _git_commit(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),  # another kernel (fused_fp8's CUDA one is not run under it)

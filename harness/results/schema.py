@@ -173,6 +173,7 @@ class Environment(msgspec.Struct):
     numpy: str | None = None
     triton: str | None = None  # the imported triton's __version__, else the installed distribution's
     harness: str | None = None  # the installed mla-harness distribution's version (git_commit says which code ran)
+    harness_digest: str | None = None  # sha256 of the imported harness package's sources: which code ran, git or not
     flashinfer: str | None = None  # the imported flashinfer's __version__ (else the installed distribution's)
     flashinfer_path: str | None = None  # the imported flashinfer package's folder: your own build shows here
     sglang: str | None = None  # when the run imported SGLang (its strategies): its __version__, folder, commit

@@ -10,6 +10,7 @@ from typing import Callable, ClassVar, Optional
 
 import torch
 
+from harness.backends import backend_family
 from harness.backends.base import AttnProblem
 from harness.inputs.pool import KVPool, PoolGeometry
 from harness.spec.faults import Fault
@@ -113,7 +114,7 @@ class Strategy:
     def unsupported_reason(cls, device: torch.device, backend) -> Optional[str]:
         if device.type not in cls.devices:
             return f"{cls.name} runs on {', '.join(cls.devices)} only"
-        if cls.backends is not None and backend.name.split("-")[0] not in cls.backends:
+        if cls.backends is not None and backend_family(backend.name) not in cls.backends:
             return f"{cls.name} runs on the {', '.join(cls.backends)} backend(s) only"
         if cls.cuda_triton_e4m3 and (reason := triton_e4m3_reason(cls.name, device)):
             return reason

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.backends import BACKENDS
+from harness.backends import BACKENDS, backend_family
 from harness.errors import CheckFailed, HarnessError
 from harness.fsio import check_writable
 from harness.progress import progress_bar
@@ -135,7 +135,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                     "allreduce_table": getattr(allreduce, "table", None)}
         # the machine-dependent defaults as they ran here; the default all-reduce table follows the pinned --device
         # (naming its path would record another workload: "--allreduce-table" given)
-        pinned = pinned_argv(args, device, case, {"--backend": ctx.backend.name, "--repeats": str(repeats),
+        pinned = pinned_argv(args, device, case, {"--backend": backend_family(ctx.backend.name), "--repeats": str(repeats),
                                                   **({"--allreduce-table": "none"} if allreduce.mode == "none" else {})})
         write_results(args.json, rows + [control], env, repro_command(pinned),
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
