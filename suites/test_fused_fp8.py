@@ -468,6 +468,50 @@ def test_the_tuner_replaces_its_own_entries_and_keeps_the_rest(tmp_path):
     assert again[(32, 4096, 16)].num_splits == 2 and len(again) == len(after)  # replaced, not appended
 
 
+def test_an_entry_for_a_gpu_wins_on_that_gpu_only(tmp_path):
+    """gpu = "NVIDIA H200" is chosen on a GPU of that name (apart from case and spacing), for any heads that have no
+    entry of their own; an H100 keeps the entry without gpu (twin); an entry for these heads beats one of this GPU; a
+    gpu that is no name, or a second entry for the same GPU spelled otherwise, is refused naming the entry."""
+    from harness.kernels import fused_tuning
+    from harness.kernels.fused_mla_decode import Config
+
+    entry = "[[entry]]\nbatch = 32\nkv_len = 4096\n{}num_splits = {}\nblock_n = 64\nnum_warps = 8\nnum_stages = 2\npv_fp16 = true\ncuda = true\n"
+    path = tmp_path / "gpu.toml"
+    path.write_text("\n".join([entry.format("", 8), entry.format('gpu = "NVIDIA H200"\n', 4), entry.format("heads = 16\n", 2)]))
+    table = fused_tuning.load_table(path)
+    splits = {gpu: fused_tuning.choose(32, 4096, heads, 132, table=table, cuda_smem=232448, gpu=gpu).num_splits
+              for gpu, heads in (("NVIDIA H200", 8), ("nvidia  h200", 8), ("NVIDIA H100 80GB HBM3", 8), (None, 8))}
+    assert splits == {"NVIDIA H200": 4, "nvidia  h200": 4, "NVIDIA H100 80GB HBM3": 8, None: 8}
+    assert fused_tuning.choose(32, 4096, 16, 132, table=table, cuda_smem=232448, gpu="NVIDIA H200") == Config(2, 64, 8, 2, pv_fp16=True, cuda=True)
+    for bad, message in (("gpu = 200\n", "gpu: must be a GPU name, got 200"), ('gpu = " "\n', "gpu a name")):
+        path.write_text(entry.format(bad, 4))
+        with pytest.raises(HarnessError, match=message):
+            fused_tuning.load_table.__wrapped__(path)
+    path.write_text(entry.format('gpu = "NVIDIA H200"\n', 4) + "\n" + entry.format('gpu = "nvidia h200"\n', 2))
+    with pytest.raises(HarnessError, match="entry\\[1\\].*second entry for batch 32, kv_len 4096, gpu nvidia h200"):
+        fused_tuning.load_table.__wrapped__(path)
+
+
+def test_the_tuner_writes_entries_for_its_gpu_alone_when_asked(tmp_path):
+    """write_table(gpu=...) writes the tuned shapes as that GPU's entries: they replace that GPU's, and the entries
+    without gpu (other GPUs') stay as they were."""
+    from ci.experiments.tune_fused import tune_fused as tune
+    from harness.kernels import fused_tuning
+    from harness.kernels.fused_mla_decode import Config
+
+    path = tmp_path / "table.toml"
+    path.write_text(fused_tuning.TABLE_FILE.read_text())
+    before = fused_tuning.load_table(path)
+    key = (32, 4096, 8, "nvidia h200")
+    for splits in (4, 2):
+        tuned = Config(splits, 64, 16, 2, pv_fp16=True, cuda=True, ping_pong=True)
+        entries = [dict(batch=32, kv_len=4096, heads=8, best_us=25.0, floor_us=18.0, config=tuned.__dict__)]
+        tune.write_table(path, entries, "NVIDIA H200", "glm5-tp8", gpu="NVIDIA H200")
+        after = fused_tuning.load_table.__wrapped__(path)
+        assert after[key] == tuned and {k: v for k, v in after.items() if k != key} == before
+    assert 'gpu = "NVIDIA H200"' in path.read_text()
+
+
 def test_roofline_bytes():
     from harness.inputs.cases import load_case
     from harness.results import roofline

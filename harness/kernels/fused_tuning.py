@@ -2,8 +2,10 @@
 
 `fused_tuning.toml` (written by `python -m ci.experiments.tune_fused` on a GPU) maps a bucket, the nearest powers
 of two of the batch size and of the longest request, to the fastest measured Config. An entry with
-`heads` (query heads per rank) is for that head count only and wins over the entry without; a shape
-with no entry gets `default_config`.
+`heads` (query heads per rank) is for that head count only and wins over the entry without; one with `gpu`
+(the GPU's name as torch reports it, apart from case and spacing) is for that GPU only and wins over the entry
+without on it (heads first: an entry measured on these heads beats one of another GPU's); a shape with no entry
+gets `default_config`.
 """
 
 from __future__ import annotations
@@ -42,18 +44,25 @@ def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> C
     return Config(splits)
 
 
-KEY_FIELDS = ("batch", "kv_len", "heads")  # an entry's key (heads optional); every other field is a Config field
+KEY_FIELDS = ("batch", "kv_len", "heads", "gpu")  # an entry's key (heads, gpu optional); every other field is a Config field
 REQUIRED_FIELDS = ("batch", "kv_len", "num_splits", "block_n", "num_warps", "num_stages")
 
 
-def entry_key(entry: dict) -> tuple[int, ...]:
-    """A table entry's key: (batch, kv_len), or (batch, kv_len, heads) for an entry of one head count."""
-    return (int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
+def gpu_key(name: str) -> str:
+    """A GPU's name as entries compare it: apart from case and spacing ("NVIDIA  H200" is "nvidia h200")."""
+    return " ".join(name.lower().split())
+
+
+def entry_key(entry: dict) -> tuple[int | str, ...]:
+    """A table entry's key: (batch, kv_len), then heads for an entry of one head count, then gpu_key(gpu) for an
+    entry of one GPU."""
+    return ((int(entry["batch"]), int(entry["kv_len"])) + ((int(entry["heads"]),) if "heads" in entry else ())
+            + ((gpu_key(entry["gpu"]),) if "gpu" in entry else ()))
 
 
 @functools.cache
-def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
-    """{(batch bucket, length bucket): Config, (batch bucket, length bucket, heads): Config} from the tuning file."""
+def load_table(path: Path = TABLE_FILE) -> dict[tuple[int | str, ...], Config]:
+    """{entry_key: Config} from the tuning file."""
     doc = read_toml(path)
     table = {}
     fields = {f.name: f.type for f in dataclasses.fields(Config)}
@@ -65,9 +74,10 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
         if unknown:
             raise HarnessError(f"{where}.{unknown[0]}", f"not a field of an entry (those are {', '.join(KEY_FIELDS + tuple(fields))})")
         for name, value in entry.items():
-            want = bool if fields.get(name) in ("bool", bool) else int
+            want = str if name == "gpu" else bool if fields.get(name) in ("bool", bool) else int
             if type(value) is not want:  # noqa: E721 (True is an int, 1 is not a bool)
-                raise HarnessError(f"{where}.{name}", f"must be {'true or false' if want is bool else 'an integer'}, got {value!r}")
+                must = {str: "a GPU name", bool: "true or false", int: "an integer"}[want]
+                raise HarnessError(f"{where}.{name}", f"must be {must}, got {value!r}")
         missing = [name for name in REQUIRED_FIELDS if name not in entry]
         if missing:
             raise HarnessError(f"{where}.{missing[0]}", f"missing (an entry needs {', '.join(REQUIRED_FIELDS)})")
@@ -76,28 +86,31 @@ def load_table(path: Path = TABLE_FILE) -> dict[tuple[int, ...], Config]:
             config = Config(**{name: value for name, value in entry.items() if name in fields})
         except ValueError as exc:
             raise HarnessError(where, str(exc)) from None
-        if key[:2] != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1 or key[2:3] == (0,):
-            raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1, heads >= 1")
+        if key[:2] != (bucket(key[0]), bucket(key[1])) or config.num_splits < 1 or entry.get("heads", 1) < 1 or entry.get("gpu", "x").strip() == "":
+            raise HarnessError(where, "batch and kv_len must be powers of two, num_splits >= 1, heads >= 1, gpu a name")
         if key in table:
-            raise HarnessError(where, f"a second entry for batch {key[0]}, kv_len {key[1]}{f', heads {key[2]}' if key[2:] else ''}")
+            scope = "".join(f", {f} {entry[f]}" for f in KEY_FIELDS[2:] if f in entry)
+            raise HarnessError(where, f"a second entry for batch {key[0]}, kv_len {key[1]}{scope}")
         table[key] = config
     return table
 
 
-def entry_for(table: dict, batch: int, max_len: int, num_heads: int) -> Config | None:
-    """The table's Config for this shape's bucket: the entry for these heads, else the one for any."""
+def entry_for(table: dict, batch: int, max_len: int, num_heads: int, gpu: str | None = None) -> Config | None:
+    """The table's Config for this shape's bucket: the entry for these heads (this GPU's, else any GPU's), else the
+    one for any heads (this GPU's, else any GPU's)."""
     key = (bucket(batch), bucket(max_len))
-    return table.get((*key, num_heads), table.get(key))
+    scopes = [(num_heads, gpu_key(gpu)), (num_heads,), (gpu_key(gpu),), ()] if gpu else [(num_heads,), ()]
+    return next((table[k] for k in ((*key, *scope) for scope in scopes) if k in table), None)
 
 
 def choose(batch: int, max_len: int, num_heads: int, sm_count: int, table=None, cuda_smem: int = 0,
-           clusters: bool = True) -> Config:
-    """The table's Config for this shape's bucket (entry_for), else the default heuristic. An entry of the CUDA
+           clusters: bool = True, gpu: str | None = None) -> Config:
+    """The table's Config for this shape's bucket on `gpu` (entry_for), else the default heuristic. An entry of the CUDA
     kernel needs `cuda_smem` (the device's shared memory per block; 0 where the kernel cannot run):
     where its ring does not fit, the 2-stage 8-warp ring with the same splits, else the default;
     a cluster merge needs `clusters` (sm_90+), else its splits are merged by their last CTA."""
     table = load_table() if table is None else table
-    found = entry_for(table, batch, max_len, num_heads)
+    found = entry_for(table, batch, max_len, num_heads, gpu)
     if found is not None and found.cluster_merge and not clusters:
         found = dataclasses.replace(found, cluster_merge=False)
     if found is not None and found.cuda:

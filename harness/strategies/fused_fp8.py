@@ -84,7 +84,8 @@ class FusedFP8(Strategy):
         lens = problem.kv_lens
         max_len = int(lens.max()) if lens.numel() else 0
         config = fused_tuning.choose(problem.batch_size, max_len, problem.num_heads, _sm_count(self.device),
-                                     cuda_smem=_cuda_kernel_smem(self.device), clusters=_clusters(self.device))
+                                     cuda_smem=_cuda_kernel_smem(self.device), clusters=_clusters(self.device),
+                                     gpu=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None)
         capacity = problem.kv_indices.numel() if graph_capacity is None else graph_capacity
         indices = torch.empty(max(capacity, 1), dtype=torch.int32, device=self.device)
         plan = FusedPlan(problem, config, problem.kv_indptr.to(self.device), indices,

@@ -6,7 +6,7 @@ production pools, and Nsight Compute's per-instruction profile of one launch (GP
   python -m ci.experiments.fused_variants profile OUT_DIR [--preset P] [--shapes 32x4096] [--variant ...] [--ncu ncu]
   python -m ci.experiments.fused_variants timeline OUT.json [--preset P] [--shapes ...] [--variant ...] [--config ...]
 
-`time`: per shape, the committed table entry's Config (harness.kernels.fused_tuning) as the tuner times it
+`time`: per shape, the committed table entry's Config for this GPU (harness.kernels.fused_tuning) as the tuner times it
 (a CUDA graph of every layer's attention over its own pool, median replay / layers), each variant in turn,
 `--rounds` rounds interleaved (base, v1, v2, base, v1, ...): each variant's per-round ratio to base is
 measured side by side; the JSON has every sample, the medians and the ratios' spread. `--config` replaces fields
@@ -129,7 +129,7 @@ def problem(preset, layers: int, batch: int, kv_len: int, dev, overrides: dict |
     qs = [(torch.randn(batch, heads, 512, device=dev, generator=g).to(torch.bfloat16),
            torch.randn(batch, heads, 64, device=dev, generator=g).to(torch.bfloat16)) for _ in pools]
     sm = torch.cuda.get_device_properties(dev).multi_processor_count
-    config = dataclasses.replace(entry_for(load_table(), batch, kv_len, heads) or default_config(batch, kv_len, heads, sm),
+    config = dataclasses.replace(entry_for(load_table(), batch, kv_len, heads, torch.cuda.get_device_name(dev)) or default_config(batch, kv_len, heads, sm),
                                  **(overrides or {}))
     parts = {}  # per kernel source (variant) and Config, allocated at its first, eager, step
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
-from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, entry_key, load_table  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, entry_key, gpu_key, load_table  # noqa: E402
 from harness.measure.control import measure_control  # noqa: E402
 from harness.measure.timing import event_time_ms  # noqa: E402
 from harness.spec.presets import get_preset, get_scale  # noqa: E402
@@ -104,11 +104,11 @@ def cuda_candidates(batch: int, kv_len: int, sm_count: int):
             yield Config(splits, 64, warps, stages, pv_fp16=True, cuda=True, ping_pong=ping_pong, **merge)
 
 
-def search_space(search: str, batch: int, kv_len: int, heads: int, sm_count: int) -> list[Config]:
-    """The Configs a search times for one shape: the committed table's entry for its bucket and heads first
-    (the reference to beat, whatever the search), then the search's own candidates."""
+def search_space(search: str, batch: int, kv_len: int, heads: int, sm_count: int, gpu: str | None = None) -> list[Config]:
+    """The Configs a search times for one shape: the committed table's entry for its bucket and heads on `gpu` first
+    (the one fused_fp8 runs there: the reference to beat, whatever the search), then the search's own candidates."""
     space = list(dict(split=split_candidates, tokens_m=tokens_m_candidates, cuda=cuda_candidates).get(search, candidates)(batch, kv_len, sm_count))
-    committed = entry_for(load_table(), batch, kv_len, heads)
+    committed = entry_for(load_table(), batch, kv_len, heads, gpu)
     return space if committed is None else [committed] + [c for c in space if c != committed]
 
 
@@ -150,7 +150,7 @@ def time_graph(fn, replays: int = REPLAYS) -> float:
     return replay_ms(capture(fn), replays)
 
 
-def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False, search="tiles"):
+def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_split=False, search="tiles", gpu=None):
     dev = pools[0].device
     heads = preset.heads_per_rank
     g = torch.Generator(device=dev).manual_seed(batch * 7919 + kv_len)
@@ -162,7 +162,7 @@ def tune_shape(pools, batch, kv_len, preset, sm_count, gbps, log, compare_p_spli
     floor_us = kv_bytes / (gbps * 1e9) * 1e6
     results, other = [], []  # other: the P.V dot with the other P_SPLIT setting, for the record
     p_splits = (P_SPLIT, not P_SPLIT) if compare_p_split else (P_SPLIT,)
-    for config, p_split in itertools.product(search_space(search, batch, kv_len, heads, sm_count), p_splits):
+    for config, p_split in itertools.product(search_space(search, batch, kv_len, heads, sm_count, gpu), p_splits):
         parts = partial_buffers(batch, heads, config, 512, dev)
 
         def step():
@@ -202,15 +202,15 @@ def split_table(text: str) -> tuple[str, list[str]]:
     return preamble.rstrip("\n"), ["[[entry]]" + part.rstrip("\n") for part in parts]
 
 
-def write_table(path: Path, entries: list[dict], env: str, preset: str) -> None:
-    """The table at `path` with an entry per tuned shape for its heads; the file's preamble and other entries are
-    kept as written (a new file gets HEADER)."""
+def write_table(path: Path, entries: list[dict], env: str, preset: str, gpu: str | None = None) -> None:
+    """The table at `path` with an entry per tuned shape for its heads (and for `gpu` alone, when given); the file's
+    preamble and other entries are kept as written (a new file gets HEADER)."""
     blocks = {}
     for e in entries:
         c = e["config"]
-        key = (bucket(e["batch"]), bucket(e["kv_len"]), e["heads"])
+        key = (bucket(e["batch"]), bucket(e["kv_len"]), e["heads"], *((gpu_key(gpu),) if gpu else ()))
         blocks[key] = "\n".join([
-            "[[entry]]", f"batch = {key[0]}", f"kv_len = {key[1]}", f"heads = {key[2]}",
+            "[[entry]]", f"batch = {key[0]}", f"kv_len = {key[1]}", f"heads = {key[2]}", *([f"gpu = {json.dumps(gpu)}"] if gpu else []),
             *(f"{f.name} = {str(c[f.name]).lower()}" for f in dataclasses.fields(Config)),
             f"# {preset} on {env}: {e['best_us']:.1f} us/layer; FP8 byte floor {e['floor_us']:.1f} us "
             f"(x{e['best_us'] / e['floor_us']:.2f})"])
@@ -234,6 +234,8 @@ def main() -> int:
                          "TOKM_SPLITS (the wgmma tokens-as-M kernel beside the committed reload_v entry); cuda: the CUDA "
                          "kernel over CUDA_TILES x CUDA_SPLITS")
     ap.add_argument("--compare-p-split", action="store_true", help="also time the P.V dot with the other P_SPLIT")
+    ap.add_argument("--gpu-entries", action="store_true",
+                    help="write entries for this GPU alone (gpu = its name): the others keep theirs")
     args = ap.parse_args()
     dev = torch.device("cuda")
     preset = get_preset(args.preset)
@@ -251,9 +253,9 @@ def main() -> int:
         batch, kv_len = (int(x) for x in shape.split("x"))
         t0 = time.time()
         entries.append(tune_shape(pools, batch, kv_len, preset, props.multi_processor_count, gbps,
-                                  lambda m: print(m, flush=True), args.compare_p_split, args.search))
+                                  lambda m: print(m, flush=True), args.compare_p_split, args.search, props.name))
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
-        write_table(args.out, entries, env, preset.name)  # after every shape: a cut-short run keeps what it measured
+        write_table(args.out, entries, env, preset.name, props.name if args.gpu_entries else None)  # after every shape: a cut-short run keeps what it measured
         if args.json:
             args.json.write_text(json.dumps(dict(environment=env, copy_gbps=gbps, shapes=entries), indent=1))
     print(f"wrote {args.out}")
