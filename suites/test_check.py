@@ -75,6 +75,31 @@ def test_policy_table_lookup():
     assert policy("stock", "torch") == policy("default", "torch")
 
 
+def test_a_strategy_without_a_row_takes_its_backends_default():
+    """A new strategy with no row of its own (BF16 on FlashInfer, bitwise equal to stock) is held to FlashInfer's row, as
+    stock is, not to the CPU-calibrated default; on torch to that default; a strategy's own row still comes first."""
+    from harness.verify.check import default_policy
+
+    table = default_policy()
+    for backend in ("flashinfer", "flashinfer-fa3", "flashinfer-fa2"):
+        assert policy("new_bf16_path", backend) is table["default.flashinfer"] == policy("stock", backend), backend
+    assert policy("new_bf16_path", "torch") is table["default"] == policy("stock", "torch")
+    assert policy("fused_fp8", "flashinfer-fa3") is table["fused_fp8"] != table["default.flashinfer"]
+
+
+def test_a_backends_default_row_comes_after_the_strategys_own(monkeypatch):
+    """Lookup: the strategy's rows (backend, family, any), then the backend's default (exact name, family), then "default"."""
+    from harness.verify import check
+
+    keys = ["default", "default.flashinfer", "default.flashinfer-fa2", "stock", "gather_cast.flashinfer"]
+    tol = {k: Tolerance(atol=i, rtol=0.0, max_norm_rel=0.0, lse_atol=0.0) for i, k in enumerate(keys)}
+    monkeypatch.setattr(check, "default_policy", lambda: tol)
+    assert policy("shadow", "flashinfer-fa2") is tol["default.flashinfer-fa2"]
+    assert policy("shadow", "flashinfer-fa3") is tol["default.flashinfer"]
+    assert policy("shadow", "torch") is tol["default"]
+    assert policy("stock", "flashinfer-fa2") is tol["stock"] and policy("gather_cast", "flashinfer-fa2") is tol["gather_cast.flashinfer"]
+
+
 def test_combined_verdict_statistics_cover_every_check():
     from harness.verify.check import combine
 
@@ -130,6 +155,8 @@ def test_nothing_checked_is_a_failure():
     (lambda t: t.replace("[tolerance.default]", "[tolerance.stock]", 1), "tolerance.default"),
     (lambda t: t.replace("lse_atol", "lse_atl", 1), "needs exactly the numbers"),
     (lambda t: t.replace("atol = ", 'atol = "0.5" #', 1), "needs exactly the numbers"),
+    (lambda t: t.replace('"default.flashinfer"', '"defualt.flashinfer"', 1), "unknown strategy 'defualt'"),  # a backend's default, misspelt
+    (lambda t: t.replace('"default.flashinfer"', '"default.flashinfr"', 1), "unknown backend 'flashinfr'"),
 ])
 def test_a_malformed_tolerance_table_is_refused(tmp_path, edit, message):
     from harness.errors import HarnessError

@@ -195,35 +195,67 @@ def test_extending_names_exactly_the_files_touched(section):
         assert (ROOT / path.replace("<name>.py", "")).exists(), path  # the file, or the folder a new one goes in
 
 
+def _listed(node, names: set[str]) -> set[str]:
+    """The `names` a tuple / list / set literal or a comma-separated string lists."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names}
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "," in node.value:
+        return set(node.value.split(",")) & names
+    return set()
+
+
 def _name_lists(path: Path, names: set[str]):
-    """(line, names) of every tuple / list / set literal in `path` holding two or more of `names`."""
+    """(line, names) of every tuple / list / set literal or comma-separated string in `path` holding two or more of `names`."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            found = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names}
-            if len(found) >= 2:
-                yield node.lineno, sorted(found)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "," in node.value:
-            found = set(node.value.split(",")) & names
-            if len(found) >= 2:
-                yield node.lineno, sorted(found)
+        if len(found := _listed(node, names)) >= 2:
+            yield node.lineno, sorted(found)
+
+
+def _bound_or_looped_name_lists(path: Path, names: set[str]):
+    """(line, names) of each such literal in `path` that is assigned or looped over: the shape of a hand-written "every
+    strategy" list. One compared with (an expected value) or handed to a call (the strategies a test picks) is not."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        value = (node.value if isinstance(node, (ast.Assign, ast.AnnAssign))
+                 else node.iter if isinstance(node, (ast.For, ast.comprehension)) else None)
+        if len(found := _listed(value, names)) >= 2:
+            yield value.lineno, sorted(found)
+
+
+def _strategy_proofs() -> list[Path]:
+    """The suites docs/extending.md names as a new strategy's proof."""
+    body = (ROOT / "docs" / "extending.md").read_text().split("## A strategy\n", 1)[1].split("\n## ", 1)[0]
+    return sorted({ROOT / path for path in re.findall(r"`(suites/[^`:]+\.py)", body)})
 
 
 def test_no_hand_written_strategy_list_outside_the_registry():
-    """A second list of strategy names would be one more file a new strategy touches: none is left in
-    the product or the asv benchmarks (the strategies themselves, tests and experiments, which pick
-    the strategies they study, excepted)."""
+    """A second list of strategy names would be one more file a new strategy touches: none is left in the product,
+    the asv benchmarks or ci/ (experiments, which pick the strategies they study, excepted), and none is assigned or
+    looped over in the suites that prove a new strategy (it would be left out of its proof); other tests pick the
+    strategies they study."""
     names = set(REGISTRY)
     files = [p for p in (ROOT / "harness").rglob("*.py") if "strategies" not in p.parts]
     files += list((ROOT / "suites" / "asv").glob("*.py"))
+    files += [p for p in (ROOT / "ci").rglob("*.py") if "experiments" not in p.parts]
     found = {str(p.relative_to(ROOT)): list(_name_lists(p, names)) for p in files}
+    proofs = {str(p.relative_to(ROOT)): list(_bound_or_looped_name_lists(p, names)) for p in _strategy_proofs()}
+    assert {"suites/test_negative_controls.py", "suites/gpu/test_gpu_correctness.py"} <= set(proofs), sorted(proofs)
+    found |= proofs
     assert not {k: v for k, v in found.items() if v}, found
 
 
 def test_no_hand_written_list_is_caught(tmp_path):
-    """Negative control: the old asv default is found."""
+    """Negative control: the old asv default is found; in a proof suite, the old NaN-propagation and torch-on-CUDA
+    lists and a loop over names are, an expected value and the strategies handed to a call are not."""
     planted = tmp_path / "bench.py"
     planted.write_text('STRATEGIES = "stock,gather_cast,shadow,native_fp8".split(",")\nX = ("stock", "gather_cast")\n')
     assert sorted(line for line, _ in _name_lists(planted, set(REGISTRY))) == [1, 2]
+    proof = tmp_path / "test_proof.py"
+    proof.write_text('strategies = ("stock", "gather_cast", "shadow", "native_fp8")\n'
+                     'wanted = [n for n in ("gather_cast", "shadow", "native_fp8") if REGISTRY[n].unsupported_reason(d, b) is None]\n'
+                     'for name in ["stock", "shadow"]:\n    check(name)\n'
+                     'assert FAULT_TARGETS[fault] == ("native_fp8", "fused_fp8")\n'
+                     'cannot_fire(faults, ("stock", "shadow"), case)\n')
+    assert sorted(line for line, _ in _bound_or_looped_name_lists(proof, set(REGISTRY))) == [1, 2, 3]
 
 
 if __name__ == "__main__":

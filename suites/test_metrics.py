@@ -58,5 +58,20 @@ def test_declarations_are_consistent():
     assert gating_on_gpu == {"cast_us", "attn_us", "step_device_ms", "tpot_ms"}
 
 
+def test_timed_samples_take_the_declared_unit_not_one_read_from_the_name():
+    """A timing block's ms samples are reported in the metric's declared unit: tpot_ms is ms though its name does
+    not start with "step" (read from the name, it was "us" and 1000x too big), cast_us is us, step_ms ms."""
+    import torch
+
+    from harness.measure.collect import Measured, _time_blocks
+
+    out = Measured()
+    blocks = {name: (lambda: [1.5, 2.0]) for name in ("tpot_ms", "cast_us", "step_ms")}
+    _time_blocks(blocks, torch.device("cpu"), out, lambda: None)
+    got = {name: (s.unit, s.values) for name, s in out.metrics.items()}
+    assert got == {"tpot_ms": ("ms", (1.5, 2.0)), "cast_us": ("us", (1500.0, 2000.0)), "step_ms": ("ms", (1.5, 2.0))}
+    assert all(unit == METRICS[name].unit for name, (unit, _) in got.items())
+
+
 def test_bytes_format():
     assert METRICS["extra_bytes"].format(4718592) == "4.5 MiB" and METRICS["peak_bytes"].format(3 << 30) == "3.00 GiB"

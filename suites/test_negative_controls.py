@@ -1,26 +1,46 @@
 """Each planted fault turns the checker red; the same run without the fault is green."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from harness.backends import make_backend
 from harness.spec.faults import CONTROL_SCENARIO, Fault
-from harness.strategies import FAULT_TARGET, REGISTRY
+from harness.strategies import FAULT_TARGETS, ORDER, REGISTRY
 from suites.helpers import run_strategies
 
-# a fault of an SGLang-backed strategy is planted in the oracle venv: suites/sglang/test_sglang_adapter.py
-CONTROLS = [(fault, f"glm5-tp8.ci.{scenario}") for fault, scenario in CONTROL_SCENARIO.items()
-            if not (FAULT_TARGET[fault] and REGISTRY[FAULT_TARGET[fault]].runs_sglang)]
+# every strategy the CPU runs; an SGLang-backed one (and its faults) is checked in the oracle venv: suites/sglang/test_sglang_adapter.py
+CPU = torch.device("cpu")
+CPU_STRATEGIES = tuple(n for n in ORDER if not REGISTRY[n].runs_sglang and REGISTRY[n].unsupported_reason(CPU, make_backend("torch", CPU)) is None)
+# each fault in each CPU strategy it lives in; a fault no strategy claims (the shared inputs) in every one
+CONTROLS = [(fault, f"glm5-tp8.ci.{scenario}", target) for fault, scenario in CONTROL_SCENARIO.items()
+            for target in (FAULT_TARGETS[fault] or CPU_STRATEGIES) if target in CPU_STRATEGIES]
 
 
-@pytest.mark.parametrize("fault, case_name", CONTROLS, ids=[f.value for f, _ in CONTROLS])
-def test_fault_fails_the_checker(fault, case_name):
-    target = FAULT_TARGET[fault] or "gather_cast"
+@pytest.mark.parametrize("fault, case_name, target", CONTROLS, ids=[f"{f.value}-{t}" for f, _, t in CONTROLS])
+def test_fault_fails_the_checker(fault, case_name, target):
     clean = run_strategies(case_name, (target,))
     assert clean[target][1].passed, clean[target][1].reason
     faulty = run_strategies(case_name, (target,), faults=frozenset([fault]))
     verdict = faulty[target][1]
     assert not verdict.passed, f"{fault.value} went unnoticed"
     assert verdict.reason
+
+
+def test_every_fault_is_declared_with_its_control_and_planted():
+    """A fault is declared with the scenario of its negative control, so test_fault_fails_the_checker plants each one
+    (a fault living only in SGLang-backed strategies: the oracle venv). Planted twin: faults.py with a member added
+    without its scenario does not load."""
+    from harness.spec import faults
+
+    sglang_only = {f for f in Fault if FAULT_TARGETS[f] and all(REGISTRY[t].runs_sglang for t in FAULT_TARGETS[f])}
+    assert set(CONTROL_SCENARIO) == set(Fault) and {f for f, _, _ in CONTROLS} == set(Fault) - sglang_only
+    source = Path(faults.__file__).read_text()
+    twin = source.replace("    LAST_REQUEST_MISREAD = ", '    NEW_FAULT = "new-fault"\n    LAST_REQUEST_MISREAD = ', 1)
+    assert twin != source
+    with pytest.raises(TypeError, match="scenario"):
+        exec(compile(twin, faults.__file__, "exec"), {"__name__": "faults_twin"})
 
 
 def test_stale_shadow_fails_even_without_bitwise_tier():
@@ -32,9 +52,8 @@ def test_stale_shadow_fails_even_without_bitwise_tier():
 def test_nan_code_propagates_to_the_output():
     """A NaN code (0x7F) in the pool must reach the output as NaN, in every CPU strategy: failing
     through a large finite error (0x7F decoded as 480) would hide a broken NaN decode."""
-    strategies = ("stock", "gather_cast", "shadow", "native_fp8")
-    faulty = run_strategies("glm5-tp8.ci.b1-l500", strategies, faults=frozenset([Fault.NAN_IN_POOL]))
-    assert set(faulty) == set(strategies)
+    faulty = run_strategies("glm5-tp8.ci.b1-l500", CPU_STRATEGIES, faults=frozenset([Fault.NAN_IN_POOL]))
+    assert set(faulty) == set(CPU_STRATEGIES) >= {"stock", "gather_cast", "shadow", "native_fp8"}
     for name, (outputs, verdict) in faulty.items():
         assert not verdict.passed and verdict.stats.nonfinite > 0, f"{name}: NaN did not propagate ({verdict.reason})"
         assert not all(torch.isfinite(out).all() for out, _ in outputs.values()), name

@@ -20,9 +20,11 @@ import torch
 
 from harness.execute.decode import DecodeSession
 from harness.measure import clocks, timing
+from harness.results.metrics import spec
 
 WARMUP_REPLAYS = 10
 LAUNCH_COVER_CYCLES = 1_000_000  # ~0.5 ms of GPU spin so the replay is queued before its start event fires
+PER_MS = {"s": 1e-3, "ms": 1.0, "us": 1e3}  # a timing block's milliseconds in each time unit a metric may declare
 
 
 def one_line(exc: BaseException) -> str:
@@ -115,7 +117,7 @@ def _no_progress(total: int):
 
 
 def _time_blocks(blocks: dict, device: torch.device, out: Measured, advance) -> None:
-    """Run each timing block under the guard into `out`, advance() after each."""
+    """Run each timing block under the guard into `out` (its ms samples in each metric's declared unit), advance() after each."""
     for name, block in blocks.items():
         try:
             samples, guard = guarded(block, device)
@@ -127,7 +129,7 @@ def _time_blocks(blocks: dict, device: torch.device, out: Measured, advance) -> 
             out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
         else:
             for metric, ms in (samples.items() if isinstance(samples, dict) else [(name, samples)]):
-                unit, scale = ("ms", 1.0) if metric.startswith("step") else ("us", 1e3)
-                out.metrics[metric] = timing.Samples(unit, tuple(t * scale for t in ms))
+                unit = spec(metric).unit
+                out.metrics[metric] = timing.Samples(unit, tuple(t * PER_MS[unit] for t in ms))
                 out.guards[metric] = guard
         advance()

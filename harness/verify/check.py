@@ -58,8 +58,8 @@ BACKEND_KEYS = backend_keys()  # tolerance rows may name a backend or its family
 
 
 def load_policy(path: Path) -> dict[str, Tolerance]:
-    """{key: Tolerance} of a tolerances TOML, every key checked against the strategy registry:
-    "default", "<strategy>" or "<strategy>.<backend or family>"; a typo is an error naming the key."""
+    """{key: Tolerance} of a tolerances TOML, every key checked against the strategy registry: "<strategy>" or
+    "default", alone or as "<strategy or default>.<backend or family>"; a typo is an error naming the key."""
     table = read_toml(path).get("tolerance")
     if not isinstance(table, dict) or "default" not in table:
         raise HarnessError(f"{path}: tolerance", "needs [tolerance.*] tables including [tolerance.default]")
@@ -68,7 +68,7 @@ def load_policy(path: Path) -> dict[str, Tolerance]:
     for key, entry in table.items():
         where = f"{path}: tolerance.{key}"
         strategy, _, backend = key.partition(".")
-        if key != "default" and strategy not in REGISTRY:
+        if strategy != "default" and strategy not in REGISTRY:
             raise HarnessError(where, f"unknown strategy {strategy!r}; registered: {', '.join(REGISTRY)}")
         if backend and backend not in BACKEND_KEYS:
             raise HarnessError(where, f"unknown backend {backend!r}; choose from {', '.join(BACKEND_KEYS)}")
@@ -109,13 +109,14 @@ def check_contract(strategy: str, q_nope, ckv, kpe, out, lse) -> None:
 
 
 def policy(strategy: str, backend: str) -> Tolerance:
-    """The tolerance for (strategy, backend) from tolerances.toml; backend families share one row."""
+    """The tolerance for (strategy, backend) from tolerances.toml: the strategy's own row, else the backend's
+    default ("default.<backend>", a family sharing one), else "default"."""
     table = default_policy()
     family = backend.split("-")[0]
     for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy):
         if key in table:
             return table[key]
-    return table["default"]
+    return next(table[key] for key in (f"default.{backend}", f"default.{family}", "default") if key in table)
 
 
 def error_stats(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> ErrorStats:

@@ -36,8 +36,9 @@ def test_prod_strategies_match_golden(case_name, kernel, gpu_device):
 
 
 def test_torch_backend_on_cuda_matches_golden(gpu_device):
+    """Every strategy the torch backend runs on this GPU (an SGLang-backed one: suites/gpu/test_sglang_gpu.py)."""
     backend = make_backend("torch", gpu_device)
-    wanted = [n for n in ("gather_cast", "shadow", "native_fp8") if REGISTRY[n].unsupported_reason(gpu_device, backend) is None]
+    wanted = [n for n in ORDER if not REGISTRY[n].runs_sglang and REGISTRY[n].unsupported_reason(gpu_device, backend) is None]
     results = run_strategies("glm5-tp8.ci.ragged-mix", wanted, device=gpu_device, backend="torch", require=True)
     for name, (_, verdict) in results.items():
         assert verdict.passed, f"{name}: {verdict.reason}"
