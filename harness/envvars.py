@@ -61,6 +61,8 @@ VARIABLES = (
            names_from="harness.spec.scenario:builtin_names", names_are="built-in scenarios"),
     EnvVar("MLA_ASV_STRATEGIES", "names", "asv benchmarks", "the strategies benchmarked (default: the registry's `BENCHMARKED`)",
            names_from="harness.strategies:ORDER", names_are="registered strategies"),
+    EnvVar("MLA_ASV_PRESETS", "names", "asv benchmarks", "the model presets benchmarked (default: every preset the checkout declares on CUDA, glm5-tp8 on CPU)",
+           names_from="harness.spec.presets:PRESETS", names_are="model presets"),
     EnvVar("MLA_SGLANG_REPO", "path", "`ci.sglang_gate` (set by `sglang-gate.yml`)", "your SGLang git checkout, when `--sglang-repo` is not given"),
     EnvVar("MLA_ASV_REPEATS", "int", "asv benchmarks", "samples per benchmark (default 30 / 20 TPOT on CUDA, 3 / 2 on CPU)", 1, MAX_REPEATS),
     EnvVar("MLA_ASV_TPOT", "flag", "asv `bench_tpot.py`", "1: run the TPOT benchmarks on CPU too"),

@@ -16,7 +16,8 @@ from suites.hang_guard import HANG_GUARD_S
 pytest.importorskip("asv")
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK_ENV = {"MLA_ASV_SCENARIOS": "b1-l500", "MLA_ASV_STRATEGIES": "gather_cast,shadow", "MLA_ASV_REPEATS": "2"}
+# the whole matrix named: a process that only reads setup_cache's JSON then never imports torch (benchmarks.cuda)
+QUICK_ENV = {"MLA_ASV_PRESETS": "glm5-tp8", "MLA_ASV_SCENARIOS": "b1-l500", "MLA_ASV_STRATEGIES": "gather_cast,shadow", "MLA_ASV_REPEATS": "2"}
 
 
 def asv(*args, cwd, home):
@@ -54,6 +55,7 @@ def test_quick_run_in_a_per_commit_environment(clone):
     results = [p for p in (repo / ".asv" / "results" / "ci-cpu").glob("*.json") if p.name != "machine.json"]
     assert results, "asv wrote no results"
     data = json.loads(results[0].read_text())
+    assert data["results"]["benchmarks.StepMs.time_step"][1] == [["'b1-l500'"], ["'gather_cast'", "'shadow'"], ["'glm5-tp8'"]]
     step = data["results"]["benchmarks.StepMs.time_step"][0]
     assert all(v is not None and v > 0 for v in step), step  # gather_cast and shadow both measured (seconds)
     cast = data["results"]["benchmarks.CastUs.time_cast"][0]
@@ -61,6 +63,49 @@ def test_quick_run_in_a_per_commit_environment(clone):
     builds = data["results"]["benchmarks.PoolBuilds.track_pool_builds"][0]
     print(f"asv pool builds per scenario: {builds}")
     assert builds == [1], builds  # every metric of every strategy came from one pool build
+
+
+def test_every_preset_is_timed_on_a_pool_of_its_own(monkeypatch):
+    """The preset is an axis of every benchmark (MLA_ASV_PRESETS; on CUDA every declared preset by default):
+    deepseek-v3-tp8 is built and timed beside glm5-tp8, one pool each, not glm5-tp8 alone."""
+    from collections import Counter
+
+    from harness.execute.prepared import PreparedCase
+    from suites.test_envvars import _asv_module
+
+    presets = ["glm5-tp8", "deepseek-v3-tp8"]
+    bench = _asv_module("benchmarks", monkeypatch, {**QUICK_ENV, "MLA_ASV_STRATEGIES": "gather_cast", "MLA_ASV_PRESETS": ",".join(presets)})
+    monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
+    cache = bench._measure_all()
+    assert PreparedCase.builds == {f"{p}.ci.b1-l500": 1 for p in presets}
+    for preset in presets:
+        builds = bench.PoolBuilds()
+        builds.setup(cache, "b1-l500", preset)
+        assert builds.track_pool_builds(cache, "b1-l500", preset) == 1
+        bench.StepMs().setup(cache, "b1-l500", "gather_cast", preset)
+        assert len(bench.CLOCK.samples) == 2 and all(v > 0 for v in bench.CLOCK.samples), preset
+
+
+def test_tpot_steps_the_presets_model(monkeypatch):
+    """The TPOT benchmark's preset decides the model it steps (its models.toml shape: deepseek-v3-tp8's for
+    deepseek-v3-tp8), not glm5-tp8's always."""
+    import torch
+
+    from harness.tpot import tpot
+    from suites.test_envvars import _asv_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bench = _asv_module("bench_tpot", monkeypatch, {**QUICK_ENV, "MLA_ASV_TPOT": "1", "MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
+    real, seen = tpot.build_context, []
+
+    def build_context(case, shape, *args):
+        seen.append((case.preset.name, shape.name))
+        return real(case, shape, *args)
+
+    monkeypatch.setattr(tpot, "build_context", build_context)
+    timed = bench.TpotMs()
+    timed.setup("b1-l500", "gather_cast", "deepseek-v3-tp8")
+    assert seen == [("deepseek-v3-tp8", "deepseek-v3-tp8")] and timed.track_tpot_ms("b1-l500", "gather_cast", "deepseek-v3-tp8") > 0
 
 
 def test_benchmarks_import_the_flat_layout_of_older_commits(monkeypatch):
@@ -104,16 +149,17 @@ def test_a_clock_disturbed_timing_fails_its_benchmark(monkeypatch):
     clean = benchmarks._measure_all()
     monkeypatch.setattr(collect, "guarded", planted)
     disturbed = benchmarks._measure_all()
-    scenario = benchmarks.SCENARIOS[0]
-    benchmarks.CastUs().setup(clean, scenario, "gather_cast")
+    scenario, preset = benchmarks.SCENARIOS[0], benchmarks.PRESETS[0]
+    benchmarks.CastUs().setup(clean, scenario, "gather_cast", preset)
     with pytest.raises(RuntimeError, match=r"cast_us of gather_cast in .*: clock guard: SM clock 1410 -> 990 MHz \(planted\)"):
-        benchmarks.CastUs().setup(disturbed, scenario, "gather_cast")
+        benchmarks.CastUs().setup(disturbed, scenario, "gather_cast", preset)
 
 
 def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
     """bench_tpot repeated harness tpot's rule (a share on CUDA only) in an `if CUDA` of its own: it now tracks the
     value of tpot's attn_share_row, a share the row gives on CPU too. Twin: where the row is null (CPU) n/a, with its
-    reason. A base commit's harness from before the row: tpot_ms still measured, attn_share n/a."""
+    reason, raised by setup (asv records a NotImplementedError from the benchmark itself as failed). A base commit's
+    harness from before the row: tpot_ms still measured, attn_share n/a."""
     import importlib.util
 
     import torch
@@ -127,17 +173,15 @@ def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
     spec = importlib.util.spec_from_file_location("suites.asv._fresh_bench_tpot", REPO / "suites" / "asv" / "bench_tpot.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    scenario, share = bench.SCENARIOS[0], bench.AttnShare()
+    params, share = (bench.SCENARIOS[0], "gather_cast", bench.PRESETS[0]), bench.AttnShare()
     real = tpot.attn_share_row
     monkeypatch.setattr(tpot, "attn_share_row", lambda ctx, r, ident: Row(strategy=r.strategy, metric="attn_share", value=0.25, **ident))
-    share.setup(scenario, "gather_cast")
-    assert share.track_attn_share(scenario, "gather_cast") == 0.25
+    share.setup(*params)
+    assert share.track_attn_share(*params) == 0.25
     monkeypatch.setattr(tpot, "attn_share_row", real)
-    share.setup(scenario, "gather_cast")
     with pytest.raises(NotImplementedError, match=r"^gather_cast: on cpu attn_path_ms and tpot_ms .* \(CUDA only\)$"):
-        share.track_attn_share(scenario, "gather_cast")
+        share.setup(*params)
     monkeypatch.delattr(tpot, "attn_share_row")
-    share.setup(scenario, "gather_cast")
     with pytest.raises(NotImplementedError, match="has no attn_share_row"):
-        share.track_attn_share(scenario, "gather_cast")
+        share.setup(*params)
     assert share.values["tpot_ms"] > 0

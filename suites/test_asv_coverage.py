@@ -33,3 +33,18 @@ def test_a_gating_metric_without_either_is_found():  # the negative control of t
     assert uncovered({**METRICS, "merge_us": planted}) == ["merge_us"]
     reasoned = dataclasses.replace(METRICS["attn_us"], no_asv="a reason beside a benchmark")
     assert uncovered({**METRICS, "attn_us": reasoned}) == ["attn_us"]
+
+
+def test_the_sglang_gates_benchmarks_follow_a_new_metric_class(monkeypatch):
+    """A metric's asv class is written once, in suites/asv/benchmarks.py: ci/asv_sglang_bench/benchmarks.py derives
+    its own (same name, the gate's shared setup_cache) from that module, so adding a metric does not touch it."""
+    import importlib.util
+
+    from suites.asv import benchmarks
+
+    planted = type("MergeUs", (benchmarks._Timed,), {"__module__": benchmarks.__name__, "metric": "merge_us"})
+    monkeypatch.setattr(benchmarks, "MergeUs", planted, raising=False)
+    spec = importlib.util.spec_from_file_location("_fresh_sglang_bench", ASV.parent.parent / "ci" / "asv_sglang_bench" / "benchmarks.py")
+    sglang_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sglang_bench)
+    assert issubclass(sglang_bench.MergeUs, planted) and sglang_bench.MergeUs.setup_cache is sglang_bench._measure_and_check

@@ -5,6 +5,8 @@ benchmarks raise it from setup (not at discovery), falling back on a base commit
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import re
 import subprocess
 import sys
@@ -74,6 +76,7 @@ def test_repeats_bound_is_the_one_cap():
     ("MLA_ASV_SCENARIOS", "b1-l500,", "none empty"),
     ("MLA_ASV_SCENARIOS", "b1-l500,b1-l500", "twice"),
     ("MLA_ASV_STRATEGIES", "nope", "unknown name 'nope'"),
+    ("MLA_ASV_PRESETS", "glm5-tp8,nope", "unknown name 'nope'"),
     ("MLA_ASV_TPOT", "yes", "must be 0 or 1"),
     ("MLA_HARNESS_STRICT_SKIPS", "true", "must be 0 or 1"),
     ("MLA_HARNESS_NUM_GPUS", "-3", "must be 1..1024"),
@@ -110,8 +113,10 @@ def test_harness_commands_check_the_variables_before_any_work(monkeypatch, capsy
 
 
 def test_good_values_parse(monkeypatch, capsys):
-    env = {"MLA_ASV_REPEATS": " 12", "MLA_ASV_SCENARIOS": "b1-l500, b32-l4096", "MLA_ASV_STRATEGIES": "shadow", "MLA_ASV_TPOT": "1"}
+    env = {"MLA_ASV_REPEATS": " 12", "MLA_ASV_SCENARIOS": "b1-l500, b32-l4096", "MLA_ASV_STRATEGIES": "shadow", "MLA_ASV_TPOT": "1",
+           "MLA_ASV_PRESETS": "deepseek-v3-tp8,glm5-tp8"}
     assert envvars.read("MLA_ASV_REPEATS", env) == 12
+    assert envvars.read("MLA_ASV_PRESETS", env) == ("deepseek-v3-tp8", "glm5-tp8")
     assert envvars.read("MLA_ASV_SCENARIOS", env) == ("b1-l500", "b32-l4096")
     assert envvars.read("MLA_ASV_STRATEGIES", env) == ("shadow",)
     assert envvars.read("MLA_ASV_TPOT", env) is True and envvars.read("MLA_ASV_TPOT", {}) is None
@@ -144,27 +149,121 @@ def _asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bo
     return module
 
 
-@pytest.mark.parametrize(("name", "value"), [("MLA_ASV_REPEATS", "abc"), ("MLA_ASV_REPEATS", "-1"),
-                                             ("MLA_ASV_SCENARIOS", "nope"), ("MLA_ASV_STRATEGIES", "nope")])
+@pytest.mark.parametrize(("name", "value"), [("MLA_ASV_REPEATS", "abc"), ("MLA_ASV_REPEATS", "-1"), ("MLA_ASV_SCENARIOS", "nope"),
+                                             ("MLA_ASV_STRATEGIES", "nope"), ("MLA_ASV_PRESETS", "nope"), ("MLA_ASV_PRESETS", "glm5-tp8,")])
 def test_asv_benchmarks_import_and_setup_names_the_variable(monkeypatch, name, value):
+    """A name no harness knows (the checkout's own refuses it too: a typo) fails setup, as a bad number does."""
     bench = _asv_module("benchmarks", monkeypatch, {name: value})  # discovery: no traceback
-    assert bench.SCENARIOS and bench.STRATEGIES and bench.REPEATS >= 1
+    assert bench.SCENARIOS and bench.STRATEGIES and bench.PRESETS and bench.REPEATS >= 1
     with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
         bench._Measured().setup_cache()
-    tpot = _asv_module("bench_tpot", monkeypatch, {name: value})
-    assert tpot.ENABLED  # a bad value enables the TPOT benchmarks on CPU, so their setup says so
+    tpot = _asv_module("bench_tpot", monkeypatch, {name: value, "MLA_ASV_TPOT": "1"})
     with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
-        tpot._Tpot().setup(tpot.SCENARIOS[0], tpot.STRATEGIES[0])
+        tpot._Tpot().setup(tpot.SCENARIOS[0], tpot.STRATEGIES[0], tpot.PRESETS[0])
+
+
+def test_a_bad_number_enables_the_tpot_benchmarks_on_cpu(monkeypatch):
+    """So their setup says so (they are not timed on CPU otherwise); a good one leaves them off."""
+    assert _asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "abc"}).ENABLED
+    assert not _asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "2"}).ENABLED
 
 
 def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypatch):
-    env = {"MLA_ASV_REPEATS": "7", "MLA_ASV_SCENARIOS": "b1-l500,edge-kv1", "MLA_ASV_STRATEGIES": "shadow,gather_cast"}
+    env = {"MLA_ASV_REPEATS": "7", "MLA_ASV_SCENARIOS": "b1-l500,edge-kv1", "MLA_ASV_STRATEGIES": "shadow,gather_cast",
+           "MLA_ASV_PRESETS": "deepseek-v3-tp8"}
     for without in (False, True):
         for name in ("benchmarks", "bench_tpot"):
             module = _asv_module(name, monkeypatch, env, without_envvars=without)
             assert (module.envvars is None) == without
-            assert (module.SCENARIOS, module.STRATEGIES, module.REPEATS) == (["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], 7)
+            assert (module.SCENARIOS, module.STRATEGIES, module.PRESETS, module.REPEATS) == (
+                ["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], ["deepseek-v3-tp8"], 7)
         assert _asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
+
+
+def test_asv_benchmarks_read_a_variable_the_commits_envvars_does_not_declare(monkeypatch):
+    """A base commit's harness/envvars.py from before MLA_ASV_PRESETS: the list is read as such (its names checked in
+    setup), not a KeyError at discovery."""
+    monkeypatch.setattr(envvars, "BY_NAME", {n: v for n, v in envvars.BY_NAME.items() if n != "MLA_ASV_PRESETS"})
+    for name in ("benchmarks", "bench_tpot"):
+        module = _asv_module(name, monkeypatch, {"MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
+        assert module.PRESETS == ["glm5-tp8", "deepseek-v3-tp8"] and not module.BAD_ENV
+
+
+def test_asv_presets_default_to_every_declared_preset_on_cuda_and_glm5_on_cpu(monkeypatch):
+    """deepseek-v3-tp8 (its own fused_fp8 tuning rows) is timed on CUDA without naming it, as every preset the
+    checkout declares: HEAD's list, also where the commit asv benchmarks lacks one (asv pairs parameters by index,
+    so a list of the commit's own would shift them); the CPU asv run stays one pool per scenario."""
+    import torch
+
+    from harness.spec import presets
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bench = _asv_module("benchmarks", monkeypatch, {})
+    assert bench.PRESETS == ["glm5-tp8"] and bench.StepDeviceMs.params[2] == bench.PoolBuilds.params[1] == ["glm5-tp8"]
+    monkeypatch.setattr(bench, "cuda", lambda: True)
+    declared = list(presets.PRESETS)
+    monkeypatch.delitem(presets.PRESETS, "deepseek-v3-tp8")  # this process's harness plays an older commit's
+    assert bench.default_presets() == declared and "deepseek-v3-tp8" in declared
+
+
+ASV_RUN = """import json, sys
+from asv_runner.run import _run
+values = []
+for benchmark in sys.argv[2:]:
+    _run((sys.argv[1], benchmark, "{}", "None", "result.json"))
+    values.append(json.load(open("result.json")))
+print(json.dumps(values))"""
+
+
+def _asv_records(tmp_path, cache: str, env: dict[str, str], *benchmarks: tuple[type, tuple]) -> list:
+    """What asv records for each (class, params) of suites/asv/benchmarks.py, run as asv runs one (asv_runner's run, in
+    a process of its own, setup_cache's value handed over): NaN for a skip (n/a)."""
+    import itertools
+    import pickle
+
+    (tmp_path / "cache.pickle").write_bytes(pickle.dumps(cache))
+    ids = [f"benchmarks.{cls.__name__}.{next(n for n in vars(cls) if n.startswith(('time_', 'track_')))}-"
+           f"{list(itertools.product(*cls.params)).index(params)}" for cls, params in benchmarks]
+    proc = subprocess.run([sys.executable, "-c", ASV_RUN, str(ROOT / "suites" / "asv"), *ids], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_name_this_commit_lacks_makes_only_its_benchmarks_na(monkeypatch, tmp_path):
+    """asv runs HEAD's lists (the perf gate's, asv publish's pinned MLA_ASV_STRATEGIES) against older commits: a
+    strategy, scenario or preset the commit's harness lacks is n/a there (asv records a skip; the gate: added at the
+    head), the rest is timed. Before, setup_cache refused the list: every benchmark of that commit failed. A name the
+    checkout's harness refuses too is a typo and still fails setup."""
+    pytest.importorskip("asv_runner")
+    from collections import Counter
+
+    from harness import strategies
+    from harness.execute.prepared import PreparedCase
+    from harness.spec import presets, scenario
+
+    monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools this process's other tests built
+    monkeypatch.delitem(strategies.REGISTRY, "shadow")  # this process's harness plays an older commit's
+    monkeypatch.delitem(presets.PRESETS, "deepseek-v3-tp8")
+    monkeypatch.setattr(scenario, "builtin_names", lambda real=scenario.builtin_names: [n for n in real() if n != "b32-l4096"])
+    env = {"MLA_ASV_SCENARIOS": "b1-l500,b32-l4096", "MLA_ASV_STRATEGIES": "gather_cast,shadow",
+           "MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8", "MLA_ASV_REPEATS": "2"}
+    bench = _asv_module("benchmarks", monkeypatch, env)
+    cache = bench._measure_all()
+    lacking = [(bench.StepMs, ("b1-l500", "shadow", "glm5-tp8")), (bench.StepMs, ("b32-l4096", "gather_cast", "glm5-tp8")),
+               (bench.StepMs, ("b1-l500", "gather_cast", "deepseek-v3-tp8")), (bench.PoolBuilds, ("b1-l500", "deepseek-v3-tp8"))]
+    for cls, params in lacking:
+        with pytest.raises(NotImplementedError, match="is not in this commit's harness"):
+            cls().setup(cache, *params)
+    timed = [(bench.StepMs, ("b1-l500", "gather_cast", "glm5-tp8")), (bench.PoolBuilds, ("b1-l500", "glm5-tp8"))]
+    *skips, step, builds = _asv_records(tmp_path, cache, env, *lacking, *timed)
+    assert all(math.isnan(v) for v in skips) and all(v > 0 for v in step["samples"]) and builds == 1, (skips, step, builds)
+    tpot = _asv_module("bench_tpot", monkeypatch, {**env, "MLA_ASV_TPOT": "1"})
+    with pytest.raises(NotImplementedError, match="^shadow is not in this commit's harness"):
+        tpot._Tpot().setup("b1-l500", "shadow", "glm5-tp8")
+    typo = _asv_module("benchmarks", monkeypatch, {**env, "MLA_ASV_STRATEGIES": "gather_cast,shadw"})
+    with pytest.raises(ValueError, match="^bad asv environment: MLA_ASV_STRATEGIES: unknown name 'shadw'"):
+        typo._measure_all()
 
 
 @pytest.mark.parametrize("value", ["-3", "0", "abc", ""])

@@ -200,6 +200,7 @@ def _benchmarks(monkeypatch):
     monkeypatch.setenv("MLA_ASV_SCENARIOS", "b1-l500")
     monkeypatch.setenv("MLA_ASV_STRATEGIES", "gather_cast")
     monkeypatch.setenv("MLA_ASV_REPEATS", "3")
+    monkeypatch.setenv("MLA_ASV_PRESETS", "glm5-tp8")
     spec = importlib.util.spec_from_file_location("_pins_asv_benchmarks", ROOT / "suites" / "asv" / "benchmarks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -236,11 +237,11 @@ def test_asv_benchmarks_report_seconds_for_every_timed_metric(monkeypatch):
         unit = METRICS[c.metric].unit
         assert bench.TO_SECONDS[unit] == {"us": 1e-6, "ms": 1e-3}[unit], c.metric
         assert (c.number, c.rounds, c.warmup_time, c.repeat[:2]) == (1, 1, 0, (3, 3)), c.__name__
-    cache = '{"b1-l500": {"builds": 1, "strategies": {"gather_cast": {"cast_us": [1e-6, 2e-6]}, "shadow": {"skipped": "why"}}}}'
-    assert bench.CastUs()._values(cache, "b1-l500", "gather_cast") == [1e-6, 2e-6]
+    cache = '{"glm5-tp8": {"b1-l500": {"builds": 1, "strategies": {"gather_cast": {"cast_us": [1e-6, 2e-6]}, "shadow": {"skipped": "why"}}}}}'
+    assert bench.CastUs()._values(cache, "b1-l500", "gather_cast", "glm5-tp8") == [1e-6, 2e-6]
     for strategy, cls in (("shadow", bench.CastUs), ("gather_cast", bench.AttnUs)):
         with pytest.raises(NotImplementedError):  # asv records a skip (n/a), not a number
-            cls()._values(cache, "b1-l500", strategy)
+            cls()._values(cache, "b1-l500", strategy, "glm5-tp8")
 
 
 
@@ -260,7 +261,7 @@ def test_asv_setup_cache_hands_asv_seconds(monkeypatch):
                     skipped={"attn_us": "planted"})
     monkeypatch.setattr(harness.measure.collect, "measure", lambda session, repeats: fake if repeats == 3 else None)
     monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
-    out = json.loads(bench._measure_all())["b1-l500"]
+    out = json.loads(bench._measure_all())["glm5-tp8"]["b1-l500"]
     assert out["builds"] == 1
     assert out["strategies"]["gather_cast"] == {"cast_us": pytest.approx([2e-6, 4e-6]), "step_ms": pytest.approx([1.5e-3]),
                                                 "disturbed": {}}

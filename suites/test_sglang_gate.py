@@ -406,10 +406,11 @@ def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
 
     verdicts = {"pass": 0, "fail": 1, "error": 1}
     for status, value in verdicts.items():
-        cache = json.dumps({"s": {"verdicts": {"x": status}}})
-        assert sgl_bench.Verdict().track_verdict(cache, "s", "x") == value
-    with pytest.raises(NotImplementedError, match="unsupported"):  # n/a (asv: NaN), as its timings: not a fail at both commits
-        sgl_bench.Verdict().track_verdict(json.dumps({"s": {"verdicts": {"x": "unsupported"}}}), "s", "x")
+        cache, verdict = json.dumps({"p": {"s": {"verdicts": {"x": status}}}}), sgl_bench.Verdict()
+        verdict.setup(cache, "s", "x", "p")
+        assert verdict.track_verdict(cache, "s", "x", "p") == value
+    with pytest.raises(NotImplementedError, match="unsupported"):  # n/a (asv: NaN, raised by setup), as its timings: not a fail at both commits
+        sgl_bench.Verdict().setup(json.dumps({"p": {"s": {"verdicts": {"x": "unsupported"}}}}), "s", "x", "p")
     mark = "+" if after != before else " "
     table = ("| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
              f"| {mark} | {before} | {after} | n/a | benchmarks.Verdict.track_verdict('b32-l4096', 'sglang_flashinfer') |\n")

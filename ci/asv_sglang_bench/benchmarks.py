@@ -1,15 +1,15 @@
 """asv benchmarks of the SGLang gate: the harness's (suites/asv/benchmarks.py) plus each strategy's verdict.
 
 ci/sglang_gate.py points asv here. Every class of suites/asv/benchmarks.py is kept under its name (the
-asv gate reads the metric from it) and shares one setup_cache that runs the harness's measurement and
-then checks the same case as `harness run` does (runner.run, no timing: golden, and bitwise against
-`stock` for a bitwise-tier strategy), so a commit of SGLang that times well but computes wrong is
-caught too: `Verdict.track_verdict` is 0 when the verdict passes, 1 when it fails or errors, and n/a
-(skipped, as the strategy's timings are) when it is unsupported; asv's comparison marks 0 -> 1 worse,
+asv gate reads the metric from it; derived from that module, so a new metric's class needs no edit here) and
+shares one setup_cache that runs the harness's measurement and then checks the same case as `harness run`
+does (runner.run, no timing: golden, and bitwise against `stock` for a bitwise-tier strategy), so a commit
+of SGLang that times well but computes wrong is caught too: `Verdict.track_verdict` is 0 when the verdict
+passes, 1 when it fails or errors, and n/a (skipped by setup, as the strategy's timings are) when it is unsupported; asv's comparison marks 0 -> 1 worse,
 which the gate fails on (the `verdict` metric gates everywhere), and the gate fails a head whose verdict
 is 1 whatever the base had (asv calls 1 -> 1 unchanged), while pass -> n/a is a benchmark the head lost. When no requested strategy can run (every verdict unsupported: say the commit's
 SGLang does not import) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
-Scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
+Presets, scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
 """
 
 import json
@@ -18,7 +18,8 @@ from suites.asv import benchmarks as harness_bench
 
 
 def _measure_and_check(_self=None) -> str:
-    """(A setup_cache: asv passes the benchmark instance.) The harness's measurement JSON, each scenario with {"verdicts": {strategy: status}} added."""
+    """(A setup_cache: asv passes the benchmark instance.) The harness's measurement JSON, each case it measured with
+    {"verdicts": {strategy: status}} added."""
     import torch
     from rich.console import Console
 
@@ -29,19 +30,22 @@ def _measure_and_check(_self=None) -> str:
 
     out = json.loads(harness_bench._measure_all())
     device = torch.device("cuda" if harness_bench.cuda() else "cpu")
-    for scenario in harness_bench.SCENARIOS:
-        case = Case(get_preset("glm5-tp8"), get_scale("prod" if device.type == "cuda" else "ci"), load_scenario(scenario))
-        outcome = run(RunConfig(case, device, strategies=tuple(harness_bench.STRATEGIES), repeats=0), Console(quiet=True))
-        out[scenario]["verdicts"] = checked({r.strategy: r.verdict.status.value for r in outcome.results}, scenario)
+    for preset, cases in out.items():
+        for scenario, measured in cases.items():
+            if "skipped" in measured:  # a preset or scenario this commit lacks: n/a, its timings too
+                continue
+            case = Case(get_preset(preset), get_scale("prod" if device.type == "cuda" else "ci"), load_scenario(scenario))
+            outcome = run(RunConfig(case, device, strategies=tuple(harness_bench.STRATEGIES), repeats=0), Console(quiet=True))
+            measured["verdicts"] = checked({r.strategy: r.verdict.status.value for r in outcome.results}, case.name)
     return json.dumps(out)
 
 
-def checked(verdicts: dict[str, str], scenario: str) -> dict[str, str]:
+def checked(verdicts: dict[str, str], case: str) -> dict[str, str]:
     """`verdicts`, or RuntimeError (setup_cache fails: the gate exits 2) when no requested strategy ran: a
     commit whose SGLang cannot be imported, or strategies that cannot run here, never pass as unchanged."""
     wanted = {s: v for s, v in verdicts.items() if s in harness_bench.STRATEGIES}
     if all(v == "unsupported" for v in wanted.values()):
-        raise RuntimeError(f"{scenario}: nothing requested could be checked: every one of {sorted(wanted)} is unsupported here")
+        raise RuntimeError(f"{case}: nothing requested could be checked: every one of {sorted(wanted)} is unsupported here")
     return verdicts
 
 
@@ -50,45 +54,24 @@ class _Shared:
     _measure_and_check.timeout = 3600
 
 
-class CastUs(_Shared, harness_bench.CastUs):
-    pass
-
-
-class AttnUs(_Shared, harness_bench.AttnUs):
-    pass
-
-
-class StepDeviceMs(_Shared, harness_bench.StepDeviceMs):
-    pass
-
-
-class StepHostMs(_Shared, harness_bench.StepHostMs):
-    pass
-
-
-class StepMs(_Shared, harness_bench.StepMs):
-    pass
-
-
-class PeakBytes(_Shared, harness_bench.PeakBytes):
-    pass
-
-
-class PoolBuilds(_Shared, harness_bench.PoolBuilds):
-    pass
+for _name, _bench in vars(harness_bench).copy().items():  # every benchmark class of the harness's, under its name
+    if isinstance(_bench, type) and not _name.startswith("_") and _bench.__module__ == harness_bench.__name__:
+        globals()[_name] = type(_name, (_Shared, _bench), {"__module__": __name__})
 
 
 class Verdict(_Shared):
     """0 when the strategy's verdict on the scenario passes, 1 otherwise (lower is better, as asv assumes)."""
 
-    params = (harness_bench.SCENARIOS, harness_bench.STRATEGIES)
-    param_names = ["scenario", "strategy"]
+    params, param_names = harness_bench._Measured.params, harness_bench._Measured.param_names
     timeout = 3600
 
-    def track_verdict(self, cache, scenario, strategy):
-        verdict = json.loads(cache)[scenario]["verdicts"][strategy]
+    def setup(self, cache, scenario, strategy, preset):  # asv skips (n/a) what setup refuses; from the benchmark: failed
+        verdict = harness_bench._case(cache, scenario, preset)["verdicts"][strategy]
         if verdict == "unsupported":  # n/a, as its timings are: not a failure at both commits, nor a pass
-            raise NotImplementedError(f"{strategy} is unsupported on {scenario} here")
-        return 0 if verdict == "pass" else 1
+            raise NotImplementedError(f"{strategy} is unsupported on {preset} {scenario} here")
+        self.value = 0 if verdict == "pass" else 1
+
+    def track_verdict(self, cache, scenario, strategy, preset):
+        return self.value
 
     track_verdict.unit = "failed"

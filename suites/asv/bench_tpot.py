@@ -1,12 +1,13 @@
-"""asv benchmarks: per-commit end-to-end TPOT (model-shaped decode step of one glm5-tp8 rank) per
-strategy x scenario, and the attention path's share of it — what `harness tpot` reports.
+"""asv benchmarks: per-commit end-to-end TPOT (model-shaped decode step of one tensor-parallel rank of the
+preset's model) per strategy x scenario x preset, and the attention path's share of it — what `harness tpot` reports.
 
-On CUDA: production pool, the full 78-layer GLM-5 TP8 rank (4 rotated weight sets), no all-reduce
-time (MLA_ASV_ALLREDUCE_TABLE=path adds the measured latency stand-in). On CPU only with
+On CUDA: production pool, the preset's full rank (GLM-5 TP8: 78 layers; DeepSeek-V3 TP8: 61; 4 rotated weight
+sets), no all-reduce time (MLA_ASV_ALLREDUCE_TABLE=path adds the measured latency stand-in). On CPU only with
 MLA_ASV_TPOT=1 (the shrunk model on a 2,048-slot pool), so the CPU asv test of benchmarks.py does
-not pay for them. MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES /
+not pay for them. MLA_ASV_PRESETS / MLA_ASV_SCENARIOS / MLA_ASV_STRATEGIES /
 MLA_ASV_REPEATS narrow the matrix as for benchmarks.py (default strategies: the registry's BENCHMARKED);
-harness/envvars.py checks them (a bad value fails setup with one line naming the variable).
+harness/envvars.py checks them (a bad value fails setup with one line naming the variable; a name this commit's
+harness lacks is n/a, as in benchmarks.py).
 """
 
 import os
@@ -14,7 +15,7 @@ import sys
 
 import torch
 
-from .benchmarks import benchmarked
+from .benchmarks import absent, benchmarked, default_presets
 
 try:
     from harness import envvars
@@ -26,15 +27,16 @@ CUDA = torch.cuda.is_available()
 BAD_ENV: list[str] = []  # a bad MLA_ASV_* value: setup raises it (at import it would be a discovery traceback)
 
 
-def _env(name: str, default, check_names: bool = True):
-    """The variable parsed and checked by harness.envvars; unset (or bad, kept in BAD_ENV): default()."""
+def _env(name: str, default):
+    """The variable parsed by harness.envvars (its names unchecked: `absent` checks them in setup); unset (or bad,
+    kept in BAD_ENV): default()."""
     if name not in os.environ:
         return default()
-    if envvars is None:  # as the base commit's benchmarks read it
+    if envvars is None or name not in envvars.BY_NAME:  # as a base commit's benchmarks read it (a variable it lacks)
         raw = os.environ[name]
         return {"MLA_ASV_REPEATS": int, "MLA_ASV_TPOT": lambda v: v == "1", "MLA_ASV_ALLREDUCE_TABLE": str}.get(name, lambda v: v.split(","))(raw)
     try:
-        return envvars.read(name, check_names=check_names)
+        return envvars.read(name, check_names=False)
     except HarnessError as exc:
         BAD_ENV.append(str(exc))
         return default()
@@ -42,14 +44,17 @@ def _env(name: str, default, check_names: bool = True):
 
 SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if CUDA else ["b1-l500"]))
 STRATEGIES = list(_env("MLA_ASV_STRATEGIES", benchmarked))
+PRESETS = list(_env("MLA_ASV_PRESETS", default_presets))
 REPEATS = _env("MLA_ASV_REPEATS", lambda: 20 if CUDA else 2)
 ALLREDUCE_TABLE = _env("MLA_ASV_ALLREDUCE_TABLE", lambda: None)
 ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad value: enabled, so setup says so
 
 
-def _measure(scenario: str, strategy: str) -> dict:
+def _measure(scenario: str, strategy: str, preset: str) -> dict:
     if BAD_ENV:
         raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
+    if lacking := [why for names in absent([preset], [scenario], [strategy]) for why in names.values()]:
+        raise NotImplementedError(lacking[0])
     from harness.backends import make_backend
     from harness.strategies import REGISTRY
 
@@ -69,9 +74,9 @@ def _measure(scenario: str, strategy: str) -> dict:
         print(f"skipped {strategy}: {reason}", file=sys.stderr)
         raise NotImplementedError(reason)
     scale = get_scale("prod") if CUDA else get_scale("ci", slots=2048)
-    case = Case(get_preset("glm5-tp8"), scale, load_scenario(scenario))
+    case = Case(get_preset(preset), scale, load_scenario(scenario))
     allreduce = LatencyAllReduce(load_table(ALLREDUCE_TABLE), device) if (ALLREDUCE_TABLE and CUDA) else AllReduce()
-    ctx = build_context(case, load_shape("glm5-tp8", shrink=not CUDA), device, "auto", 4, allreduce)
+    ctx = build_context(case, load_shape(preset, shrink=not CUDA), device, "auto", 4, allreduce)
     r = time_strategy(strategy, ctx, REPEATS)
     share_row = getattr(tpot, "attn_share_row", None)  # None: a base commit's harness from before it (no share)
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="auto")
@@ -79,29 +84,32 @@ def _measure(scenario: str, strategy: str) -> dict:
 
 
 class _Tpot:
-    params = (SCENARIOS, STRATEGIES)
-    param_names = ["scenario", "strategy"]
+    params = (SCENARIOS, STRATEGIES, PRESETS)
+    param_names = ["scenario", "strategy", "preset"]  # as benchmarks.py's
     timeout = 900
     number = 1
     repeat = 1
 
-    def setup(self, scenario, strategy):
-        self.values = _measure(scenario, strategy)
+    def setup(self, scenario, strategy, preset):  # asv skips (n/a) what setup refuses
+        self.values = _measure(scenario, strategy, preset)
 
 
 if ENABLED:
 
     class TpotMs(_Tpot):
-        def track_tpot_ms(self, scenario, strategy):
+        def track_tpot_ms(self, scenario, strategy, preset):
             return self.values["tpot_ms"]
 
         track_tpot_ms.unit = "ms"
 
     class AttnShare(_Tpot):
-        def track_attn_share(self, scenario, strategy):
+        def setup(self, scenario, strategy, preset):  # n/a raised here: asv records one from the benchmark itself as failed
+            super().setup(scenario, strategy, preset)
             row = self.values["attn_share"]
             if row is None or row.value is None:
                 raise NotImplementedError(row.detail["unsupported"] if row else "attn_share: this commit's harness tpot has no attn_share_row")
-            return row.value
+
+        def track_attn_share(self, scenario, strategy, preset):
+            return self.values["attn_share"].value
 
         track_attn_share.unit = "ratio"
