@@ -8,9 +8,11 @@ import copy
 import math
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from harness.backends import make_backend
 from harness.errors import HarnessError
 from harness.inputs.cases import load_case
 from harness.results.metrics import METRICS
+from suites.hang_guard import HANG_GUARD_S
 
 
 def run_strategies(case_name: str, strategies, device="cpu", backend="torch", faults=frozenset(), kernel="auto",
@@ -128,3 +131,16 @@ def nudged(doc: dict, ulps: int = 1) -> dict:
 def another_run(doc: dict) -> dict:
     """A results document as another run of the same rows would write it: another `created` stamp, `nudged`."""
     return {**nudged(doc), "created": "2026-12-03T00:00:00+00:00"}
+
+
+def interrupt_when_marked(proc: subprocess.Popen, mark: Path, how: str | None) -> tuple[str, str]:
+    """Once `mark` exists (the child is under way), interrupt `proc`, started in a session of its own, as a cancelled
+    job would ("sigterm": SIGTERM to it; "ctrl-c": SIGINT to its process group; None: let it finish); its output."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while how and not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    elif how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    return proc.communicate(timeout=HANG_GUARD_S)

@@ -30,6 +30,7 @@ from ci import asv_gate
 from harness import datafiles
 from harness.errors import HarnessError
 from suites.hang_guard import HANG_GUARD_S
+from suites.helpers import interrupt_when_marked
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -958,14 +959,7 @@ def test_an_interrupted_gate_stops_asv_and_its_benchmarks(tmp_path, monkeypatch,
     proc = subprocess.Popen([sys.executable, "-m", "ci.asv_gate", "HEAD~1", "HEAD"], cwd=project, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while how and not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if how == "sigterm":
-            proc.send_signal(signal.SIGTERM)
-        elif how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        stdout, stderr = interrupt_when_marked(proc, mark, how)
         pids = [int(pid) for pid in mark.read_text().split()]
         deadline = time.monotonic() + 10  # SIGKILL is sent, not awaited
         while any(map(_running, pids)) and time.monotonic() < deadline:

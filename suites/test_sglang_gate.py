@@ -20,6 +20,7 @@ import pytest
 
 from ci import asv_sglang_env, sglang_gate
 from suites.hang_guard import HANG_GUARD_S
+from suites.helpers import interrupt_when_marked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -581,14 +582,7 @@ def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, h
     out = tmp_path / "r.json"
     proc = start_gate(tmp_path, str(out), 60 if how else 0, start_new_session=True)
     try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while how and not (tmp_path / "mark").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if how == "sigterm":
-            proc.send_signal(signal.SIGTERM)
-        elif how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        stdout, stderr = interrupt_when_marked(proc, tmp_path / "mark", how)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
