@@ -49,6 +49,7 @@ from harness.errors import HarnessError
 from harness.gate import decision
 from harness.results.metrics import METRICS
 from harness.results.schema import CASE_FIELDS, Environment, ResultsFile, Row, parse_results, read_results
+from harness.spec.gpus import gpu_key
 
 REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
@@ -273,7 +274,7 @@ def env_value(env: Environment | None, name: str):
     whether Triton interprets (unset and `0` alike), any other field as recorded."""
     value = getattr(env, name) if env else None
     if name == "gpu":
-        return " ".join(value.split()).lower() if value else None
+        return gpu_key(value) if value else None
     return envvars.triton_interpreted(value) if name == "triton_interpret" else value
 
 

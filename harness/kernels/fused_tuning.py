@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
 from harness.kernels.fused_mla_decode import BLOCK_H, Config
+from harness.spec.gpus import gpu_key
 
 TABLE_FILE = Path(__file__).with_name("fused_tuning.toml")
 PROGRAMS_PER_SM = 2
@@ -46,11 +47,6 @@ def default_config(batch: int, max_len: int, num_heads: int, sm_count: int) -> C
 
 KEY_FIELDS = ("batch", "kv_len", "heads", "gpu")  # an entry's key (heads, gpu optional); every other field is a Config field
 REQUIRED_FIELDS = ("batch", "kv_len", "num_splits", "block_n", "num_warps", "num_stages")
-
-
-def gpu_key(name: str) -> str:
-    """A GPU's name as entries compare it: apart from case and spacing ("NVIDIA  H200" is "nvidia h200")."""
-    return " ".join(name.lower().split())
 
 
 def entry_key(entry: dict) -> tuple[int | str, ...]:

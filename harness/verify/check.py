@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import torch
 
-from harness.backends import backend_keys
+from harness.backends import backend_family, backend_keys
 from harness.backends.contract import OUT_WIDTH, ContractViolation, check_boundary  # noqa: F401  (the contract's home; re-exported)
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
@@ -112,7 +112,7 @@ def policy(strategy: str, backend: str) -> Tolerance:
     """The tolerance for (strategy, backend) from tolerances.toml: the strategy's own row, else the backend's
     default ("default.<backend>", a family sharing one), else "default"."""
     table = default_policy()
-    family = backend.split("-")[0]
+    family = backend_family(backend)
     for key in (f"{strategy}.{backend}", f"{strategy}.{family}", strategy):
         if key in table:
             return table[key]

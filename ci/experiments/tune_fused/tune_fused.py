@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.kernels.fused_mla_cuda import CLUSTER_SPLITS  # noqa: E402
 from harness.kernels.fused_mla_decode import P_SPLIT, Config, fused_mla_decode, partial_buffers  # noqa: E402
-from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, entry_key, gpu_key, load_table  # noqa: E402
+from harness.kernels.fused_tuning import TABLE_FILE, bucket, default_config, entry_for, entry_key, load_table  # noqa: E402
 from harness.measure.control import measure_control  # noqa: E402
 from harness.measure.timing import event_time_ms  # noqa: E402
+from harness.spec.gpus import gpu_key  # noqa: E402
 from harness.spec.presets import get_preset, get_scale  # noqa: E402
 from harness.spec.schedule import NEW_TOKENS  # noqa: E402
 
