@@ -207,7 +207,7 @@ MUTATIONS = [
      'd = decision.decide(_samples(bc), _samples(hc), "higher", 0.10)',
      [f"{COMPARE}::test_the_control_is_judged_at_the_gates_tolerance"]),
     ("audit-gpu-name-case-sensitive", "harness/gate/compare.py",
-     'return " ".join(value.split()).lower() if value else None', "return value",
+     'return gpu_key(value) if value else None', "return value",
      [f"{COMPARE}::test_the_same_gpu_spelled_otherwise_is_the_same_environment",
       f"{COMPARE}::test_the_same_gpu_spelled_otherwise_explains_no_unsupported_strategy"]),
     ("audit-host-explains-unsupported", "harness/gate/compare.py",
