@@ -170,10 +170,11 @@ def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("MLA_ASV_TPOT", "1")
     monkeypatch.setenv("MLA_ASV_REPEATS", "2")
+    monkeypatch.delitem(sys.modules, "suites.asv.benchmarks", raising=False)  # its `.benchmarks` fresh, as in asv's process
     spec = importlib.util.spec_from_file_location("suites.asv._fresh_bench_tpot", REPO / "suites" / "asv" / "bench_tpot.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    params, share = (bench.SCENARIOS[0], "gather_cast", bench.PRESETS[0]), bench.AttnShare()
+    params, share = (bench.PARAMS[0][0], "gather_cast", bench.PARAMS[2][0]), bench.AttnShare()
     real = tpot.attn_share_row
     monkeypatch.setattr(tpot, "attn_share_row", lambda ctx, r, ident: Row(strategy=r.strategy, metric="attn_share", value=0.25, **ident))
     share.setup(*params)

@@ -143,6 +143,7 @@ def _asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bo
 
         monkeypatch.setitem(sys.modules, "harness.envvars", None)  # the import fails as on a base commit
         monkeypatch.delattr(harness, "envvars", raising=False)
+    monkeypatch.delitem(sys.modules, "suites.asv.benchmarks", raising=False)  # bench_tpot's `.benchmarks`: fresh too, as in asv's process
     spec = importlib.util.spec_from_file_location(f"suites.asv._fresh_{name}", ROOT / "suites" / "asv" / f"{name}.py")  # in the package: bench_tpot imports .benchmarks
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -159,7 +160,7 @@ def test_asv_benchmarks_import_and_setup_names_the_variable(monkeypatch, name, v
         bench._Measured().setup_cache()
     tpot = _asv_module("bench_tpot", monkeypatch, {name: value, "MLA_ASV_TPOT": "1"})
     with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
-        tpot._Tpot().setup(tpot.SCENARIOS[0], tpot.STRATEGIES[0], tpot.PRESETS[0])
+        tpot._Tpot().setup(*(axis[0] for axis in tpot.PARAMS))
 
 
 def test_a_bad_number_enables_the_tpot_benchmarks_on_cpu(monkeypatch):
@@ -174,9 +175,8 @@ def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypat
     for without in (False, True):
         for name in ("benchmarks", "bench_tpot"):
             module = _asv_module(name, monkeypatch, env, without_envvars=without)
-            assert (module.envvars is None) == without
-            assert (module.SCENARIOS, module.STRATEGIES, module.PRESETS, module.REPEATS) == (
-                ["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], ["deepseek-v3-tp8"], 7)
+            assert (module.env_value.__globals__["envvars"] is None) == without
+            assert (module.PARAMS, module.REPEATS) == ((["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], ["deepseek-v3-tp8"]), 7)
         assert _asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
 
 
@@ -186,7 +186,7 @@ def test_asv_benchmarks_read_a_variable_the_commits_envvars_does_not_declare(mon
     monkeypatch.setattr(envvars, "BY_NAME", {n: v for n, v in envvars.BY_NAME.items() if n != "MLA_ASV_PRESETS"})
     for name in ("benchmarks", "bench_tpot"):
         module = _asv_module(name, monkeypatch, {"MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
-        assert module.PRESETS == ["glm5-tp8", "deepseek-v3-tp8"] and not module.BAD_ENV
+        assert module.PARAMS[2] == ["glm5-tp8", "deepseek-v3-tp8"] and not module.BAD_ENV
 
 
 def test_asv_presets_default_to_every_declared_preset_on_cuda_and_glm5_on_cpu(monkeypatch):

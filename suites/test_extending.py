@@ -78,7 +78,7 @@ def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, 
     # asv: both benchmark files time it by default (fused_fp8 too)
     for name in ("benchmarks", "bench_tpot"):
         module = _asv_module(name, monkeypatch, {})
-        assert TOY in module.STRATEGIES and "fused_fp8" in module.STRATEGIES, name
+        assert TOY in module.PARAMS[1] and "fused_fp8" in module.PARAMS[1], name
     assert TOY in _asv_module("benchmarks", monkeypatch, {}).StepDeviceMs.params[1]
 
     # report: a row of the toy's own in the case table, its speedup over the registry's baseline

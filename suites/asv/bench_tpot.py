@@ -10,49 +10,21 @@ harness/envvars.py checks them (a bad value fails setup with one line naming the
 harness lacks is n/a, as in benchmarks.py).
 """
 
-import os
 import sys
 
 import torch
 
-from .benchmarks import absent, benchmarked, default_presets
-
-try:
-    from harness import envvars
-    from harness.errors import HarnessError
-except ImportError:  # a base commit from before harness/envvars.py (the perf gate benchmarks it too)
-    envvars = None
+from .benchmarks import BAD_ENV, PARAM_NAMES, PARAMS, absent, check_env, env_value
 
 CUDA = torch.cuda.is_available()
-BAD_ENV: list[str] = []  # a bad MLA_ASV_* value: setup raises it (at import it would be a discovery traceback)
 
-
-def _env(name: str, default):
-    """The variable parsed by harness.envvars (its names unchecked: `absent` checks them in setup); unset (or bad,
-    kept in BAD_ENV): default()."""
-    if name not in os.environ:
-        return default()
-    if envvars is None or name not in envvars.BY_NAME:  # as a base commit's benchmarks read it (a variable it lacks)
-        raw = os.environ[name]
-        return {"MLA_ASV_REPEATS": int, "MLA_ASV_TPOT": lambda v: v == "1", "MLA_ASV_ALLREDUCE_TABLE": str}.get(name, lambda v: v.split(","))(raw)
-    try:
-        return envvars.read(name, check_names=False)
-    except HarnessError as exc:
-        BAD_ENV.append(str(exc))
-        return default()
-
-
-SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if CUDA else ["b1-l500"]))
-STRATEGIES = list(_env("MLA_ASV_STRATEGIES", benchmarked))
-PRESETS = list(_env("MLA_ASV_PRESETS", default_presets))
-REPEATS = _env("MLA_ASV_REPEATS", lambda: 20 if CUDA else 2)
-ALLREDUCE_TABLE = _env("MLA_ASV_ALLREDUCE_TABLE", lambda: None)
-ENABLED = _env("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad value: enabled, so setup says so
+REPEATS = env_value("MLA_ASV_REPEATS", lambda: 20 if CUDA else 2)
+ALLREDUCE_TABLE = env_value("MLA_ASV_ALLREDUCE_TABLE", lambda: None)
+ENABLED = env_value("MLA_ASV_TPOT", lambda: False) or CUDA or bool(BAD_ENV)  # a bad value: enabled, so setup says so
 
 
 def _measure(scenario: str, strategy: str, preset: str) -> dict:
-    if BAD_ENV:
-        raise ValueError(f"bad asv environment: {BAD_ENV[0]}")
+    check_env()
     if lacking := [why for names in absent([preset], [scenario], [strategy]) for why in names.values()]:
         raise NotImplementedError(lacking[0])
     from harness.backends import make_backend
@@ -84,8 +56,7 @@ def _measure(scenario: str, strategy: str, preset: str) -> dict:
 
 
 class _Tpot:
-    params = (SCENARIOS, STRATEGIES, PRESETS)
-    param_names = ["scenario", "strategy", "preset"]  # as benchmarks.py's
+    params, param_names = PARAMS, PARAM_NAMES  # benchmarks.py's
     timeout = 900
     number = 1
     repeat = 1

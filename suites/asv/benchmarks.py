@@ -64,13 +64,17 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout these files belon
 CPU_PRESET = "glm5-tp8"  # the one preset timed on CPU (harness run's default)
 
 
-def _env(name: str, default):
+# How a variable is read where this commit's harness/envvars.py lacks it (a base commit's): else a comma list.
+UNCHECKED_PARSE = {"MLA_ASV_REPEATS": int, "MLA_ASV_TPOT": lambda v: v == "1", "MLA_ASV_ALLREDUCE_TABLE": str}
+
+
+def env_value(name: str, default):
     """The variable parsed by harness.envvars (its names unchecked: `absent` checks them in setup); unset (or bad,
     kept in BAD_ENV): default()."""
     if name not in os.environ:
         return default()
     if envvars is None or name not in envvars.BY_NAME:  # as a base commit's benchmarks read it (a variable it lacks)
-        return int(os.environ[name]) if name == "MLA_ASV_REPEATS" else os.environ[name].split(",")
+        return UNCHECKED_PARSE.get(name, lambda v: v.split(","))(os.environ[name])
     try:
         return envvars.read(name, check_names=False)
     except HarnessError as exc:
@@ -138,10 +142,13 @@ def default_presets() -> list[str]:
     return proc.stdout.strip().split(",")
 
 
-SCENARIOS = list(_env("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if cuda() else ["b1-l500"]))
-STRATEGIES = list(_env("MLA_ASV_STRATEGIES", benchmarked))
-PRESETS = list(_env("MLA_ASV_PRESETS", default_presets))
-REPEATS = _env("MLA_ASV_REPEATS", lambda: 30 if cuda() else 3)
+SCENARIOS = list(env_value("MLA_ASV_SCENARIOS", lambda: ["b1-l4096", "b32-l4096"] if cuda() else ["b1-l500"]))
+STRATEGIES = list(env_value("MLA_ASV_STRATEGIES", benchmarked))
+PRESETS = list(env_value("MLA_ASV_PRESETS", default_presets))
+REPEATS = env_value("MLA_ASV_REPEATS", lambda: 30 if cuda() else 3)
+# Every per-strategy benchmark's axes (bench_tpot.py's too). The preset comes last: asv names a result
+# `Class.method(scenario, strategy, preset)`, as the gate's readers expect the scenario first.
+PARAMS, PARAM_NAMES = (SCENARIOS, STRATEGIES, PRESETS), ["scenario", "strategy", "preset"]
 TO_SECONDS = {"ms": 1e-3, "us": 1e-6}
 
 
@@ -234,11 +241,9 @@ def _case(cache: str, scenario: str, preset: str) -> dict:
 
 
 class _Measured:
-    """Shared by every benchmark: one setup_cache (one pool per case), one metric per class. The preset comes last:
-    asv names a result `Class.method(scenario, strategy, preset)`, as the gate's readers expect the scenario first."""
+    """Shared by every benchmark: one setup_cache (one pool per case), one metric per class."""
 
-    params = (SCENARIOS, STRATEGIES, PRESETS)
-    param_names = ["scenario", "strategy", "preset"]
+    params, param_names = PARAMS, PARAM_NAMES
     timeout = 3600
     metric = ""
 
