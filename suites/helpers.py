@@ -1,10 +1,11 @@
 """Shared test plumbing: run strategies on a golden case exactly as `harness run` does (no timing);
 run a test file again in a Triton-interpreter child process; read a results file's repro command; a results
-document as another run would write it."""
+document as another run would write it; a fresh copy of an asv benchmark file."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import os
 import shlex
@@ -19,7 +20,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from harness import CHECKOUT
+from harness import CHECKOUT, envvars
 from harness.api import RunConfig, run
 from harness.backends import make_backend
 from harness.errors import HarnessError
@@ -144,3 +145,22 @@ def interrupt_when_marked(proc: subprocess.Popen, mark: Path, how: str | None) -
     elif how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)
     return proc.communicate(timeout=HANG_GUARD_S)
+
+
+def fresh_asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bool = False):
+    """A fresh copy of suites/asv/<name>.py as asv imports it under `env`; without_envvars: as on a
+    base commit whose harness has no harness/envvars.py."""
+    for var in envvars.VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if without_envvars:
+        import harness
+
+        monkeypatch.setitem(sys.modules, "harness.envvars", None)  # the import fails as on a base commit
+        monkeypatch.delattr(harness, "envvars", raising=False)
+    monkeypatch.delitem(sys.modules, "suites.asv.benchmarks", raising=False)  # bench_tpot's `.benchmarks`: fresh too, as in asv's process
+    spec = importlib.util.spec_from_file_location(f"suites.asv._fresh_{name}", CHECKOUT / "suites" / "asv" / f"{name}.py")  # in the package: bench_tpot imports .benchmarks
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -71,10 +71,10 @@ def test_every_preset_is_timed_on_a_pool_of_its_own(monkeypatch):
     from collections import Counter
 
     from harness.execute.prepared import PreparedCase
-    from suites.test_envvars import _asv_module
+    from suites.helpers import fresh_asv_module
 
     presets = ["glm5-tp8", "deepseek-v3-tp8"]
-    bench = _asv_module("benchmarks", monkeypatch, {**QUICK_ENV, "MLA_ASV_STRATEGIES": "gather_cast", "MLA_ASV_PRESETS": ",".join(presets)})
+    bench = fresh_asv_module("benchmarks", monkeypatch, {**QUICK_ENV, "MLA_ASV_STRATEGIES": "gather_cast", "MLA_ASV_PRESETS": ",".join(presets)})
     monkeypatch.setattr(PreparedCase, "builds", Counter())  # pools built by this process's other tests
     cache = bench._measure_all()
     assert PreparedCase.builds == {f"{p}.ci.b1-l500": 1 for p in presets}
@@ -92,10 +92,10 @@ def test_tpot_steps_the_presets_model(monkeypatch):
     import torch
 
     from harness.tpot import tpot
-    from suites.test_envvars import _asv_module
+    from suites.helpers import fresh_asv_module
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    bench = _asv_module("bench_tpot", monkeypatch, {**QUICK_ENV, "MLA_ASV_TPOT": "1", "MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
+    bench = fresh_asv_module("bench_tpot", monkeypatch, {**QUICK_ENV, "MLA_ASV_TPOT": "1", "MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
     real, seen = tpot.build_context, []
 
     def build_context(case, shape, *args):
@@ -160,20 +160,15 @@ def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
     value of tpot's attn_share_row, a share the row gives on CPU too. Twin: where the row is null (CPU) n/a, with its
     reason, raised by setup (asv records a NotImplementedError from the benchmark itself as failed). A base commit's
     harness from before the row: tpot_ms still measured, attn_share n/a."""
-    import importlib.util
 
     import torch
 
     from harness.results.schema import Row
     from harness.tpot import tpot
+    from suites.helpers import fresh_asv_module
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setenv("MLA_ASV_TPOT", "1")
-    monkeypatch.setenv("MLA_ASV_REPEATS", "2")
-    monkeypatch.delitem(sys.modules, "suites.asv.benchmarks", raising=False)  # its `.benchmarks` fresh, as in asv's process
-    spec = importlib.util.spec_from_file_location("suites.asv._fresh_bench_tpot", REPO / "suites" / "asv" / "bench_tpot.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = fresh_asv_module("bench_tpot", monkeypatch, {"MLA_ASV_TPOT": "1", "MLA_ASV_REPEATS": "2"})
     params, share = (bench.PARAMS[0][0], "gather_cast", bench.PARAMS[2][0]), bench.AttnShare()
     real = tpot.attn_share_row
     monkeypatch.setattr(tpot, "attn_share_row", lambda ctx, r, ident: Row(strategy=r.strategy, metric="attn_share", value=0.25, **ident))

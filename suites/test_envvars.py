@@ -4,7 +4,6 @@ benchmarks raise it from setup (not at discovery), falling back on a base commit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -17,6 +16,7 @@ import pytest
 from harness import envvars
 from harness.spec.scenario import MAX_REPEATS
 from suites.hang_guard import HANG_GUARD_S
+from suites.helpers import fresh_asv_module
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\bMLA_(?:HARNESS|ASV|SGLANG)_[A-Z0-9_]*[A-Z0-9]\b")
@@ -131,42 +131,23 @@ def test_module_entry_point():
     assert proc.returncode == 2 and proc.stderr.strip() == "error: MLA_ASV_REPEATS: must be an integer 1..10000, got 'abc'"
 
 
-def _asv_module(name: str, monkeypatch, env: dict[str, str], without_envvars: bool = False):
-    """A fresh copy of suites/asv/<name>.py as asv imports it under `env`; without_envvars: as on a
-    base commit whose harness has no harness/envvars.py."""
-    for var in envvars.VARIABLES:
-        monkeypatch.delenv(var.name, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    if without_envvars:
-        import harness
-
-        monkeypatch.setitem(sys.modules, "harness.envvars", None)  # the import fails as on a base commit
-        monkeypatch.delattr(harness, "envvars", raising=False)
-    monkeypatch.delitem(sys.modules, "suites.asv.benchmarks", raising=False)  # bench_tpot's `.benchmarks`: fresh too, as in asv's process
-    spec = importlib.util.spec_from_file_location(f"suites.asv._fresh_{name}", ROOT / "suites" / "asv" / f"{name}.py")  # in the package: bench_tpot imports .benchmarks
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("name", "value"), [("MLA_ASV_REPEATS", "abc"), ("MLA_ASV_REPEATS", "-1"), ("MLA_ASV_SCENARIOS", "nope"),
                                              ("MLA_ASV_STRATEGIES", "nope"), ("MLA_ASV_PRESETS", "nope"), ("MLA_ASV_PRESETS", "glm5-tp8,")])
 def test_asv_benchmarks_import_and_setup_names_the_variable(monkeypatch, name, value):
     """A name no harness knows (the checkout's own refuses it too: a typo) fails setup, as a bad number does."""
-    bench = _asv_module("benchmarks", monkeypatch, {name: value})  # discovery: no traceback
+    bench = fresh_asv_module("benchmarks", monkeypatch, {name: value})  # discovery: no traceback
     assert bench.SCENARIOS and bench.STRATEGIES and bench.PRESETS and bench.REPEATS >= 1
     with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
         bench._Measured().setup_cache()
-    tpot = _asv_module("bench_tpot", monkeypatch, {name: value, "MLA_ASV_TPOT": "1"})
+    tpot = fresh_asv_module("bench_tpot", monkeypatch, {name: value, "MLA_ASV_TPOT": "1"})
     with pytest.raises(ValueError, match=f"^bad asv environment: {name}: "):
         tpot._Tpot().setup(*(axis[0] for axis in tpot.PARAMS))
 
 
 def test_a_bad_number_enables_the_tpot_benchmarks_on_cpu(monkeypatch):
     """So their setup says so (they are not timed on CPU otherwise); a good one leaves them off."""
-    assert _asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "abc"}).ENABLED
-    assert not _asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "2"}).ENABLED
+    assert fresh_asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "abc"}).ENABLED
+    assert not fresh_asv_module("bench_tpot", monkeypatch, {"MLA_ASV_REPEATS": "2"}).ENABLED
 
 
 def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypatch):
@@ -174,10 +155,10 @@ def test_asv_benchmarks_read_good_values_and_fall_back_without_envvars(monkeypat
            "MLA_ASV_PRESETS": "deepseek-v3-tp8"}
     for without in (False, True):
         for name in ("benchmarks", "bench_tpot"):
-            module = _asv_module(name, monkeypatch, env, without_envvars=without)
+            module = fresh_asv_module(name, monkeypatch, env, without_envvars=without)
             assert (module.env_value.__globals__["envvars"] is None) == without
             assert (module.PARAMS, module.REPEATS) == ((["b1-l500", "edge-kv1"], ["shadow", "gather_cast"], ["deepseek-v3-tp8"]), 7)
-        assert _asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
+        assert fresh_asv_module("benchmarks", monkeypatch, env, without_envvars=without).check_env() is None
 
 
 def test_asv_benchmarks_read_a_variable_the_commits_envvars_does_not_declare(monkeypatch):
@@ -185,7 +166,7 @@ def test_asv_benchmarks_read_a_variable_the_commits_envvars_does_not_declare(mon
     setup), not a KeyError at discovery."""
     monkeypatch.setattr(envvars, "BY_NAME", {n: v for n, v in envvars.BY_NAME.items() if n != "MLA_ASV_PRESETS"})
     for name in ("benchmarks", "bench_tpot"):
-        module = _asv_module(name, monkeypatch, {"MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
+        module = fresh_asv_module(name, monkeypatch, {"MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8"})
         assert module.PARAMS[2] == ["glm5-tp8", "deepseek-v3-tp8"] and not module.BAD_ENV
 
 
@@ -198,7 +179,7 @@ def test_asv_presets_default_to_every_declared_preset_on_cuda_and_glm5_on_cpu(mo
     from harness.spec import presets
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    bench = _asv_module("benchmarks", monkeypatch, {})
+    bench = fresh_asv_module("benchmarks", monkeypatch, {})
     assert bench.PRESETS == ["glm5-tp8"] and bench.StepDeviceMs.params[2] == bench.PoolBuilds.params[1] == ["glm5-tp8"]
     monkeypatch.setattr(bench, "cuda", lambda: True)
     declared = list(presets.PRESETS)
@@ -248,7 +229,7 @@ def test_a_name_this_commit_lacks_makes_only_its_benchmarks_na(monkeypatch, tmp_
     monkeypatch.setattr(scenario, "builtin_names", lambda real=scenario.builtin_names: [n for n in real() if n != "b32-l4096"])
     env = {"MLA_ASV_SCENARIOS": "b1-l500,b32-l4096", "MLA_ASV_STRATEGIES": "gather_cast,shadow",
            "MLA_ASV_PRESETS": "glm5-tp8,deepseek-v3-tp8", "MLA_ASV_REPEATS": "2"}
-    bench = _asv_module("benchmarks", monkeypatch, env)
+    bench = fresh_asv_module("benchmarks", monkeypatch, env)
     cache = bench._measure_all()
     lacking = [(bench.StepMs, ("b1-l500", "shadow", "glm5-tp8")), (bench.StepMs, ("b32-l4096", "gather_cast", "glm5-tp8")),
                (bench.StepMs, ("b1-l500", "gather_cast", "deepseek-v3-tp8")), (bench.PoolBuilds, ("b1-l500", "deepseek-v3-tp8"))]
@@ -258,10 +239,10 @@ def test_a_name_this_commit_lacks_makes_only_its_benchmarks_na(monkeypatch, tmp_
     timed = [(bench.StepMs, ("b1-l500", "gather_cast", "glm5-tp8")), (bench.PoolBuilds, ("b1-l500", "glm5-tp8"))]
     *skips, step, builds = _asv_records(tmp_path, cache, env, *lacking, *timed)
     assert all(math.isnan(v) for v in skips) and all(v > 0 for v in step["samples"]) and builds == 1, (skips, step, builds)
-    tpot = _asv_module("bench_tpot", monkeypatch, {**env, "MLA_ASV_TPOT": "1"})
+    tpot = fresh_asv_module("bench_tpot", monkeypatch, {**env, "MLA_ASV_TPOT": "1"})
     with pytest.raises(NotImplementedError, match="^shadow is not in this commit's harness"):
         tpot._Tpot().setup("b1-l500", "shadow", "glm5-tp8")
-    typo = _asv_module("benchmarks", monkeypatch, {**env, "MLA_ASV_STRATEGIES": "gather_cast,shadw"})
+    typo = fresh_asv_module("benchmarks", monkeypatch, {**env, "MLA_ASV_STRATEGIES": "gather_cast,shadw"})
     with pytest.raises(ValueError, match="^bad asv environment: MLA_ASV_STRATEGIES: unknown name 'shadw'"):
         typo._measure_all()
 

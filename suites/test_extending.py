@@ -17,8 +17,7 @@ import torch
 from harness.cli import main
 from harness.strategies import BASELINE, BENCHMARKED, ORDER, REGISTRY
 from harness.strategies.base import Strategy, register, unregister
-from suites.helpers import another_run
-from suites.test_envvars import _asv_module
+from suites.helpers import another_run, fresh_asv_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "toy_cast"
@@ -77,9 +76,9 @@ def test_toy_strategy_is_seen_by_run_tpot_asv_report_and_compare(toy, tmp_path, 
 
     # asv: both benchmark files time it by default (fused_fp8 too)
     for name in ("benchmarks", "bench_tpot"):
-        module = _asv_module(name, monkeypatch, {})
+        module = fresh_asv_module(name, monkeypatch, {})
         assert TOY in module.PARAMS[1] and "fused_fp8" in module.PARAMS[1], name
-    assert TOY in _asv_module("benchmarks", monkeypatch, {}).StepDeviceMs.params[1]
+    assert TOY in fresh_asv_module("benchmarks", monkeypatch, {}).StepDeviceMs.params[1]
 
     # report: a row of the toy's own in the case table, its speedup over the registry's baseline
     capsys.readouterr()
