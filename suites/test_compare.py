@@ -549,7 +549,7 @@ def test_triton_interpret_on_one_side_is_another_environment():
     cpu = {**ENV, "gpu": None, "capability": None, "device": "cpu"}
     unsupported = [*_rows()[:1], Row(**CASE, strategy="gather_cast", metric="verdict", value="unsupported"), *_rows()[2:]]
     comparison = compare_results(_doc(_rows(), {**cpu, "triton_interpret": "1"}), _doc(unsupported, cpu), 0.05)
-    assert _status(comparison, "gather_cast", "verdict") == "unsupported" and comparison.exit_code == 0
+    assert _status(comparison, "gather_cast", "verdict") == "unsupported" and comparison.exit_code == 2  # explained: no result, not a pass
     assert compare_results(_doc(_rows(), {**ENV, "triton_interpret": "1"}), _doc(_rows(seed=4), {**ENV, "triton_interpret": "1"}),
                            0.05).environment_differs is None  # twin: set on both sides
 
@@ -599,8 +599,8 @@ def test_a_strategy_gone_from_the_head_fails_where_none_of_its_rows_gate(write, 
 def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write, capsys):
     """A CPU `tpot --json` head records a strategy it could not run as a tpot_ms row with no value and
     detail.unsupported: that passed (exit 0), the strategy's rows `missing` but informational. It is a missing
-    result (exit 1) in the same environment, and `unsupported` (exit 0) where an environment field explains it.
-    Twin: the strategy measured in the head passes."""
+    result (exit 1) in the same environment, and `unsupported` where an environment field explains it: no result to
+    judge (exit 2; it passed before). Twin: the strategy measured in the head passes."""
     cpu = {**ENV, "device": "cpu", "gpu": None}
     info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
         [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
@@ -611,9 +611,10 @@ def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write, caps
     assert main_compare(base, write("head.json", head, {**cpu, "hostname": "ci-2"}), "5%") == 1
     out = capsys.readouterr().out
     assert "gather_cast/tpot_ms missing" in out and "gather_cast/attn_path_ms missing" in out
-    assert main_compare(base, write("head.json", head, {**cpu, "torch": "2.12.0"}), "5%") == 0
+    assert main_compare(base, write("head.json", head, {**cpu, "torch": "2.12.0"}), "5%") == 2
     out = capsys.readouterr().out
     assert "REGRESSION" not in out and "its strategy is unsupported in the head" in out
+    assert "UNSUPPORTED IN THE HEAD: gather_cast, run in the base, gave no result in the head's environment (torch" in out
     assert main_compare(base, write("head.json", [*info, control], {**cpu, "hostname": "ci-2"}), "5%") == 0
 
 
@@ -704,3 +705,25 @@ def test_a_control_row_filed_under_a_vanished_strategy_does_not_stand_for_it(wri
     assert main_compare(base, write("head.json", [*info[2:], filed], cpu), "5%") == 1
     assert "gather_cast/tpot_ms missing" in capsys.readouterr().out
     assert main_compare(base, write("head.json", [*info, filed], cpu), "5%") == 0
+
+
+def test_a_control_shifted_by_an_unknown_amount_up_to_past_the_tolerance_is_another_environment():
+    """Every timing 8% slower with no code change, the control's copy bandwidth 4.5% lower but noisy (its interval
+    clear of 1, reaching past the 5% tolerance, so not decided beyond it): the guard only looked for a control decided beyond the
+    tolerance, so it called the environments alike and the machine's slowdown a regression of the commit (exit 1).
+    Twins: the same noisy control unshifted judges the timings (exit 1), and a control shifted well within the
+    tolerance (interval clear of 1, not reaching 5%) too."""
+    slow = [_timed("gather_cast", "cast_us", 10.4 * 1.08, 0.01, 5), *_rows()[1:3], _timed("stock", "cast_us", 866.0 * 1.08, 0.01, 6),
+            *_rows()[4:6]]
+    base = _doc([*_rows()[:6], _timed("control", "control_copy_gbps", 3000.0, 0.04, 3)])
+    for control, differs in ((3000.0 * 0.955, True), (3000.0, False)):
+        head = _doc([*slow, _timed("control", "control_copy_gbps", control, 0.04, 7)])
+        comparison = compare_results(base, head, 0.05)
+        assert (comparison.environment_differs is not None) == differs, comparison.environment_differs
+        assert comparison.exit_code == (2 if differs else 1)
+        if differs:
+            assert "shifted, up to beyond ±5%" in comparison.environment_differs and not comparison.decisive
+    tight = _doc([*slow, _timed("control", "control_copy_gbps", 3000.0 * 0.99, 0.005, 7)])
+    base_tight = _doc(_rows())
+    comparison = compare_results(base_tight, tight, 0.05)
+    assert comparison.environment_differs is None and comparison.exit_code == 1

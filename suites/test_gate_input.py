@@ -454,12 +454,14 @@ def test_a_head_that_does_not_pass_fails(a, tmp_path, capsys, base_value, head_v
     assert code == 1 and "gather_cast/verdict failing" in out
 
 
-def test_unsupported_after_pass_is_accepted_when_the_environment_says_why(a, tmp_path, capsys):
+def test_unsupported_after_pass_cannot_be_judged_when_the_environment_says_why(a, tmp_path, capsys):
+    """Explained, it is not a failure of the commit; but the head gave no result, so neither is it a pass (exit 0
+    before: a head whose every strategy turned unsupported passed, nothing judged)."""
     base, head = _on_gpu(a), _on_gpu(a)
     base["environment"]["flashinfer"], head["environment"]["flashinfer"] = "0.7.2.post1", None
     _set_verdict(head, "gather_cast", "unsupported")
     code, out, _ = _compare(tmp_path, base, head, capsys)
-    assert code == 0 and "flashinfer 0.7.2.post1 -> None" in out
+    assert code == 2 and "flashinfer 0.7.2.post1 -> None" in out and "CANNOT JUDGE (exit 2)" in out
     head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "unsupported in the same environment" in out
@@ -473,7 +475,7 @@ def test_an_explained_unsupported_strategy_needs_no_other_rows(a, tmp_path, caps
     head["rows"] = [r for r in head["rows"] if r["strategy"] != "gather_cast" or r["metric"] == "verdict"]
     _rows(head, "verdict", "gather_cast")[0].update(value="unsupported", detail={"status": "unsupported", "reason": "needs flashinfer"})
     code, out, _ = _compare(tmp_path, base, head, capsys)
-    assert code == 0 and "missing" not in out and "its strategy is unsupported in the head" in out
+    assert code == 2 and "missing" not in out and "its strategy is unsupported in the head" in out
     head["environment"]["flashinfer"] = "0.7.2.post1"  # twin: the same environment
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "gather_cast/verdict failing" in out and "gather_cast/extra_bytes missing" in out
@@ -490,7 +492,7 @@ def test_a_failing_strategy_turned_unsupported_in_the_same_environment_fails(a, 
     assert code == 1 and "gather_cast/verdict failing" in out and "unsupported in the same environment (error in the base)" in out
     head["environment"]["torch"] = "2.99.0"  # twin: an environment that explains it
     code, out, _ = _compare(tmp_path, base, head, capsys)
-    assert code == 0 and "failing" not in out and "1 unsupported" in out
+    assert code == 2 and "failing" not in out and "1 unsupported" in out
 
 
 # 8. bounded memory

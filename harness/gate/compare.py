@@ -14,21 +14,23 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   way they point); one with fewer than decision.MIN_SAMPLES samples on either side is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass`, `fail` or
-  `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS).
+  `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS):
+  then `unsupported`, a result the head could not give, which the gate cannot judge (exit 2), never a pass.
 Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
 when its strategy's verdict is an explained `unsupported`); so must every strategy of the base, gating or
 not: one with no row in the head is `missing` on any device (the control row is the environment guard's).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
-Environment guard: when the two files' controls (control_copy_gbps) differ by the same rule
-(a drop or a rise) or have too few samples for it, only one file has a control, or the GPU differs or is
-named in one file only, timed gating metrics cannot be judged.
+Environment guard: when the two files' controls (control_copy_gbps) differ (the rule's interval clears 1 and
+reaches past the tolerance, either way: a copy bandwidth shifted by no one knows how much up to beyond the tolerance
+moves every timing with it) or have too few samples for the rule, only one file has a control, or the GPU differs or
+is named in one file only, timed gating metrics cannot be judged.
 
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
 differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
-judge" when one is undersampled or disturbed; 1 when one is inconclusive under --inconclusive fail;
+judge" when one is undersampled or disturbed, or a strategy the base ran is unsupported in the head's environment; 1 when one is inconclusive under --inconclusive fail;
 else 0. Bad input (unreadable file, schema, case, unit, empty file, one run given twice): 2 with one
 `error:` line.
 """
@@ -127,6 +129,11 @@ class Comparison:
         return [c for c in self.changes if c.gating and c.status == DISTURBED]
 
     @property
+    def unsupported(self) -> list[Change]:
+        """Rows of a strategy the base ran that the head's environment made unsupported (explained): no result to judge."""
+        return [c for c in self.changes if c.status == "unsupported" and c.base is not None and c.base.value not in (None, "unsupported")]
+
+    @property
     def cannot_judge(self) -> bool:
         return self.device_differs is not None or (
             self.environment_differs is not None and any(c.gating and c.timed for c in self.changes))
@@ -145,7 +152,7 @@ class Comparison:
     def exit_code(self) -> int:
         if self.decisive:
             return 1
-        if self.cannot_judge or self.undersampled or self.disturbed:
+        if self.cannot_judge or self.undersampled or self.disturbed or self.unsupported:
             return 2
         if self.unjudged and self.inconclusive == "fail":
             return 1
@@ -351,9 +358,11 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     d = decision.decide(_samples(bc), _samples(hc), "higher", f)
     if d.status == decision.UNDERSAMPLED:
         return f"control {CONTROL} cannot be checked: {d.note}"
-    if d.status in (REGRESSED, decision.IMPROVED):
+    if d.status == decision.INCONCLUSIVE and d.low is None:
+        return f"control {CONTROL} cannot be checked: {d.note}"
+    if d.low is not None and ((d.low > 1 and d.high > 1 + f) or (d.high < 1 and d.low < 1 / (1 + f))):
         return (f"control {CONTROL} {bc.value:.4g} -> {hc.value:.4g} GB/s "
-                f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}, beyond ±{f * 100:g}%)")
+                f"({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}: shifted, up to beyond ±{f * 100:g}%)")
     return None
 
 
@@ -505,6 +514,11 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {verdict}")
+    if (gone := comparison.unsupported) and not comparison.device_differs:
+        named = ", ".join(dict.fromkeys(c.key[3] for c in gone))
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+        console.print(f"[bold yellow]UNSUPPORTED IN THE HEAD[/]: {escape(named)}, run in the base, gave no result in the "
+                      f"head's environment ({escape(_explains(base, head))}); {verdict}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""

@@ -29,8 +29,9 @@ regressed or inconclusive: `slower` when the interval lies above 1, else `unchan
 note saying so. A faster head (point ratio on the better side of 1) is never `slower`.
 
 False-alarm rate: a change exactly at the tolerance is called a regression only when
-the lower end of a 99% two-sided interval clears it, i.e. with probability <= 0.5%
-(the interval's one-sided miss rate); no change at all (A/A) needs the interval to
+the lower end of a 99% two-sided interval clears it, i.e. with probability about 0.5%
+(the interval's one-sided miss rate) from about 10 samples a side; with fewer the percentile
+interval of a median is too narrow (measured 0.65-0.78% at 5 samples: docs/gating.md); no change at all (A/A) needs the interval to
 clear 1 + t, which the A/A tests in suites/test_decision_rule.py never saw.
 MDE (minimum detectable change): half the interval's width as a relative change,
 exp((ln hi - ln lo) / 2) - 1: a shift smaller than this cannot be told from noise.
