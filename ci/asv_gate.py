@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Perf gate around `asv continuous BASE HEAD`: 0 clean, 1 regression, 2 failure (or bad --factor).
 
-usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machine NAME] [--inconclusive pass|fail] [ASV ARGS...]
+usage: python -m ci.asv_gate BASE HEAD [--factor 1.05] [--bench REGEX] [--machine NAME] [--inconclusive pass|fail]
+                              [--allow-dropped NAME[,NAME...]] [ASV ARGS...]
 
 The factor is asv's, in (1, 2): 1.05 (the default, harness compare's 5% tolerance) flags a
 benchmark that got more than 5% slower (asv also requires the change to be
@@ -32,7 +33,9 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
   is "PERFORMANCE DECREASED." with no row the gate could read;
 - a benchmark of the `verdict` metric (the SGLang gate's `Verdict.track_verdict`: 0 pass, 1 fail) at 1 in
   the head fails the gate (exit 1) whatever the base had: asv calls 1 -> 1 unchanged;
-- BASE and HEAD naming one commit are refused before asv runs (one commit's results always pass).
+- BASE and HEAD naming one commit are refused before asv runs (one commit's results always pass), and so is a
+  HEAD that no longer benchmarks a strategy BASE does (removed, or registered with benchmark=False: asv would time
+  neither commit's, and its slowdown would go unjudged) unless --allow-dropped names it.
 
 Ctrl-C or SIGTERM (a cancelled job) stops asv and every process it started (asv runs in a session of its own, killed
 whole, since it starts each benchmark in a process group of its own), says 'interrupted' and exits 130.
@@ -73,6 +76,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from ci import shared_strategies
 from harness import envvars
 from harness.datafiles import read_json, read_text
 from harness.errors import HarnessError, interruptible
@@ -298,8 +302,6 @@ def benchmarked_at(repo: Path, commit: str) -> list[str] | None:
     import tarfile
     import tempfile
 
-    from ci import shared_strategies
-
     proc = subprocess.run(["git", "archive", "--format=tar", commit, "harness"], cwd=repo, capture_output=True)
     if proc.returncode:
         return None
@@ -312,11 +314,12 @@ def benchmarked_at(repo: Path, commit: str) -> list[str] | None:
             raise HarnessError("MLA_ASV_STRATEGIES", f"cannot list the strategies {commit[:12]} benchmarks: {exc}") from None
 
 
-def pin_strategies(hashes: list[str], config: tuple[Path, dict]) -> str | None:
+def pin_strategies(hashes: list[str], config: tuple[Path, dict], allow_dropped: set[str] = frozenset()) -> str | None:
     """asv discovers the parameters at HEAD and runs the base's benchmarks by parameter index, so a head that adds,
     removes or reorders a benchmarked strategy would store the base's results of one strategy under another's name.
     Unless MLA_ASV_STRATEGIES is set, set it to the strategies both commits time, in the head's order (what the
-    perf-gate workflow does with ci.shared_strategies); return the line saying so, or None when the lists agree."""
+    perf-gate workflow does with ci.shared_strategies); return the line saying so, or None when the lists agree.
+    A strategy the base times and the head does not is refused (HarnessError) unless allow_dropped names it."""
     if "MLA_ASV_STRATEGIES" in os.environ:
         return None
     root, conf = config
@@ -326,6 +329,8 @@ def pin_strategies(hashes: list[str], config: tuple[Path, dict]) -> str | None:
     shared = [s for s in lists[1] if s in lists[0]]
     if not shared:
         raise HarnessError("MLA_ASV_STRATEGIES", f"BASE times {','.join(lists[0])} and HEAD {','.join(lists[1])}: no strategy in both")
+    if why := shared_strategies.unjudged_drops(lists[0], lists[1], allow_dropped):
+        raise HarnessError("HEAD", why)
     os.environ["MLA_ASV_STRATEGIES"] = ",".join(shared)
     return (f"BASE times {','.join(lists[0])}, HEAD {','.join(lists[1])} (asv pairs them by index): "
             f"MLA_ASV_STRATEGIES={os.environ['MLA_ASV_STRATEGIES']}")
@@ -577,6 +582,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("-b", "--bench", action="append", help="regex selecting benchmarks (repeatable: any of them, as asv)")
     parser.add_argument("-m", "--machine", help="asv machine name")
     parser.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv config (default asv.conf.json)")
+    parser.add_argument("--allow-dropped", type=lambda v: set(v.split(",")), default=set(), metavar="NAME[,NAME...]",
+                        help="strategies the base benchmarks that the head deliberately no longer does (else: exit 2)")
     parser.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
                         help="a benchmark the harness rule finds inconclusive: pass (loud line, exit 0; the default) or fail (exit 1)")
     return parser.parse_known_args(argv)  # asv's spellings of these (-f, a prefix, a repeat) are the gate's: asv gets one
@@ -588,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a bad MLA_ASV_* value or commit fails here, not as a traceback inside every benchmark
         envvars.check_all()
         hashes = commit_hashes(args.base, args.head, config := _config(args.config))
-        pinned = pin_strategies(hashes, config)
+        pinned = pin_strategies(hashes, config, args.allow_dropped)
     except (HarnessError, OSError, ValueError) as exc:
         print(f"asv-gate: FAILURE: {exc}", flush=True)
         return FAILURE

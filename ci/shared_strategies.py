@@ -3,7 +3,10 @@ the MLA_ASV_STRATEGIES of a perf gate whose head adds, removes or reorders a str
 parameters once and runs each commit's benchmark by parameter index, so lists that differ between the two
 commits would pair the base's results of one strategy with the head's of another.
 
-usage: python -m ci.shared_strategies BASE_CHECKOUT
+A strategy the base times and the head does not (removed, or registered with benchmark=False) would go unjudged:
+exit 2 naming it, unless --allow-dropped names it (a deliberate removal).
+
+usage: python -m ci.shared_strategies BASE_CHECKOUT [--allow-dropped NAME[,NAME...]]
 """
 
 from __future__ import annotations
@@ -27,16 +30,30 @@ def benchmarked(checkout: Path) -> list[str]:
     return proc.stdout.strip().split(",")
 
 
+def unjudged_drops(base: list[str], head: list[str], allowed: set[str]) -> str | None:
+    """Why the gate cannot run: strategies the base times that the head does not and `allowed` does not name; None if none."""
+    if dropped := [s for s in base if s not in head and s not in allowed]:
+        return (f"HEAD no longer benchmarks {','.join(dropped)}, which BASE does: a slowdown there would go unjudged "
+                f"(--allow-dropped {','.join(dropped)} gates the rest when the removal is deliberate)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args in (["-h"], ["--help"]):
         print(__doc__.strip())
         return 0
+    allowed: set[str] = set()
+    if len(args) == 3 and args[1] == "--allow-dropped":
+        args, allowed = args[:1], set(args[2].split(","))
     if len(args) != 1 or not Path(args[0], "harness").is_dir():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    base = set(benchmarked(Path(args[0]).resolve()))
-    shared = [s for s in benchmarked(ROOT) if s in base]
+    base, head = benchmarked(Path(args[0]).resolve()), benchmarked(ROOT)
+    if why := unjudged_drops(base, head, allowed):
+        print(f"shared-strategies: {why}", file=sys.stderr)
+        return 2
+    shared = [s for s in head if s in base]
     if not shared:
         print(f"shared-strategies: no benchmarked strategy in both {args[0]} and {ROOT}", file=sys.stderr)
         return 2

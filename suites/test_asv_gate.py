@@ -358,13 +358,13 @@ def _harness_commits(tmp_path, monkeypatch, base: tuple, head: tuple) -> None:
     monkeypatch.delenv("MLA_ASV_STRATEGIES")
 
 
-@pytest.mark.parametrize("base, head, timed", [
-    (("stock", "gather_cast"), ("gather_cast", "stock"), "gather_cast,stock"),  # reordered
-    (("stock", "shadow"), ("stock", "fused_fp8", "shadow"), "stock,shadow"),  # one added before the last
-    (("stock", "retired", "shadow"), ("stock", "shadow"), "stock,shadow"),  # one removed
-    (("stock", "shadow"), ("stock", "shadow"), None),  # twin: the same list, nothing set
+@pytest.mark.parametrize("base, head, timed, allow", [
+    (("stock", "gather_cast"), ("gather_cast", "stock"), "gather_cast,stock", []),  # reordered
+    (("stock", "shadow"), ("stock", "fused_fp8", "shadow"), "stock,shadow", []),  # one added before the last
+    (("stock", "retired", "shadow"), ("stock", "shadow"), "stock,shadow", ["--allow-dropped", "retired"]),  # one removed
+    (("stock", "shadow"), ("stock", "shadow"), None, []),  # twin: the same list, nothing set
 ])
-def test_a_head_that_changes_the_strategy_list_times_only_the_shared_ones(monkeypatch, capsys, tmp_path, base, head, timed):
+def test_a_head_that_changes_the_strategy_list_times_only_the_shared_ones(monkeypatch, capsys, tmp_path, base, head, timed, allow):
     """asv discovers the parameters at HEAD and runs the base's benchmark by parameter index: a head that reorders,
     adds or removes a benchmarked strategy stored the base's results of one strategy under another's name (a toy
     project whose head swapped two strategies and made one 100x slower passed, exit 0). By hand as in the perf-gate
@@ -374,9 +374,22 @@ def test_a_head_that_changes_the_strategy_list_times_only_the_shared_ones(monkey
     monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: (seen.append(os.environ.get("MLA_ASV_STRATEGIES")),
                                                                 (0, "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"))[1])
     monkeypatch.setattr(asv_gate, "check_stored", lambda args, outcome: outcome)
-    assert asv_gate.main(["HEAD~1", "HEAD"]) == asv_gate.CLEAN
+    assert asv_gate.main(["HEAD~1", "HEAD", *allow]) == asv_gate.CLEAN
     assert seen == [timed]
     assert (f"MLA_ASV_STRATEGIES={timed}" in capsys.readouterr().out) is (timed is not None)
+
+
+def test_a_head_that_stops_benchmarking_a_strategy_cannot_be_judged_unless_allowed(monkeypatch, capsys, tmp_path):
+    """A head that registers a strategy with benchmark=False (or removes it) made asv time it at neither commit, so a
+    slowdown planted in it passed unseen. Refused before asv runs (exit 2) unless --allow-dropped names it (the
+    parametrised test above: then the rest is gated)."""
+    _harness_commits(tmp_path, monkeypatch, ("stock", "gather_cast", "shadow"), ("stock", "shadow"))
+    monkeypatch.setattr(asv_gate, "run_streaming", lambda cmd: pytest.fail("asv ran without gather_cast"))
+    for allow in ([], ["--allow-dropped", "shadow"]):  # another name allowed does not cover it
+        assert asv_gate.main(["HEAD~1", "HEAD", *allow]) == asv_gate.FAILURE
+        (line,) = capsys.readouterr().out.strip().splitlines()
+        assert line == ("asv-gate: FAILURE: HEAD: HEAD no longer benchmarks gather_cast, which BASE does: a slowdown there "
+                        "would go unjudged (--allow-dropped gather_cast gates the rest when the removal is deliberate)"), line
 
 
 def test_no_strategy_both_commits_benchmark_exits_2_and_a_set_list_is_kept(monkeypatch, capsys, tmp_path):

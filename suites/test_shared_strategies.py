@@ -12,18 +12,30 @@ from suites.hang_guard import HANG_GUARD_S
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _shared(base: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.shared_strategies", str(base)], cwd=ROOT, capture_output=True,
+def _shared(base: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.shared_strategies", str(base), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)
 
 
-def test_the_list_is_the_strategies_both_commits_time_in_the_heads_order(tmp_path):
+def _base(tmp_path: Path, benchmarked: tuple[str, ...]) -> Path:
     (tmp_path / "harness" / "strategies").mkdir(parents=True)
     (tmp_path / "harness" / "__init__.py").write_text("")
-    # a base that times fused_fp8 before stock, lacks gather_cast and still has a retired strategy
-    (tmp_path / "harness" / "strategies" / "__init__.py").write_text('BENCHMARKED = ("fused_fp8", "stock", "retired")\n')
-    proc = _shared(tmp_path)
+    (tmp_path / "harness" / "strategies" / "__init__.py").write_text(f"BENCHMARKED = {benchmarked!r}\n")
+    return tmp_path
+
+
+def test_the_list_is_the_strategies_both_commits_time_in_the_heads_order(tmp_path):
+    # a base that times fused_fp8 before stock, lacks gather_cast and still has a strategy retired on purpose
+    proc = _shared(_base(tmp_path, ("fused_fp8", "stock", "retired")), "--allow-dropped", "retired")
     assert proc.returncode == 0 and proc.stdout.strip() == "stock,fused_fp8", proc.stderr
+
+
+def test_a_strategy_the_base_times_and_the_head_does_not_is_refused_unless_allowed(tmp_path):
+    """It was left out of the list in silence: a head that stopped benchmarking a strategy was never timed on it."""
+    proc = _shared(_base(tmp_path, ("fused_fp8", "stock", "retired")))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("shared-strategies: HEAD no longer benchmarks retired, which BASE does: a slowdown there "
+                                   "would go unjudged (--allow-dropped retired gates the rest when the removal is deliberate)")
 
 
 def test_the_same_checkout_shares_every_strategy():  # the twin: nothing is left out when nothing changed
