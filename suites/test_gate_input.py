@@ -644,3 +644,48 @@ def test_a_direction_other_than_the_metric_tables_is_bad_input(a, tmp_path, caps
     assert code == 2 and out == ""
     _one_error_line(err, f"head.json: gather_cast/{metric}.better", repr(better), "metric table's")
     assert _compare(tmp_path, a, _rerun(a), capsys)[0] == 0
+
+
+def _slower(doc: dict, strategy: str, factor: float) -> dict:
+    """`doc` with `strategy`'s timings as ten tight samples (host timings of a CPU run scatter too far to judge 3x at
+    5 samples), `factor` times their median."""
+    doc = copy.deepcopy(doc)
+    for row in doc["rows"]:
+        if row["strategy"] == strategy and row.get("samples"):
+            _set_samples(row, [row["value"] * factor * (1 + 0.001 * i) for i in range(10)])
+    return doc
+
+
+def test_a_base_that_passed_a_strategy_but_holds_no_timing_of_it_cannot_judge(a, tmp_path, capsys):
+    """A base whose gather_cast timing crashed (its rows null, the verdict pass) against a head 3x slower: every
+    timing was `added` and the gate passed (exit 0) with nothing judged. Twins: with the base's timings it is a
+    regression (exit 1); a base where the strategy was unsupported has nothing to lose (its timings are new: exit 0)."""
+    base, head = _on_gpu(a), _slower(_on_gpu(a), "gather_cast", 3.0)
+    for row in _rows(base, "cast_us", "gather_cast") + _rows(base, "attn_us", "gather_cast"):
+        row.update(value=None, samples=[], iqr=None, detail={"unsupported": "timing: RuntimeError: crashed"})
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 2 and "NO BASE VALUE: gather_cast/attn_us, gather_cast/cast_us" in out and "CANNOT JUDGE (exit 2)" in out
+    code, out, _ = _compare(tmp_path, _slower(_on_gpu(a), "gather_cast", 1.0), head, capsys)
+    assert code == 1 and "gather_cast/cast_us regressed" in out
+    _set_verdict(base, "gather_cast", "unsupported")
+    code, out, _ = _compare(tmp_path, base, head, capsys)
+    assert code == 0 and "NO BASE VALUE" not in out
+
+
+def test_a_file_relabelled_to_another_device_is_bad_input(a, tmp_path, capsys):
+    """A CUDA run's file with environment.device edited to cpu: its timings, which gate on CUDA only, were judged as a
+    CPU file's (informational), so a 3x slowdown passed. The rows' recorded gating says where it was written. Twin:
+    the file as written compares."""
+    from harness.results.metrics import METRICS
+
+    gpu = _on_gpu(a)
+    for row in gpu["rows"]:
+        row["gating"] = METRICS[row["metric"]].gates("cuda")
+    relabelled = copy.deepcopy(gpu)
+    relabelled["environment"]["device"] = "cpu"
+    for base, head in ((_slower(relabelled, "gather_cast", 1.0), _slower(relabelled, "gather_cast", 3.0)), (gpu, relabelled)):
+        code, _, err = _compare(tmp_path, base, head, capsys)
+        assert code == 2
+        _one_error_line(err, ".gating", "written on another device than environment.device 'cpu'")
+    code, out, _ = _compare(tmp_path, _slower(gpu, "gather_cast", 1.0), _slower(gpu, "gather_cast", 3.0), capsys)
+    assert code == 1 and "regressed" in out

@@ -13,6 +13,8 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   side, is `disturbed`, not compared (a throttled or shared GPU's numbers are no measurement, whichever
   way they point); one with fewer than decision.MIN_SAMPLES samples on either side is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
+- a gating row the head measured, of a strategy the base passed but holds no value of (its timing crashed), is
+  `no base value`: nothing to judge it against (exit 2);
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass`, `fail` or
   `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS):
   then `unsupported`, a result the head could not give, which the gate cannot judge (exit 2), never a pass.
@@ -30,7 +32,8 @@ is named in one file only, timed gating metrics cannot be judged.
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
 differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
-judge" when one is undersampled or disturbed, or a strategy the base ran is unsupported in the head's environment; 1 when one is inconclusive under --inconclusive fail;
+judge" when one is undersampled, disturbed or has no base value, or a strategy the base ran is unsupported in the
+head's environment; 1 when one is inconclusive under --inconclusive fail;
 else 0. Bad input (unreadable file, schema, case, unit, empty file, one run given twice): 2 with one
 `error:` line.
 """
@@ -56,6 +59,7 @@ from harness.spec.gpus import gpu_key
 REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
 DISTURBED = "disturbed"
+NO_BASE = "no base value"  # a gating row the base ran its strategy for (verdict pass) but holds no value of
 BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer", "triton_interpret")  # may make a strategy unsupported
@@ -68,6 +72,7 @@ STATUS_STYLE = {
     decision.INCONCLUSIVE: "bold yellow",
     decision.UNDERSAMPLED: "bold yellow",
     DISTURBED: "bold yellow",
+    NO_BASE: "bold yellow",
     decision.SLOWER: "yellow",
     WORSE: "yellow",
     decision.IMPROVED: "green",
@@ -129,6 +134,11 @@ class Comparison:
         return [c for c in self.changes if c.gating and c.status == DISTURBED]
 
     @property
+    def unbased(self) -> list[Change]:
+        """Gating rows the head measured and the base, which passed that strategy, holds no value of: nothing to judge."""
+        return [c for c in self.changes if c.gating and c.status == NO_BASE]
+
+    @property
     def unsupported(self) -> list[Change]:
         """Rows of a strategy the base ran that the head's environment made unsupported (explained): no result to judge."""
         return [c for c in self.changes if c.status == "unsupported" and c.base is not None and c.base.value not in (None, "unsupported")]
@@ -152,7 +162,7 @@ class Comparison:
     def exit_code(self) -> int:
         if self.decisive:
             return 1
-        if self.cannot_judge or self.undersampled or self.disturbed or self.unsupported:
+        if self.cannot_judge or self.undersampled or self.disturbed or self.unsupported or self.unbased:
             return 2
         if self.unjudged and self.inconclusive == "fail":
             return 1
@@ -236,10 +246,18 @@ def _known_device(results: ResultsFile, where: str) -> str:
     """The file's device type. An unknown one is bad input when the file holds a timed metric that gates
     somewhere; without one only verdicts and sizes are judged, which gate on every device ('cpu')."""
     kind = device_type(results)
+    device = results.environment.device if results.environment is not None else None
     if kind is None and any(_gated_timing(r) for r in results.rows):
-        device = results.environment.device if results.environment is not None else None
         raise HarnessError(f"{where}: environment.device", f"{device!r} is not one of {', '.join(DEVICE_TYPES)}: "
                                                            "its gating timings cannot be judged")
+    # The run wrote each row's gating for the device it ran on: where every row whose metric gates on one device type
+    # only says the other one (one metric moved in the table since would not), environment.device was relabelled.
+    telling = [(i, r) for i, r in enumerate(results.rows) if r.gating is not None and r.metric in METRICS
+               and METRICS[r.metric].gates("cpu") != METRICS[r.metric].gates("cuda")]
+    if telling and all(r.gating != METRICS[r.metric].gates(kind or "cpu") for _, r in telling):
+        i, row = telling[0]
+        raise HarnessError(f"{where}: rows[{i}].gating", f"{row.gating}, as every row that tells, was written on another "
+                                                         f"device than environment.device {device!r}: a relabelled file is not judged")
     return kind or "cpu"
 
 
@@ -401,6 +419,12 @@ def same_timings(base: ResultsFile, head: ResultsFile) -> bool:
     return sum(len(_samples(b[k])) for k in timed) > 1 and all(same)
 
 
+def _passed(rows: dict[tuple, Row], key: tuple) -> bool:
+    """Whether the file's verdict row of key's strategy is pass."""
+    verdict = rows.get((*key[:5], "verdict"))
+    return verdict is not None and verdict.value == "pass"
+
+
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
                     names: tuple[str, str] = ("base", "head")) -> Comparison:
     """Compare two results (ResultsFile, or decoded documents) row by row (max_regression: 0.05 = 5%).
@@ -426,6 +450,9 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     for change in found:
         if change.status == MISSING and change.key[:5] in unsupported:
             change = replace(change, status="unsupported", note="its strategy is unsupported in the head")
+        if change.status == "added" and change.base is not None and _passed(b, change.key):
+            why = (change.base.detail or {}).get("unsupported")
+            change = replace(change, status=NO_BASE, note=f"the base passed {change.key[3]} but holds no value{f': {why}' if why else ''}")
         metric = METRICS.get(change.key[5])
         gone = change.status == MISSING and change.key[:5] not in strategies and change.key[5] != CONTROL  # control: the guard's
         gating = metric is not None and (metric.gates(device) or gone) and change.status != "added"
@@ -514,6 +541,11 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {verdict}")
+    if (unbased := comparison.unbased) and not comparison.device_differs:
+        named = ", ".join(f"{c.key[3]}/{c.key[5]}" for c in unbased)
+        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+        console.print(f"[bold yellow]NO BASE VALUE[/]: {escape(named)}: the base passed these strategies but holds no "
+                      f"value to judge the head's against (re-run the base); {verdict}")
     if (gone := comparison.unsupported) and not comparison.device_differs:
         named = ", ".join(dict.fromkeys(c.key[3] for c in gone))
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
