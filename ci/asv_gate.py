@@ -272,6 +272,8 @@ def _config(path: Path) -> tuple[Path, dict]:
         conf = json5.loads(read_text(path))  # bounded: --config /dev/zero is one line, not a full memory
     except ValueError as exc:
         raise HarnessError(str(path), f"not a readable asv config ({exc})") from None
+    except RecursionError:
+        raise HarnessError(str(path), "not a readable asv config (nested too deeply)") from None
     if not isinstance(conf, dict) or not isinstance(conf.get("repo", "."), str):
         raise HarnessError(f"{path}: repo", "an asv config is an object whose repo is a path")
     if not (repo := path.parent / conf.get("repo", ".")).is_dir():

@@ -639,7 +639,8 @@ def test_no_stored_results_for_a_commit_is_a_failure(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text, words", [("[1, 2]", "repo"), ('{"repo": 5}', "repo"), ("{not json", "not a readable asv config"),
-                                         ('{"repo": "no-such-folder"}', "repo: ")])  # before: a bare errno line, no file or field
+                                         ('{"repo": "no-such-folder"}', "repo: "),  # before: a bare errno line, no file or field
+                                         ('{"repo": ".", "x": ' + "[" * 2000 + "]" * 2000 + "}", "nested too deeply")])  # before: a RecursionError traceback, exit 1
 def test_a_malformed_asv_config_is_one_line(tmp_path, capsys, text, words):
     conf = tmp_path / "c.json"
     conf.write_text(text)
