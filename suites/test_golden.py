@@ -213,12 +213,12 @@ def test_failed_swap_keeps_the_previous_golden(golden_copy, monkeypatch):
 
 
 def test_killed_swap_is_recovered_by_the_next_load(golden_copy):
-    """A refresh killed between the two renames leaves .<case>.old-*/<case>: load puts it back."""
-    stranded = golden_copy / f".{CASE}.old-x1"
-    stranded.mkdir()
+    """A refresh killed between the two renames leaves .<case>.old-*/<case> in its marked folder: load puts it back,
+    deleting nothing (the folder, holding only the mark, is the next refresh's to remove)."""
+    stranded = golden._marked_folder(golden_copy, f".{CASE}.old-")
     (golden_copy / CASE).rename(stranded / CASE)
     golden.load(CASE, golden_copy)
-    assert (golden_copy / CASE / golden.MANIFEST).is_file() and not stranded.exists()
+    assert (golden_copy / CASE / golden.MANIFEST).is_file() and [p.name for p in stranded.iterdir()] == [golden.MARK]
 
 
 def test_concurrent_refreshes_are_serialized(golden_copy):

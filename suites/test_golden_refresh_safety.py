@@ -124,24 +124,75 @@ def test_a_resigned_golden_of_other_dtypes_is_one_line(tmp_path, name, retype):
                             golden_dir=root), f"outputs.safetensors: {name}")
 
 
-@pytest.mark.parametrize("action", ["verify", "refresh"])
-def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path, action):
-    """A refresh killed (or failed) before its first rename leaves an empty .<case>.old-*: it goes with the other
-    leftovers; a non-empty one that holds no golden, and other names, are not the harness's and stay."""
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (but the refresh lock), by its path there: what a command left on disk."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != golden.LOCK}
+
+
+def test_empty_old_folders_of_a_killed_refresh_are_removed(tmp_path):
+    """A refresh killed (or failed) before its first rename leaves a .<case>.old-* holding only its mark: the next
+    refresh removes it with the other leftovers it marked; folders of such names without the mark, or holding a file
+    of the user's, are not the harness's and stay."""
     root = _golden_copy(tmp_path, [CASE])
     users = [f".{CASE}.new-mine", f".{CASE}.old-full", f".{CASE}.old-nest", f".{CASE}.older"]  # names only: the user's
-    for name in (f".{CASE}.old-e1mpty00", f".{CASE}.new-k1lled00", *users):
+    for name in users:
         (root / name).mkdir()
+    empty, killed, used = (golden._marked_folder(root, f".{CASE}.{kind}-") for kind in ("old", "new", "new"))
+    (killed / golden.MANIFEST).write_text("{}")  # what a killed refresh leaves: removed (twin)
+    (used / "NOTES.txt").write_text("mine\n")  # a marked folder the user has since put a file of theirs into
     (root / f".{CASE}.old-full" / "NOTES.txt").write_text("mine\n")
     (root / f".{CASE}.new-mine" / "NOTES.txt").write_text("mine\n")
-    (root / f".{CASE}.new-k1lled00" / golden.MANIFEST).write_text("{}")  # what a killed refresh leaves: removed (twin)
     shutil.copytree(root / CASE, root / f".{CASE}.old-nest" / CASE)  # a golden copy beside the user's own file
     (root / f".{CASE}.old-nest" / "NOTES.txt").write_text("mine\n")
-    proc = harness("golden", action, "--case", CASE, golden_dir=root)
-    assert proc.returncode == 0 and f"removed .{CASE}.old-e1mpty00, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
-    assert f".{CASE}.new-k1lled00" in proc.stdout
-    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == sorted([*users, "cases.toml", CASE])
+    proc = harness("golden", "refresh", "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0 and f"removed {empty.name}, left by a killed refresh" in proc.stdout, proc.stdout + proc.stderr
+    assert f"removed {killed.name}, left by a killed refresh" in proc.stdout
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == sorted([*users, used.name, "cases.toml", CASE])
     assert (root / f".{CASE}.new-mine" / "NOTES.txt").read_text() == "mine\n" and (root / f".{CASE}.old-nest" / CASE).is_dir()
+    assert (used / "NOTES.txt").read_text() == "mine\n"
+
+
+def test_verify_deletes_nothing_not_even_a_killed_refreshs_leftovers(tmp_path):
+    """`cp -r G/<case> G/.<case>.new-mybackup`, then golden verify (a read-only command): it exited 0 and removed the
+    whole backup as "left by a killed refresh". verify now deletes nothing, a marked leftover of a refresh included."""
+    root = _golden_copy(tmp_path, [CASE])
+    shutil.copytree(root / CASE, root / f".{CASE}.new-mybackup")
+    for marked in (False, True):
+        if marked:
+            (golden._marked_folder(root, f".{CASE}.new-") / golden.OUTPUTS).write_bytes(b"half written")
+            golden._marked_folder(root, f".{CASE}.old-")
+        before = _tree(root)
+        proc = harness("golden", "verify", "--case", CASE, golden_dir=root)
+        assert proc.returncode == 0 and "removed" not in proc.stdout, proc.stdout + proc.stderr
+        assert _tree(root) == before
+
+
+def test_refresh_removes_only_the_folders_it_marked_as_its_own(tmp_path):
+    """A refresh removes a .<case>.new-*/.old-* only when it holds the mark a refresh writes first, naming that folder:
+    the user's backup copy of the case, an unmarked empty old folder, an unmarked previous golden and a copy of a
+    marked leftover under another name all stay, named in one line. Twin: the marked leftover itself is removed."""
+    root = _golden_copy(tmp_path, [CASE])
+    shutil.copytree(root / CASE, root / f".{CASE}.new-mybackup")
+    (root / f".{CASE}.old-bare").mkdir()
+    shutil.copytree(root / CASE, root / f".{CASE}.old-mine" / CASE)
+    kept = [f".{CASE}.new-mybackup", f".{CASE}.old-bare", f".{CASE}.old-mine"]
+
+    def refresh(*removed: str) -> None:
+        before = {k: v for k, v in _tree(root).items() if k.startswith(tuple(kept))}
+        proc = harness("golden", "refresh", "--case", CASE, golden_dir=root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert [line for line in proc.stdout.splitlines() if "removed" in line] == [
+            f"{CASE}: removed {name}, left by a killed refresh" for name in removed]
+        assert {k: v for k, v in _tree(root).items() if k.startswith(tuple(kept))} == before
+        assert [line for line in proc.stdout.splitlines() if "alone" in line] == [
+            f"{CASE}: left {', '.join(kept)} alone: not marked as a refresh's own, or holding other files"]
+
+    refresh()
+    marked = golden._marked_folder(root, f".{CASE}.new-")
+    shutil.copytree(marked, root / f".{CASE}.new-copied")  # its mark names the folder it was copied from
+    kept.insert(0, f".{CASE}.new-copied")
+    refresh(marked.name)
+    assert not marked.exists()
 
 
 @pytest.mark.parametrize("action", ["verify", "refresh"])

@@ -104,7 +104,7 @@ def test_plots_are_pngs(tmp_path):
         data = (tmp_path / "out" / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
     assert not (tmp_path / "out" / "trend_step_ms.png").exists()  # one run: no trend
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cast_us.png", "report.md", "step_ms.png"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".report-files.json", "cast_us.png", "report.md", "step_ms.png"]
 
 
 @NEEDS_MPL
@@ -127,7 +127,7 @@ def test_without_matplotlib_writes_markdown_and_says_why(tmp_path, monkeypatch):
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)  # makes the import fail
     text = _render([_write(tmp_path / "a.json")], tmp_path / "out")
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["report.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".report-files.json", "report.md"]
     assert len([line for line in text.splitlines() if line.startswith("plots skipped: matplotlib")]) == 1
     assert "## Plots" not in (tmp_path / "out" / "report.md").read_text()
 
@@ -161,7 +161,7 @@ def test_force_removes_an_earlier_reports_plot_this_one_does_not_make(tmp_path):
     (out / "notes.txt").write_text("mine")
     check_out_dir(out, force=True)
     assert "removed the earlier report's trend_step_ms.png" in _render([new], out)
-    assert sorted(p.name for p in out.iterdir()) == ["cast_us.png", "notes.txt", "report.md", "step_ms.png"]
+    assert sorted(p.name for p in out.iterdir()) == [".report-files.json", "cast_us.png", "notes.txt", "report.md", "step_ms.png"]
     _render([new, old], out)  # twin: the plot is made again and kept
     assert (out / "trend_step_ms.png").read_bytes().startswith(PNG_MAGIC)
 
@@ -177,6 +177,36 @@ def test_force_keeps_a_plot_named_file_no_earlier_report_made(tmp_path):
     text = _render([_write(tmp_path / "a.json")], out)
     assert (out / "trend_step_ms.png").read_bytes() == b"mine"
     assert "removed" not in text
+
+
+def test_force_keeps_a_users_plot_named_file_their_own_report_md_shows(tmp_path, capsys):
+    """The user's own report.md shows their own cast_us.png; a --force report that draws no cast_us plot (a tpot
+    file's) removed it as "the earlier report's". Only a file the harness's earlier report recorded writing (in
+    .report-files.json, with its sha256) is its own: this one is kept."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("# my notes\n\n![a](cast_us.png)\n")
+    (out / "cast_us.png").write_bytes(b"mine")
+    case = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
+    rows = [Row(**case, strategy="stock", metric="tpot_ms", value=30.8, unit="ms", better="lower", samples=[30.8])]
+    (tmp_path / "t1.json").write_text(json.dumps(document(rows, {"gpu": "NVIDIA H200", "git_commit": "aaaaaaa0"}, "python -m harness tpot")))
+    assert main(["report", str(tmp_path / "t1.json"), "--out", str(out), "--force"]) == 0
+    assert (out / "cast_us.png").read_bytes() == b"mine" and "removed" not in capsys.readouterr().out
+
+
+@NEEDS_MPL
+def test_force_keeps_an_earlier_reports_plot_changed_since(tmp_path):
+    """An earlier report's trend plot that the user has since replaced with their own is theirs: a one-run --force
+    report keeps it (its sha256 is no longer the one the report recorded). Twin: left as written, it is removed."""
+    new = _write(tmp_path / "new.json", commit="bbbbbbb1", created="2026-02-01T00:00:00+00:00")
+    old = _write(tmp_path / "old.json", commit="aaaaaaa1", created="2026-01-01T00:00:00+00:00")
+    out = tmp_path / "out"
+    _render([new, old], out)
+    (out / "trend_step_ms.png").write_bytes(b"my own plot")
+    check_out_dir(out, force=True)
+    assert "removed" not in _render([new], out) and (out / "trend_step_ms.png").read_bytes() == b"my own plot"
+    _render([new, old], out)  # twin: the report's own plot, unchanged
+    assert "removed the earlier report's trend_step_ms.png" in _render([new], out) and not (out / "trend_step_ms.png").exists()
 
 
 def test_a_file_made_while_the_report_renders_is_kept(tmp_path, monkeypatch, capsys):

@@ -27,8 +27,13 @@ def command(args, console: Console) -> int:
     cases = [load_case(n) for n in names]
     failures, unreadable = [], []
     for case in cases:
-        for name in golden.clean_leftovers(case.name):
-            console.print(f"{case.name}: removed {name}, left by a killed refresh", markup=False, highlight=False)
+        if args.action == "refresh":  # verify only reads: it deletes nothing
+            removed, kept = golden.clean_leftovers(case.name)
+            for name in removed:
+                console.print(f"{case.name}: removed {name}, left by a killed refresh", markup=False, highlight=False)
+            if kept:
+                console.print(f"{case.name}: left {', '.join(kept)} alone: not marked as a refresh's own, or holding other "
+                              "files", markup=False, highlight=False, soft_wrap=True)
         t0 = time.perf_counter()
         n = len(case.checked_layers()) * case.scenario.steps
         if args.action == "verify":

@@ -25,4 +25,4 @@ def command(args, console: Console) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="folder for report.md and plots (new or empty, unless --force)")
-    p.add_argument("--force", action="store_true", help="--out: write into a folder that already holds files")
+    p.add_argument("--force", action="store_true", help="--out: write into a folder that already holds files (replacing files of the names the report writes)")

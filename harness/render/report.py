@@ -452,7 +452,8 @@ def _plots(runs: list[Run]) -> tuple[dict[str, bytes], list[str]]:
     return plots, list(dict.fromkeys(left_out))
 
 
-REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png")  # every file --out may write
+WROTE = ".report-files.json"  # in --out: the sha256 of each file the report wrote there
+REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png", WROTE)  # every file --out may write
 
 
 def check_out_dir(out_dir: Path, force: bool) -> None:
@@ -466,14 +467,17 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
         check_writable(out_dir / name, "--out", force)
 
 
-def _earlier_plots(out_dir: Path) -> list[str]:
-    """The plots an earlier report in `out_dir` made: those its report.md shows that are still there (a file
-    of that name that report.md does not show is not the report's, and is kept)."""
+def _earlier_files(out_dir: Path) -> list[str]:
+    """The files an earlier report wrote to `out_dir` that are still as it wrote them: those its WROTE names, with
+    the sha256 it recorded (a file it does not name, or one changed since, is the user's, and is kept)."""
     try:
-        earlier = (out_dir / "report.md").read_text(errors="replace")
-    except OSError:  # none (or unreadable): no plot there is known to be a report's
+        wrote = json.loads((out_dir / WROTE).read_bytes())
+    except (OSError, ValueError, RecursionError):  # none, unreadable or not JSON: no file there is known to be a report's
         return []
-    return [name for name in REPORT_FILES[1:] if f"]({name})" in earlier and (out_dir / name).is_file()]
+    if not isinstance(wrote, dict):
+        return []
+    return [name for name in REPORT_FILES if isinstance(wrote.get(name), str) and (path := out_dir / name).is_file()
+            and not path.is_symlink() and hashlib.sha256(path.read_bytes()).hexdigest() == wrote[name]]
 
 
 def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> None:
@@ -506,13 +510,14 @@ def render_report(paths: list[Path], out_dir: Path | None, console: Console) -> 
         console.print(f"not plotted (outside {PLOT_RANGE[0]:g}..{PLOT_RANGE[1]:g}, in the tables): {', '.join(left_out)}",
                       markup=False, highlight=False)
     files = {"report.md": _markdown(runs, _sections(runs, independent, repeatability=True), list(plots)).encode(), **plots}
+    files[WROTE] = (json.dumps({name: hashlib.sha256(data).hexdigest() for name, data in files.items()}, indent=2) + "\n").encode()
     for name in REPORT_FILES:  # again: one made while the report rendered
         refuse_link(out_dir / name, "--out")
-    stale = [out_dir / name for name in _earlier_plots(out_dir) if name not in files]
+    stale = [out_dir / name for name in _earlier_files(out_dir) if name not in files]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_files({out_dir / name: data for name, data in files.items()}, "--out")
-        for path in stale:  # an earlier report's plot that this one does not make would sit beside it unlinked
+        for path in stale:  # an earlier report's plot, unchanged, that this one does not make: it would sit there unlinked
             path.unlink()
     except OSError as exc:
         raise HarnessError(str(out_dir), f"cannot write: {exc.strerror or exc}") from None

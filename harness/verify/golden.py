@@ -7,11 +7,13 @@ The manifest records the case spec, generator version, sha256 of the inputs read
 and of the outputs file, and manifest_sha256 over every other manifest field: a verdict
 depends on nothing that no hash covers. Inputs are never stored: the generator recreates them.
 
-A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock); a
-refresh killed between them leaves the previous golden in `.<case>.old-*/<case>`, which the
-next load or refresh puts back; a refresh killed while writing leaves `.<case>.new-*`, and one
-killed or failed before the first rename an empty `.<case>.old-*`, which the next refresh or verify removes. A folder
-of such a name that holds anything a refresh does not write is the user's, and is left alone.
+A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock), through folders
+`.<case>.new-*` and `.<case>.old-*` it marks as its own (MARK, naming the folder) before it fills them; a
+refresh killed between the renames leaves the previous golden in `.<case>.old-*/<case>`, which the
+next load or refresh puts back (a rename: a load deletes nothing); a refresh killed while writing leaves
+`.<case>.new-*`, and one killed or failed before the first rename a `.<case>.old-*` holding only the mark: the
+next refresh removes them. A folder of such a name without the mark, or holding anything a refresh does not write,
+is the user's, and is left alone.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -46,6 +48,7 @@ MANIFEST = "manifest.json"
 OUTPUTS = "outputs.safetensors"
 SCHEMA = "mla-harness-golden/2"
 LOCK = ".refresh.lock"
+MARK = ".mla-harness-refresh"  # in a refresh's own temporary folder, holding the folder's name
 LOCK_TIMEOUT_S = 600
 # Two float64 references agree to ~1e-15; after rounding to fp32 they may differ by one ulp.
 RECOMPUTE_RTOL = 2.5e-7
@@ -206,41 +209,70 @@ def _golden_file(p: Path) -> bool:
     return p.is_file() and (p.name in (MANIFEST, OUTPUTS) or p.name.endswith(".obtained.safetensors"))
 
 
+def _marked_folder(root: Path, prefix: str) -> Path:
+    """A new temporary folder `prefix`* in `root`, marked as a refresh's own (MARK naming it) before anything else."""
+    folder = Path(tempfile.mkdtemp(dir=root, prefix=prefix))
+    try:
+        (folder / MARK).write_text(folder.name + "\n")
+    except BaseException:
+        shutil.rmtree(folder)
+        raise
+    return folder
+
+
+def _marked(folder: Path) -> bool:
+    """A folder a refresh made: its MARK, a regular file, names it (a copy under another name is not the refresh's)."""
+    mark = folder / MARK
+    try:
+        return (folder.is_dir() and not folder.is_symlink() and mark.is_file() and not mark.is_symlink()
+                and mark.read_text() == folder.name + "\n")
+    except (OSError, ValueError):  # unreadable, or not text
+        return False
+
+
 def _refresh_made(folder: Path) -> bool:
-    """A folder holds only what a refresh writes into one (golden files and their temporary files): a folder of a
-    leftover's name holding anything else is the user's and is never deleted."""
+    """A folder holds only what a refresh writes into one (golden files, their temporary files, its mark): a folder of
+    a leftover's name holding anything else is the user's and is never deleted."""
     temporary = lambda p: p.is_file() and p.name.startswith((f".{MANIFEST}.tmp-", f".{OUTPUTS}.tmp-"))  # noqa: E731
     return folder.is_dir() and not folder.is_symlink() and all(
-        not p.is_symlink() and (_golden_file(p) or temporary(p)) for p in folder.iterdir())
+        not p.is_symlink() and (_golden_file(p) or temporary(p) or p.name == MARK) for p in folder.iterdir())
 
 
 def _stranded(case_name: str, root: Path) -> list[Path]:
-    """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its folder and holding only golden files."""
-    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}")
-                  if _refresh_made(p) and not p.parent.is_symlink() and [q.name for q in p.parent.iterdir()] == [case_name])
+    """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its marked folder and holding only golden files."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if _refresh_made(p) and _marked(p.parent)
+                  and sorted(q.name for q in p.parent.iterdir()) == sorted([MARK, case_name]))
 
 
 def _half_written(case_name: str, root: Path) -> list[Path]:
-    """New goldens a killed refresh left half written: .<case>.new-* holding only what a refresh writes."""
-    return sorted(p for p in root.glob(f".{case_name}.new-*") if _refresh_made(p))
+    """New goldens a killed refresh left half written: marked .<case>.new-* holding only what a refresh writes."""
+    return sorted(p for p in root.glob(f".{case_name}.new-*") if _marked(p) and _refresh_made(p))
 
 
 def _emptied(case_name: str, root: Path) -> list[Path]:
-    """Empty .<case>.old-* folders: a swap killed or failed before its first rename."""
-    return sorted(p for p in root.glob(f".{case_name}.old-*") if p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+    """Marked .<case>.old-* folders holding only the mark: a swap killed or failed before its first rename, or one put back."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*") if _marked(p) and [q.name for q in p.iterdir()] == [MARK])
+
+
+def _put_back(case_name: str, root: Path) -> None:
+    """With the case folder missing, rename the previous golden a killed swap left back into place (under
+    refresh_lock): nothing is deleted, its emptied folder is left for the next refresh."""
+    stranded, folder = _stranded(case_name, root), case_dir(case_name, root)
+    if stranded and not os.path.lexists(folder):
+        os.replace(stranded[0], folder)
 
 
 def recover(case_name: str, root: Path | None = None) -> None:
-    """Finish an interrupted swap (call under refresh_lock): with the case folder missing, put
-    the previous golden back; with it present, drop the leftovers; drop half-written new folders and empty old ones."""
-    folder = case_dir(case_name, root)
+    """For a refresh, under refresh_lock: finish an interrupted swap (put the previous golden back), then remove
+    what killed refreshes left, each in a folder marked as a refresh's own: older goldens, half-written new
+    folders, emptied old ones."""
+    _put_back(case_name, _root(root))
     for old in _stranded(case_name, _root(root)):
-        if not folder.exists():
-            os.replace(old, folder)
         shutil.rmtree(old.parent, ignore_errors=True)
     for new in _half_written(case_name, _root(root)):
         shutil.rmtree(new, ignore_errors=True)
     for empty in _emptied(case_name, _root(root)):
+        (empty / MARK).unlink()
         empty.rmdir()
 
 
@@ -248,16 +280,17 @@ def _leftovers(case_name: str, root: Path) -> list[Path]:
     return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root)]
 
 
-def clean_leftovers(case_name: str, root: Path | None = None) -> list[str]:
-    """What a killed refresh left of this case (.<case>.new-*, .<case>.old-*), recovered and
-    removed under the lock; their names (empty: nothing was left, and the lock was not taken)."""
+def clean_leftovers(case_name: str, root: Path | None = None) -> tuple[list[str], list[str]]:
+    """For a refresh: what a killed refresh left of this case, recovered and removed under the lock (not taken when
+    nothing was left); and the folders of a leftover's name (.<case>.new-*, .<case>.old-*) left alone: no refresh
+    marked them as its own. Their names, each."""
     root = _root(root)
-    if not _leftovers(case_name, root):
-        return []
-    with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
-        left = _leftovers(case_name, root)
-        recover(case_name, root)
-    return [p.name for p in left]
+    left = []
+    if _leftovers(case_name, root):
+        with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
+            left = _leftovers(case_name, root)
+            recover(case_name, root)
+    return [p.name for p in left], sorted(p.name for kind in ("new", "old") for p in root.glob(f".{case_name}.{kind}-*"))
 
 
 def load(case_name: str, root: Path | None = None) -> GoldenData:
@@ -265,7 +298,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
     folder = case_dir(case_name, root)
     if not folder.exists() and _stranded(case_name, _root(root)):
         with refresh_lock(root):
-            recover(case_name, root)
+            _put_back(case_name, _root(root))
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
         why = (NOT_REGULAR if os.path.lexists(manifest_path)
@@ -450,7 +483,7 @@ def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
         if foreign := _not_the_goldens(folder):
             raise HarnessError(str(folder / foreign[0]), "not the golden's own file: a refresh does not delete it "
                                "(move it out of the case folder)")
-        new = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.new-"))
+        new = _marked_folder(root, f".{case_name}.new-")
         try:
             share_folder(new)
             write_bytes(new / OUTPUTS, safetensors.torch.save({k: v.contiguous() for k, v in sorted(data.tensors.items())}))
@@ -458,16 +491,17 @@ def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
             data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             data.manifest["manifest_sha256"] = manifest_digest(data.manifest)
             write_text(new / MANIFEST, json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
+            (new / MARK).unlink()  # the case folder holds the golden's files only
             if not folder.exists():
                 os.replace(new, folder)
                 return
-            old = Path(tempfile.mkdtemp(dir=root, prefix=f".{case_name}.old-"))
+            old = _marked_folder(root, f".{case_name}.old-")
             os.replace(folder, old / case_name)
             try:
                 os.replace(new, folder)
             except OSError as exc:
                 os.replace(old / case_name, folder)
-                old.rmdir()
+                shutil.rmtree(old)
                 raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
             shutil.rmtree(old)
         finally:
