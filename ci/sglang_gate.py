@@ -218,19 +218,43 @@ def install_commit(repo: Path, commit: str, subdir: str, into: Path) -> tuple[Pa
     return site, versions[0] if len(versions) == 1 else "unknown"
 
 
+def run_parser() -> argparse.ArgumentParser:
+    """`harness run`'s arguments, read as it reads them."""
+    from harness.cli import run as run_cli
+
+    parser = argparse.ArgumentParser(prog="python -m harness run", allow_abbrev=False)
+    run_cli.add_arguments(parser)
+    return parser
+
+
+def absolute_paths(extra: list[str]) -> list[str]:
+    """`extra` with the value of each path option of `harness run` (`--opt v`, `--opt=v`) joined to the current folder:
+    the child runs in the harness checkout, and must read and write the files the user named."""
+    options = {name for action in run_parser()._actions if action.type is Path for name in action.option_strings}
+    out, value_next = [], False
+    for word in extra:
+        name, eq, value = word.partition("=")
+        out.append(_joined(word) if value_next else f"{name}={_joined(value)}" if eq and name in options else word)
+        value_next = not value_next and word in options
+    return out
+
+
+def _joined(path: str) -> str:
+    """`path` from the current folder; joined, not resolved: /dev/stdout stays the stream the child inherits, and
+    `link/../x` names x beside the link's target, as it did here."""
+    return os.path.join(os.getcwd(), path)
+
+
 def check_out(out: Path, extra: list[str]) -> None:
     """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install rather than after it: OUT is
     none of its inputs (the --scenario-file, the harness's own files, a golden file), not inside a golden folder
     (--golden-dir's too), and writable."""
     from types import SimpleNamespace
 
-    from harness.cli import run as run_cli
     from harness.cli.common import inputs_of
     from harness.inputs.cases import refuse_clobbering, use_golden_dir
 
-    parser = argparse.ArgumentParser(prog="python -m harness run", allow_abbrev=False)  # as harness run reads them
-    run_cli.add_arguments(parser)
-    given, _ = parser.parse_known_args(extra)
+    given, _ = run_parser().parse_known_args(extra)
     use_golden_dir(given.golden_dir)
     try:
         refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=given.scenario_file))))
@@ -262,10 +286,14 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
         extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         site, version = install_commit(repo, commit, subdir, Path(tmp))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        # the child runs in the harness checkout: the path variables set (MLA_HARNESS_GOLDEN_DIR) and PYTHONPATH name
+        # what they name here
+        paths = {v.name: _joined(os.environ[v.name]) for v in envvars.VARIABLES if v.kind == "path" and os.environ.get(v.name)}
+        python_path = [str(site), str(ROOT), *(_joined(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+        env = dict(os.environ, **paths, PYTHONPATH=os.pathsep.join(python_path),
                    MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
         # absolute, not resolved: /dev/stdout stays the stream the child inherits (resolved: /proc/<pid>/fd/pipe:[N])
-        cmd = [sys.executable, "-m", "harness", "run", "--json", os.path.abspath(args.json), *extra]
+        cmd = [sys.executable, "-m", "harness", "run", "--json", os.path.abspath(args.json), *absolute_paths(extra)]
         print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}",
               file=console, flush=True)
         before = _stamp(args.json)

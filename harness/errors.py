@@ -6,6 +6,9 @@ import signal
 import sys
 from typing import Callable
 
+_signalled = False  # a Ctrl-C or SIGTERM arrived and is not yet reported: code that catches the KeyboardInterrupt it raises
+# (torch's C extension, interrupted while it imports numpy) does not make the run finish as if none had
+
 
 class HarnessError(Exception):
     """Bad input or an impossible request: `where` names the file/field at fault."""
@@ -21,22 +24,42 @@ class CheckFailed(Exception):
 
 
 def _interrupt(signum, frame):
+    global _signalled
+    _signalled = True
     raise KeyboardInterrupt
+
+
+def check_interrupted() -> None:
+    """KeyboardInterrupt when a Ctrl-C or SIGTERM arrived, even one something caught: called before results are put
+    on disk."""
+    if _signalled:
+        raise KeyboardInterrupt
 
 
 def interruptible(main: Callable[..., int]) -> Callable[..., int]:
     """A command's `main` whose Ctrl-C or SIGTERM (a cancelled CI job) unwinds its work (temporary files go), says
-    'interrupted' and returns 130."""
+    'interrupted' and returns 130: also when the KeyboardInterrupt was caught, or turned into another error, on the way."""
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs) -> int:
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        global _signalled
+        previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt)}
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored Ctrl-C (a background job) stays so
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupt)
+        interrupted = False
         try:
-            return main(*args, **kwargs)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
+            code = main(*args, **kwargs)
+        except BaseException as exc:
+            if not (_signalled or isinstance(exc, KeyboardInterrupt)):
+                raise
+            interrupted = True
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if not (interrupted or _signalled):
+            return code
+        _signalled = False  # reported: an enclosing interruptible main returns this 130 without a second line
+        print("interrupted", file=sys.stderr)
+        return 130
 
     return wrapped

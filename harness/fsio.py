@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, check_interrupted
 
 _FOUND_FREE: dict[Path, Path] = {}  # path check_writable found free without --force -> the file it named then: never
 # replaced when written, nor written elsewhere through a link made there meanwhile
@@ -162,6 +162,7 @@ def write_bytes(path: str | Path, data: bytes, flag: str | None = None) -> Path:
 def write_files(files: dict[Path, bytes], flag: str | None = None) -> None:
     """Write several files as one (a report and its plots): every regular file is first staged in full beside its
     target, then all are moved into place, so a failure or an interrupt while writing leaves each file as it was."""
+    check_interrupted()  # a Ctrl-C or SIGTERM that something caught on the way (torch importing numpy): nothing is written
     staged: list[tuple[Path, Path | None, bytes]] = []  # (path, its staged temporary file or None: a stream)
     label = flag
     try:

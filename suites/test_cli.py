@@ -358,6 +358,62 @@ def test_sigterm_is_an_interruption_that_leaves_no_temporary_file(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["case"]["scenario"] == "b1-l500"
 
 
+SIGTERM_AT_IMPORT = """import importlib.abc, os, signal, sys
+class SigtermAt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name in os.environ.get("KILL_AT", "").split(","):
+            os.environ["KILL_AT"] = ""
+            os.kill(os.getpid(), signal.SIGTERM)
+sys.meta_path.insert(0, SigtermAt())
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("out", ["existing", "new", "twin"])
+def test_sigterm_that_torch_swallows_while_importing_numpy_still_interrupts(tmp_path, out):
+    """SIGTERM while torch's C extension imports numpy (the handler's KeyboardInterrupt caught there, so the run went on):
+    'interrupted', exit 130, and the run writes nothing (before: exit 0, its --json written over the existing file, or a
+    traceback). Twin: the same run without the signal writes its results, exit 0."""
+    (tmp_path / "r.json").write_text("base")
+    argv = ["run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast",
+            *({"existing": ["--json", "r.json", "--force"]}.get(out, ["--json", "new.json", "--dump-outputs", "dumps"]))]
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_AT_IMPORT, *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                     "KILL_AT": "" if out == "twin" else "numpy._core.umath,numpy.core.umath"})
+    if out == "twin":
+        assert proc.returncode == 0 and (tmp_path / "new.json").is_file(), proc.stderr[-2000:]
+        return
+    assert proc.returncode == 130 and proc.stderr.strip() == "interrupted", (proc.returncode, proc.stderr[-2000:])
+    assert os.listdir(tmp_path) == ["r.json"] and (tmp_path / "r.json").read_text() == "base"
+
+
+SWALLOWED = """import os, signal, sys
+from harness.errors import interruptible
+@interruptible
+def main():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except KeyboardInterrupt:  # as torch's C extension catches it while it imports numpy
+        pass
+    if sys.argv[1] == "error":
+        import numpy
+        numpy.no_such_function  # the half-imported module of that interleaving
+    return 0
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("then", ["return", "error"])
+def test_an_interruption_caught_on_the_way_is_still_one_line_and_130(then):
+    """A SIGTERM whose KeyboardInterrupt something caught: the main that then returns 0, or fails with another error
+    (an AttributeError of the half-imported numpy), still says only 'interrupted' and exits 130 (before: 0, or a traceback
+    and 1)."""
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED, then], capture_output=True, text=True, timeout=HANG_GUARD_S,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 130 and proc.stderr.strip() == "interrupted", (proc.returncode, proc.stderr[-2000:])
+
+
 def test_host_memory_a_limit_refuses_is_one_line_not_a_traceback():
     """Under an address-space limit (ulimit -v, as CI jobs set) below the free memory the plan sees, the pool's
     host allocation fails: one 'out of host memory' line, exit 2 (before: a RuntimeError traceback, exit 1, which

@@ -677,3 +677,32 @@ def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path,
         return
     assert code == 2 and len(lines) == 1 and lines[0].startswith("sglang-gate: --json: ") and str(out) in lines[0], lines
     assert not any("clone" in cmd or "--target" in cmd for cmd in ran) and (out.read_bytes() if out.exists() else None) == before
+
+
+def test_json_mode_paths_after_the_dashes_name_the_users_files(tmp_path, capsys, monkeypatch):
+    """`-- --scenario-file=S --dump-outputs D` and MLA_HARNESS_GOLDEN_DIR relative to the user's folder: the real
+    `harness run` child (it runs in the harness checkout) reads that scenario, checks against that golden folder and
+    writes its dumps there (before: looked up in the checkout: not found, or another workload, and dumps written there)."""
+    repo = fake_sglang(tmp_path)
+    user = tmp_path / "user"
+    (user / "gold").mkdir(parents=True)
+    (user / "gold" / "cases.toml").write_text('[[case]]\npreset = "glm5-tp8"\nscale = "ci"\nscenario = "b1-l500"\n')  # not this case: live
+    (user / "mysc.toml").write_text('name = "mine"\ndescription = "the user\'s"\nseed = 5\nsteps = 1\nkv_lens = [40, 7]\n')
+    monkeypatch.chdir(user)
+    monkeypatch.setenv("MLA_HARNESS_GOLDEN_DIR", "gold")
+    child, real_run = [], subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[1:4] != ["-m", "harness", "run"]:
+            return real_run(cmd, *args, **kwargs)
+        child.append(proc := real_run(cmd, *args, capture_output=True, text=True, timeout=HANG_GUARD_S, **kwargs))
+        return proc
+
+    stub_runs(monkeypatch, run)
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", "r.json", "a", "--", "--scenario-file=mysc.toml", "--dump-outputs",
+                       "dumps", "--device", "cpu", "--strategy", "gather_cast", "--repeats", "0", "--slots", "4096", "--layers", "1")
+    assert code == 0, child[0].stdout[-2000:] + child[0].stderr[-2000:]
+    results = json.loads((user / "r.json").read_text())
+    assert results["case"]["scenario"] == "mine" and f"MLA_HARNESS_GOLDEN_DIR={user / 'gold'}" in results["repro"]
+    assert sorted(p.name for p in (user / "dumps").iterdir()) == [f"glm5-tp8.ci.mine.{s}.safetensors" for s in ("gather_cast", "stock")]
+    assert not (ROOT / "dumps").exists()
