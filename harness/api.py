@@ -10,7 +10,7 @@ import safetensors.torch
 import torch
 from rich.console import Console
 
-from harness.errors import CheckFailed, HarnessError
+from harness.errors import CheckFailed, HarnessError, out_of_memory
 from harness.execute.decode import Outputs
 from harness.execute.prepared import PreparedCase
 from harness.fsio import write_bytes
@@ -170,9 +170,9 @@ def _execute(prep: PreparedCase, name: str, cfg: RunConfig, console: Console):
         if cfg.repeats:
             try:
                 measured = measure(session, cfg.repeats, partial(progress_bar, console, f"{name}: timing, {cfg.repeats} samples per metric"))
-            except torch.cuda.OutOfMemoryError:
-                raise
             except Exception as exc:  # timing trouble never hides a finished verdict
+                if out_of_memory(exc):
+                    raise
                 measured = Measured(skipped={"timing": one_line(exc)})
     return outputs, measured, peak, strategy.run_tier()  # after teardown: what the whole run found
 
@@ -195,9 +195,9 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     for name in sorted(runnable, key=lambda n: n != BASELINE):  # the baseline first: every other's anchor
         try:
             outputs, m, peak, tier = _execute(prep, name, cfg, console)
-        except torch.cuda.OutOfMemoryError:
-            raise  # an impossible size, not a kernel bug: the CLI reports it as bad input
         except Exception as exc:  # a crashing strategy is a red verdict, the others still run
+            if out_of_memory(exc):
+                raise  # GPU or host memory: an impossible size, not a kernel bug: the CLI reports it as bad input
             results[name] = StrategyResult(name, Verdict(Status.ERROR, one_line(exc)))
             continue
         baseline = outputs if name == BASELINE else baseline

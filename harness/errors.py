@@ -23,6 +23,17 @@ class CheckFailed(Exception):
     """A correctness check failed (CLI exit code 1)."""
 
 
+def out_of_memory(exc: BaseException) -> str | None:
+    """'GPU' or 'host' when `exc` says that memory ran out (torch.cuda.OutOfMemoryError, MemoryError, the c10::Error of
+    torch's host allocator): an impossible size for this machine, reported as bad input, never a strategy's red
+    verdict; else None. By type name: no torch import."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return "GPU"
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
+        return "host"
+    return None
+
+
 def _interrupt(signum, frame):
     global _signalled
     _signalled = True

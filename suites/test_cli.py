@@ -432,6 +432,36 @@ def test_host_memory_a_limit_refuses_is_one_line_not_a_traceback():
     assert proc.stderr.startswith("error: out of host memory: ") and "--slots" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("error", [RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4 GB"),
+                                   MemoryError(), RuntimeError("a kernel bug")])
+def test_memory_running_out_inside_a_strategy_is_bad_input_not_its_red_verdict(error, tmp_path, monkeypatch, capsys):
+    """The pool fit but a strategy's own allocation did not (ulimit -v, a large --slots): the run printed its table,
+    `FAIL: check failed` (exit 1) and recorded the strategy's verdict `error`, which a later compare fails as the
+    commit's. Now one 'out of host memory' line, exit 2, no results file. Twin: any other error is the red verdict."""
+    from harness.strategies import REGISTRY
+
+    def crash(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(REGISTRY["gather_cast"], "setup", crash)
+    out = tmp_path / "r.json"
+    code = main(["run", "--device", "cpu", "--scenario", "b1-l500", "--strategy", "gather_cast", "--repeats", "0", "--json", str(out)])
+    err = capsys.readouterr().err
+    if isinstance(error, MemoryError) or "allocate" in str(error):
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: out of host memory: ") and not out.exists(), err
+    else:
+        assert code == 1 and "FAIL: " in err and json.loads(out.read_text())["rows"]
+
+
+def test_an_argument_that_is_not_utf8_is_refused_before_any_work(tmp_path, capsys):
+    """A --scenario-file or --json named in other bytes (Python surrogate-escapes them) went into the results file's
+    repro, and every reader then refused the file run had just written (exit 0) as not text."""
+    bad = tmp_path / "sc\udcfe.json"
+    assert main(["run", "--device", "cpu", "--scenario", "b1-l500", "--repeats", "0", "--json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "not UTF-8 text" in err and not any(tmp_path.iterdir())
+
+
 def test_help_lists_names_and_does_not_import_torch():
     """`--help` and `run --help` stay fast (no torch); `run --help` lists the names."""
     code = ("import sys, contextlib, io\nfrom harness.cli import main\nbuf = io.StringIO()\n"

@@ -17,7 +17,7 @@ from rich.console import Console
 from harness import envvars
 from harness.cli import compare, export, golden, report, run, tpot
 from harness.cli.common import Formatter
-from harness.errors import CheckFailed, HarnessError, interruptible
+from harness.errors import CheckFailed, HarnessError, interruptible, out_of_memory
 
 # a host allocation the memory plan (free memory, /proc/meminfo) allowed failed: a limit on the process is lower
 HOST_LIMIT = "a memory limit (ulimit -v, a container's) is below the free memory the plan saw; lower --slots or --layers"
@@ -55,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_unicode(argv: list[str]) -> None:
+    """Every argument is Unicode text: a file name of other bytes (surrogate-escaped by Python) would end up in a results
+    file's repro, which every reader refuses as not text."""
+    for word in argv:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HarnessError(ascii(word), "not UTF-8 text: a results file records its command line as text; "
+                                            "rename the file or folder") from None
+
+
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -63,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=to_stderr, width=200 if not (sys.stderr if to_stderr else sys.stdout).isatty() else None)
     try:
         envvars.check_all(kinds=("path", "text", "flag", "int"))  # a bad variable fails before any work ("names" import their lists)
+        _check_unicode(args.argv)
         if getattr(args, "golden_dir", None) is not None:
             from harness.inputs.cases import golden_dir, use_golden_dir
 
@@ -78,14 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {exc.filename or 'output'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except MemoryError:
-        print(f"error: out of host memory: {HOST_LIMIT}", file=sys.stderr)
-        return 2
     except Exception as exc:
-        if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
-            print(f"error: out of GPU memory: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return 2
-        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's host allocator (a c10::Error)
-            print(f"error: out of host memory: {str(exc).splitlines()[0]} ({HOST_LIMIT})", file=sys.stderr)
-            return 2
-        raise
+        if (which := out_of_memory(exc)) is None:
+            raise
+        said = (str(exc).splitlines() or [""])[0]
+        where = f"{said} ({HOST_LIMIT})" if said else HOST_LIMIT
+        print(f"error: out of {which} memory: {said if which == 'GPU' else where}", file=sys.stderr)
+        return 2

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.errors import out_of_memory
 from harness.execute.decode import DecodeSession
 from harness.measure import clocks, timing
 from harness.results.metrics import spec
@@ -121,10 +122,8 @@ def _time_blocks(blocks: dict, device: torch.device, out: Measured, advance) -> 
     for name, block in blocks.items():
         try:
             samples, guard = guarded(block, device)
-        except torch.cuda.OutOfMemoryError:
-            raise
         except Exception as exc:  # only the bucket graph may fail here: a backend or strategy that cannot be captured
-            if name != "step_device_ms":
+            if name != "step_device_ms" or out_of_memory(exc):
                 raise
             out.skipped.update({m: f"not graph-replayable: {one_line(exc)}" for m in ("step_device_ms", "step_host_ms", "step_ms")})
         else:
