@@ -297,9 +297,9 @@ def commit_hashes(base: str, head: str, config: tuple[Path, dict]) -> list[str]:
     return hashes
 
 
-def benchmarked_at(repo: Path, commit: str) -> list[str] | None:
-    """The strategies the asv benchmarks time by default with `commit`'s harness (ci.shared_strategies, on the
-    commit's harness/ folder unpacked in a temporary folder); None when the commit has no harness/ (another project's
+def benchmarked_at(repo: Path, commit: str) -> tuple[list[str], bool] | None:
+    """The strategies the asv benchmarks time by default with `commit`'s harness, and whether it declares them
+    (ci.shared_strategies.listing, on the commit's harness/ folder unpacked in a temporary folder); None when the commit has no harness/ (another project's
     asv config, e.g. the SGLang gate's, which names its strategies itself)."""
     import tarfile
     import tempfile
@@ -311,7 +311,7 @@ def benchmarked_at(repo: Path, commit: str) -> list[str] | None:
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
             tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # 3.11.4+
         try:
-            return shared_strategies.benchmarked(Path(tmp))
+            return shared_strategies.listing(Path(tmp))
         except SystemExit as exc:
             raise HarnessError("MLA_ASV_STRATEGIES", f"cannot list the strategies {commit[:12]} benchmarks: {exc}") from None
 
@@ -325,13 +325,14 @@ def pin_strategies(hashes: list[str], config: tuple[Path, dict], allow_dropped: 
     if "MLA_ASV_STRATEGIES" in os.environ:
         return None
     root, conf = config
-    lists = [benchmarked_at(root / conf.get("repo", "."), h) for h in hashes]
-    if None in lists or lists[0] == lists[1]:
+    listings = [benchmarked_at(root / conf.get("repo", "."), h) for h in hashes]
+    if None in listings or listings[0][0] == listings[1][0]:
         return None
+    lists = [names for names, _ in listings]
     shared = [s for s in lists[1] if s in lists[0]]
     if not shared:
         raise HarnessError("MLA_ASV_STRATEGIES", f"BASE times {','.join(lists[0])} and HEAD {','.join(lists[1])}: no strategy in both")
-    if why := shared_strategies.unjudged_drops(lists[0], lists[1], allow_dropped):
+    if why := shared_strategies.unjudged_drops(lists[0], lists[1], allow_dropped, listings[0][1]):
         raise HarnessError("HEAD", why)
     os.environ["MLA_ASV_STRATEGIES"] = ",".join(shared)
     return (f"BASE times {','.join(lists[0])}, HEAD {','.join(lists[1])} (asv pairs them by index): "

@@ -17,21 +17,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # suites/asv/benchmarks.py's own default list, read in a process that imports the given checkout's harness
-LIST = "import sys; sys.path.insert(0, 'suites/asv'); from benchmarks import benchmarked; print(','.join(benchmarked()))"
+# and whether that harness declares which strategies are benchmarked (one from before `register(benchmark=)` times all)
+LIST = ("import sys; sys.path.insert(0, 'suites/asv'); from benchmarks import benchmarked; from harness import strategies as s; "
+        "print(','.join(benchmarked())); print(int(hasattr(s, 'BENCHMARKED') or any(hasattr(c, 'benchmark') for c in s.REGISTRY.values())))")
 
 
 def benchmarked(checkout: Path) -> list[str]:
     """The strategies the asv benchmarks time by default with `checkout`'s harness (this checkout's benchmark files)."""
+    return listing(checkout)[0]
+
+
+def listing(checkout: Path) -> tuple[list[str], bool]:
+    """`benchmarked(checkout)`, and whether that harness declares the list (else every strategy is timed by default)."""
     proc = subprocess.run([sys.executable, "-c", LIST.replace("suites/asv", str(ROOT / "suites" / "asv"))],
                           cwd=checkout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout)}, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise SystemExit(f"shared-strategies: {checkout}: the harness there does not list its strategies ({tail[0]})")
-    return proc.stdout.strip().split(",")
+    names, declared = proc.stdout.strip().splitlines()
+    return names.split(","), declared == "1"
 
 
-def unjudged_drops(base: list[str], head: list[str], allowed: set[str]) -> str | None:
-    """Why the gate cannot run: strategies the base times that the head does not and `allowed` does not name; None if none."""
+def unjudged_drops(base: list[str], head: list[str], allowed: set[str], base_declared: bool = True) -> str | None:
+    """Why the gate cannot run: strategies the base times that the head does not and `allowed` does not name; None if
+    none, and None for a base that declares no list (it timed every strategy, also those no one meant to benchmark)."""
+    if not base_declared:
+        return None
     if dropped := [s for s in base if s not in head and s not in allowed]:
         return (f"HEAD no longer benchmarks {','.join(dropped)}, which BASE does: a slowdown there would go unjudged "
                 f"(--allow-dropped {','.join(dropped)} gates the rest when the removal is deliberate)")
@@ -49,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or not Path(args[0], "harness").is_dir():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    base, head = benchmarked(Path(args[0]).resolve()), benchmarked(ROOT)
-    if why := unjudged_drops(base, head, allowed):
+    (base, declared), head = listing(Path(args[0]).resolve()), benchmarked(ROOT)
+    if why := unjudged_drops(base, head, allowed, declared):
         print(f"shared-strategies: {why}", file=sys.stderr)
         return 2
     shared = [s for s in head if s in base]

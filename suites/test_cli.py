@@ -839,3 +839,13 @@ def test_device_spellings_resolve_alike_and_a_cpu_index_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     assert device_from("auto") == device_from("cuda") == torch.device("cuda", 0)
     assert chosen == [torch.device("cuda", 0)] * 2
+
+
+def test_only_commands_that_record_a_repro_refuse_a_name_that_is_not_utf8(tmp_path, capsys, monkeypatch):
+    """compare, report and golden record no repro: they read a file of any name. run refuses a PYTHONPATH that is not
+    UTF-8 too (it goes into the repro as the arguments do)."""
+    proc = harness("compare", str(tmp_path / "b\udcff.json"), str(tmp_path / "h.json"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "not UTF-8" not in proc.stderr, proc.stderr
+    monkeypatch.setitem(os.environb, b"PYTHONPATH", os.fsencode(tmp_path) + b"/ck\xff")  # os.environ reads it surrogate-escaped
+    assert main(["run", "--device", "cpu", "--scenario", "b1-l500", "--repeats", "0", "--json", str(tmp_path / "r.json")]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err and not (tmp_path / "r.json").exists()

@@ -657,19 +657,28 @@ def _slower(doc: dict, strategy: str, factor: float) -> dict:
 
 
 def test_a_base_that_passed_a_strategy_but_holds_no_timing_of_it_cannot_judge(a, tmp_path, capsys):
-    """A base whose gather_cast timing crashed (its rows null, the verdict pass) against a head 3x slower: every
-    timing was `added` and the gate passed (exit 0) with nothing judged. Twins: with the base's timings it is a
-    regression (exit 1); a base where the strategy was unsupported has nothing to lose (its timings are new: exit 0)."""
+    """A base whose gather_cast timing crashed (as a run writes it: one null `timing` row for the strategy, no timing
+    rows, the verdict pass) against a head 3x slower: every timing was `added` and the gate passed (exit 0) with nothing
+    judged. Twins: with the base's timings it is a regression (exit 1); a base where the strategy was unsupported has
+    nothing to lose (its timings are new: exit 0); a metric the base's strategy cannot have (shadow's null cast_us)
+    measured in the head is `added`, not a failure to re-run."""
     base, head = _on_gpu(a), _slower(_on_gpu(a), "gather_cast", 3.0)
-    for row in _rows(base, "cast_us", "gather_cast") + _rows(base, "attn_us", "gather_cast"):
-        row.update(value=None, samples=[], iqr=None, detail={"unsupported": "timing: RuntimeError: crashed"})
+    timed = [r for r in _rows(base, "verdict", "gather_cast")]
+    base["rows"] = [r for r in base["rows"] if r["strategy"] != "gather_cast" or r["metric"] in ("verdict", "extra_bytes")]
+    base["rows"].append({**timed[0], "metric": "timing", "value": None, "detail": {"unsupported": "RuntimeError: timing crashed"}})
     code, out, _ = _compare(tmp_path, base, head, capsys)
-    assert code == 2 and "NO BASE VALUE: gather_cast/attn_us, gather_cast/cast_us" in out and "CANNOT JUDGE (exit 2)" in out
+    assert code == 2 and "NO BASE VALUE: gather_cast/" in out and "CANNOT JUDGE (exit 2)" in out, out
+    assert "RuntimeError: timing crashed" in out
     code, out, _ = _compare(tmp_path, _slower(_on_gpu(a), "gather_cast", 1.0), head, capsys)
     assert code == 1 and "gather_cast/cast_us regressed" in out
     _set_verdict(base, "gather_cast", "unsupported")
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "NO BASE VALUE" not in out
+    shadow = _on_gpu(a)
+    (cast,) = _rows(shadow, "cast_us", "shadow")
+    _set_samples(cast, [5.0 + 0.01 * i for i in range(10)])
+    code, out, _ = _compare(tmp_path, _on_gpu(a), shadow, capsys)
+    assert code == 0 and "NO BASE VALUE" not in out, out
 
 
 def test_a_file_relabelled_to_another_device_is_bad_input(a, tmp_path, capsys):

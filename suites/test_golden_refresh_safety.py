@@ -315,3 +315,16 @@ def test_a_resigned_golden_holding_nan_or_infinity_is_one_line(tmp_path, name, v
     _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), f"outputs.safetensors: {name}", "NaN or infinity")
     _one_error_line(harness("run", "--device", "cpu", "--repeats", "0", "--strategy", "gather_cast", "--scenario", "b1-l500",
                             golden_dir=root), f"outputs.safetensors: {name}", "NaN or infinity")
+
+
+def test_a_golden_an_older_version_stranded_is_put_back_not_replaced(tmp_path):
+    """A swap killed before refreshes marked their folders left .<case>.old-*/<case> unmarked: the mark rule made verify
+    say 'manifest missing' and a refresh without --force write a new golden beside the stranded one. It is put back by a
+    rename (nothing deleted; its emptied folder, unmarked, stays)."""
+    root = _golden_copy(tmp_path, [CASE])
+    before = _contents(root / CASE)
+    (root / f".{CASE}.old-k3j2x9").mkdir()
+    (root / CASE).rename(root / f".{CASE}.old-k3j2x9" / CASE)
+    proc = harness("golden", "verify", "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0 and _contents(root / CASE) == before, proc.stdout + proc.stderr
+    assert (root / f".{CASE}.old-k3j2x9").is_dir()

@@ -48,3 +48,14 @@ def test_the_same_checkout_shares_every_strategy():  # the twin: nothing is left
 def test_a_folder_without_a_harness_is_refused(tmp_path):
     proc = _shared(tmp_path)
     assert proc.returncode == 2 and "usage" in proc.stderr and proc.stdout == ""
+
+
+def test_a_base_from_before_the_declared_list_is_not_refused(tmp_path):
+    """A harness from before `register(benchmark=)` times every strategy by default, stock_vectorized too (never meant to
+    be benchmarked): against it the drop check cried wolf. Twin: a base declaring that list is refused (above)."""
+    (tmp_path / "harness" / "strategies").mkdir(parents=True)
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    (tmp_path / "harness" / "strategies" / "__init__.py").write_text(
+        'ORDER = ("stock", "stock_vectorized", "retired")\nREGISTRY = {n: type(n, (), {}) for n in ORDER}\n')
+    proc = _shared(tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "stock", proc.stderr

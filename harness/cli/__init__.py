@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_unicode(argv: list[str]) -> None:
-    """Every argument is Unicode text: a file name of other bytes (surrogate-escaped by Python) would end up in a results
-    file's repro, which every reader refuses as not text."""
+    """Every word that goes into a results file's repro (the arguments, PYTHONPATH, the interpreter) is Unicode text: a
+    name of other bytes (surrogate-escaped by Python) would make every reader refuse the file as not text."""
     for word in argv:
         try:
             word.encode("utf-8")
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=to_stderr, width=200 if not (sys.stderr if to_stderr else sys.stdout).isatty() else None)
     try:
         envvars.check_all(kinds=("path", "text", "flag", "int"))  # a bad variable fails before any work ("names" import their lists)
-        _check_unicode(args.argv)
+        if args.command in ("run", "tpot"):  # the commands whose results record a repro
+            _check_unicode([*args.argv, os.environ.get("PYTHONPATH", ""), sys.executable])
         if getattr(args, "golden_dir", None) is not None:
             from harness.inputs.cases import golden_dir, use_golden_dir
 

@@ -13,7 +13,7 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   side, is `disturbed`, not compared (a throttled or shared GPU's numbers are no measurement, whichever
   way they point); one with fewer than decision.MIN_SAMPLES samples on either side is `undersampled`;
 - exact metrics (bytes) by the tolerance alone;
-- a gating row the head measured, of a strategy the base passed but holds no value of (its timing crashed), is
+- a gating timing the head measured, of a strategy the base passed but whose timing failed (its `timing` row), is
   `no base value`: nothing to judge it against (exit 2);
 - verdicts: a head that fails or errors is `failing`, also when the base has no such row; `pass`, `fail` or
   `error` -> `unsupported` is `failing` unless the head's environment differs in a field that explains it (ENV_EXPLAINS):
@@ -59,7 +59,7 @@ from harness.spec.gpus import gpu_key
 REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "worse"
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
 DISTURBED = "disturbed"
-NO_BASE = "no base value"  # a gating row the base ran its strategy for (verdict pass) but holds no value of
+NO_BASE = "no base value"  # a gating timing of a strategy the base passed but failed to time
 BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer", "triton_interpret")  # may make a strategy unsupported
@@ -135,7 +135,7 @@ class Comparison:
 
     @property
     def unbased(self) -> list[Change]:
-        """Gating rows the head measured and the base, which passed that strategy, holds no value of: nothing to judge."""
+        """Gating timings the head measured of a strategy the base passed but failed to time: nothing to judge them against."""
         return [c for c in self.changes if c.gating and c.status == NO_BASE]
 
     @property
@@ -419,10 +419,14 @@ def same_timings(base: ResultsFile, head: ResultsFile) -> bool:
     return sum(len(_samples(b[k])) for k in timed) > 1 and all(same)
 
 
-def _passed(rows: dict[tuple, Row], key: tuple) -> bool:
-    """Whether the file's verdict row of key's strategy is pass."""
-    verdict = rows.get((*key[:5], "verdict"))
-    return verdict is not None and verdict.value == "pass"
+def _timing_crashed(rows: dict[tuple, Row], key: tuple) -> str | None:
+    """Why the file's timing of key's strategy failed, where the strategy passed and key is a timed metric: its `timing`
+    row (what a run writes instead of every timing when its timing raised); else None (a metric a strategy cannot
+    have, such as shadow's cast_us, is a row of its own with no value: no failure)."""
+    verdict, timing, metric = rows.get((*key[:5], "verdict")), rows.get((*key[:5], "timing")), METRICS.get(key[5])
+    if metric is None or not metric.timed or verdict is None or verdict.value != "pass" or timing is None:
+        return None
+    return (timing.detail or {}).get("unsupported") or "no timing"
 
 
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
@@ -450,9 +454,8 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
     for change in found:
         if change.status == MISSING and change.key[:5] in unsupported:
             change = replace(change, status="unsupported", note="its strategy is unsupported in the head")
-        if change.status == "added" and change.base is not None and _passed(b, change.key):
-            why = (change.base.detail or {}).get("unsupported")
-            change = replace(change, status=NO_BASE, note=f"the base passed {change.key[3]} but holds no value{f': {why}' if why else ''}")
+        if change.status == "added" and (why := _timing_crashed(b, change.key)):
+            change = replace(change, status=NO_BASE, note=f"the base passed {change.key[3]} but its timing failed: {why}")
         metric = METRICS.get(change.key[5])
         gone = change.status == MISSING and change.key[:5] not in strategies and change.key[5] != CONTROL  # control: the guard's
         gating = metric is not None and (metric.gates(device) or gone) and change.status != "added"
@@ -544,8 +547,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     if (unbased := comparison.unbased) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]}" for c in unbased)
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
-        console.print(f"[bold yellow]NO BASE VALUE[/]: {escape(named)}: the base passed these strategies but holds no "
-                      f"value to judge the head's against (re-run the base); {verdict}")
+        console.print(f"[bold yellow]NO BASE VALUE[/]: {escape(named)}: the base passed these strategies but failed "
+                      f"to time them (re-run the base); {verdict}")
     if (gone := comparison.unsupported) and not comparison.device_differs:
         named = ", ".join(dict.fromkeys(c.key[3] for c in gone))
         verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"

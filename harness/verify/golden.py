@@ -238,10 +238,12 @@ def _refresh_made(folder: Path) -> bool:
         not p.is_symlink() and (_golden_file(p) or temporary(p) or p.name == MARK) for p in folder.iterdir())
 
 
-def _stranded(case_name: str, root: Path) -> list[Path]:
-    """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its marked folder and holding only golden files."""
-    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if _refresh_made(p) and _marked(p.parent)
-                  and sorted(q.name for q in p.parent.iterdir()) == sorted([MARK, case_name]))
+def _stranded(case_name: str, root: Path, marked: bool = True) -> list[Path]:
+    """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its marked folder and holding only golden
+    files; marked=False: also in an unmarked one (a refresh from before the mark: put back by a rename, never deleted)."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if _refresh_made(p) and (
+        (_marked(p.parent) and sorted(q.name for q in p.parent.iterdir()) == sorted([MARK, case_name]))
+        or (not marked and [q.name for q in p.parent.iterdir()] == [case_name])))
 
 
 def _half_written(case_name: str, root: Path) -> list[Path]:
@@ -257,7 +259,7 @@ def _emptied(case_name: str, root: Path) -> list[Path]:
 def _put_back(case_name: str, root: Path) -> None:
     """With the case folder missing, rename the previous golden a killed swap left back into place (under
     refresh_lock): nothing is deleted, its emptied folder is left for the next refresh."""
-    stranded, folder = _stranded(case_name, root), case_dir(case_name, root)
+    stranded, folder = _stranded(case_name, root, marked=False), case_dir(case_name, root)
     if stranded and not os.path.lexists(folder):
         os.replace(stranded[0], folder)
 
@@ -286,7 +288,7 @@ def clean_leftovers(case_name: str, root: Path | None = None) -> tuple[list[str]
     marked them as its own. Their names, each."""
     root = _root(root)
     left = []
-    if _leftovers(case_name, root):
+    if _leftovers(case_name, root) or _stranded(case_name, root, marked=False):
         with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
             left = _leftovers(case_name, root)
             recover(case_name, root)
@@ -296,7 +298,7 @@ def clean_leftovers(case_name: str, root: Path | None = None) -> tuple[list[str]
 def load(case_name: str, root: Path | None = None) -> GoldenData:
     """Load and integrity-check a stored golden; any problem is one HarnessError line."""
     folder = case_dir(case_name, root)
-    if not folder.exists() and _stranded(case_name, _root(root)):
+    if not folder.exists() and _stranded(case_name, _root(root), marked=False):
         with refresh_lock(root):
             _put_back(case_name, _root(root))
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
