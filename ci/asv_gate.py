@@ -328,14 +328,14 @@ def pin_strategies(hashes: list[str], config: tuple[Path, dict], allow_dropped: 
     listings = [benchmarked_at(root / conf.get("repo", "."), h) for h in hashes]
     if None in listings or listings[0][0] == listings[1][0]:
         return None
-    lists = [names for names, _ in listings]
-    shared = [s for s in lists[1] if s in lists[0]]
+    (base, declared), (head, _) = listings
+    shared = [s for s in head if s in base]
     if not shared:
-        raise HarnessError("MLA_ASV_STRATEGIES", f"BASE times {','.join(lists[0])} and HEAD {','.join(lists[1])}: no strategy in both")
-    if why := shared_strategies.unjudged_drops(lists[0], lists[1], allow_dropped, listings[0][1]):
+        raise HarnessError("MLA_ASV_STRATEGIES", f"BASE times {','.join(base)} and HEAD {','.join(head)}: no strategy in both")
+    if why := shared_strategies.unjudged_drops(base, head, allow_dropped, declared):
         raise HarnessError("HEAD", why)
     os.environ["MLA_ASV_STRATEGIES"] = ",".join(shared)
-    return (f"BASE times {','.join(lists[0])}, HEAD {','.join(lists[1])} (asv pairs them by index): "
+    return (f"BASE times {','.join(base)}, HEAD {','.join(head)} (asv pairs them by index): "
             f"MLA_ASV_STRATEGIES={os.environ['MLA_ASV_STRATEGIES']}")
 
 

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if (which := out_of_memory(exc)) is None:
             raise
         said = (str(exc).splitlines() or [""])[0]
-        where = f"{said} ({HOST_LIMIT})" if said else HOST_LIMIT
-        print(f"error: out of {which} memory: {said if which == 'GPU' else where}", file=sys.stderr)
+        if which == "host":  # the limit that refused it, after torch's own words where it has any
+            said = f"{said} ({HOST_LIMIT})" if said else HOST_LIMIT
+        print(f"error: out of {which} memory: {said}", file=sys.stderr)
         return 2

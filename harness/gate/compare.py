@@ -519,6 +519,11 @@ def _why_failed(c: Change, pct: str) -> str:
     return "missing: absent or null in the head" if c.status == MISSING else "failing: the head's verdict does not pass"
 
 
+def _unjudged(comparison: Comparison) -> str:
+    """What a row the gate could not judge does to the exit code, as its loud line says."""
+    return "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
+
+
 def report(comparison: Comparison, console: Console, base: ResultsFile, head: ResultsFile) -> None:
     """The table, the summary and one loud line per outcome that decides the exit code."""
     if any(c.status != "unchanged" or c.note for c in comparison.changes):
@@ -536,24 +541,20 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         console.print(f"[bold yellow]ENVIRONMENTS DIFFER[/]: {escape(comparison.environment_differs)}; {verdict}")
     if (few := comparison.undersampled) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {escape(named)}; the rule needs {decision.MIN_SAMPLES} samples on "
                       f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}; a file of one number per row, such as "
-                      f"tpot --engine sglang's, cannot be gated); {verdict}")
+                      f"tpot --engine sglang's, cannot be gated); {_unjudged(comparison)}")
     if (shaken := comparison.disturbed) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
-        console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {verdict}")
+        console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {_unjudged(comparison)}")
     if (unbased := comparison.unbased) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]}" for c in unbased)
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]NO BASE VALUE[/]: {escape(named)}: the base passed these strategies but failed "
-                      f"to time them (re-run the base); {verdict}")
+                      f"to time them (re-run the base); {_unjudged(comparison)}")
     if (gone := comparison.unsupported) and not comparison.device_differs:
         named = ", ".join(dict.fromkeys(c.key[3] for c in gone))
-        verdict = "CANNOT JUDGE (exit 2)" if comparison.exit_code == 2 else "not judged"
         console.print(f"[bold yellow]UNSUPPORTED IN THE HEAD[/]: {escape(named)}, run in the base, gave no result in the "
-                      f"head's environment ({escape(_explains(base, head))}); {verdict}")
+                      f"head's environment ({escape(_explains(base, head))}); {_unjudged(comparison)}")
     if comparison.unjudged and not comparison.device_differs:
         worst = max((c.decision.mde for c in comparison.unjudged if c.decision and c.decision.mde), default=None)
         mde = f", largest MDE {worst * 100:.1f}%" if worst is not None else ""
