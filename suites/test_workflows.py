@@ -266,3 +266,42 @@ def test_asv_runs_over_commits_pin_the_strategies_by_name():
     assert all(_pinned_before_asv_runs(docs[n]) for n in ("perf-gate.yml", "asv-publish.yml"))
     unpinned = yaml.safe_load((WORKFLOWS / "asv-publish.yml").read_text().replace("MLA_ASV_STRATEGIES", "UNPINNED_LIST"))
     assert not _pinned_before_asv_runs(unpinned)  # the negative control
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo)}
+    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, timeout=HANG_GUARD_S)
+
+
+def test_the_perf_gate_allows_the_drops_a_pull_request_names_in_a_trailer(tmp_path):
+    """The perf gate had no way to pass --allow-dropped: a pull request that deliberately stopped benchmarking a
+    strategy failed the gate until the workflow was edited. The pull request's commits now name such strategies in a
+    `Perf-Gate-Allow-Dropped:` trailer. Its twin: a pull request with no trailer allows nothing."""
+    script = _step("perf-gate.yml", "asv-continuous", "Time only the strategies")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "base\n\nPerf-Gate-Allow-Dropped: old_base_drop")
+    _git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "retire two strategies\n\nPerf-Gate-Allow-Dropped: shadow, fused_fp8")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "and one more\n\nPerf-Gate-Allow-Dropped: gather_cast")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "args"}\necho stock\n')
+    (tmp_path / "bin" / "python").chmod(0o755)
+
+    def run() -> str:
+        (tmp_path / "args").write_text("")
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "BASE_REF": "main", "RUNNER_TEMP": str(tmp_path / "temp"),
+               "GITHUB_ENV": str(tmp_path / "env"), "HOME": str(tmp_path)}
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-e", "-c", script], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "env").read_text().endswith("MLA_ASV_STRATEGIES=stock\n")
+        return (tmp_path / "args").read_text()
+
+    assert run() == f"-m ci.shared_strategies {tmp_path / 'temp' / 'perf-base'} --allow-dropped gather_cast,shadow,fused_fp8\n"
+    _git(repo, "reset", "-q", "--hard", "origin/main")  # the twin: no commit of the pull request names a drop
+    _git(repo, "worktree", "remove", "--force", str(tmp_path / "temp" / "perf-base"))
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "no trailer")
+    assert run() == f"-m ci.shared_strategies {tmp_path / 'temp' / 'perf-base'}\n"
