@@ -361,3 +361,26 @@ def test_memory_plan_glm5_prod_shadow_does_not_fit_beside_the_weights():
     assert full + shadow["max_slots_with_full_weights"] * 3 * pool / slots <= h200 * 0.95
     # negative control: a plan that forgets shadow's BF16 copy says it fits
     assert memory_plan("shadow", pool, slots, 0, full, h200, 4)["fits_with_full_weights"]
+
+
+def test_tpot_plans_the_strategy_buffer_before_it_allocates(monkeypatch):
+    """tpot checked only the pool and rotated weights against free memory: shadow's BF16 copy of the pool (twice the
+    FP8 pool) went unplanned, and a run the memory could not hold allocated past it. With room for the pool, step
+    inputs and weights but not shadow's copy, shadow is refused with one 'memory plan' line naming its buffer; the
+    twin, stock (no buffer), builds."""
+    from harness.execute.decode import step_data_bytes
+    from harness.inputs import memory
+    from harness.tpot.tpot import rotated_weight_bytes
+
+    case = Case(get_preset("glm5-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
+    shape = load_shape("glm5-tp8", shrink=True)
+    g = case.geometry
+    base = (g.total_bytes + step_data_bytes(case.preset, case.schedule(), g.num_layers)
+            + rotated_weight_bytes(shape.for_pool(case.num_layers), 2))
+    shadow = REGISTRY["shadow"].extra_bytes(g, case.schedule())
+    assert shadow > g.total_bytes  # BF16 rows: twice the FP8 pool
+    monkeypatch.setattr(memory, "free_bytes", lambda device: int((base + shadow // 2) / memory.HEADROOM))
+    with pytest.raises(HarnessError, match=r"^memory plan: needs .*largest strategy buffer .* GiB free"):
+        build_context(case, shape, torch.device("cpu"), "torch", 2, AllReduce(), strategies=("stock", "shadow"))
+    ctx = build_context(case, shape, torch.device("cpu"), "torch", 2, AllReduce(), strategies=("stock",))
+    assert ctx.pool.geometry == g

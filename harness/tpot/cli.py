@@ -96,7 +96,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         return _sglang(args, console, device, case, shape, names, software)
     if args.check_rotation:
         refuse_one_workload_rotation(shape.num_layers, args.weight_sets)
-    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce)
+    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce, strategies=names)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}", markup=False)
     reasons = {name: REGISTRY[name].unsupported_reason(device, ctx.backend) for name in names}

@@ -21,9 +21,9 @@ import torch
 
 from harness.backends import make_backend
 from harness.errors import CheckFailed, HarnessError
-from harness.execute.decode import DecodeSession, make_step_data
+from harness.execute.decode import DecodeSession, make_step_data, step_data_bytes
 from harness.inputs.cases import Case
-from harness.inputs.memory import GIB, free_bytes
+from harness.inputs.memory import GIB, MemoryPlan
 from harness.inputs.pool import KVPool, PoolGeometry
 from harness.measure.timing import event_time_ms, host_time_ms
 from harness.results.document import Row
@@ -177,7 +177,10 @@ class TpotContext:
     shared_parts_ms: dict = field(default_factory=dict)  # component -> samples, timed once per run
 
 
-def build_context(case: Case, shape: ModelShape, device, backend_name: str, weight_sets: int, allreduce: AllReduce, seed: int = 0) -> TpotContext:
+def build_context(case: Case, shape: ModelShape, device, backend_name: str, weight_sets: int, allreduce: AllReduce, seed: int = 0,
+                  strategies=()) -> TpotContext:
+    """The pool, step data, weights and backend of one tpot run; `strategies`: the ones it will time (the largest
+    buffer any of them adds is planned with the pool, before anything is allocated)."""
     shape = shape.for_pool(case.num_layers)
     if shape.preset != case.preset:
         raise HarnessError("--preset", f"the model shape is {shape.preset.name}'s, the case is {case.preset.name}'s")
@@ -187,10 +190,13 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
     schedule = case.schedule()
     # the page-aware pool (Case.geometry, from the fidelity work) when this tree has it
     geometry = getattr(case, "geometry", None) or PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
-    need = geometry.total_bytes + rotated_weight_bytes(shape, weight_sets)
-    if need > free_bytes(device) * 0.9:
-        raise HarnessError("memory plan", f"pool + rotated weights need {need / GIB:.1f} GiB, more than {device} has free; lower --slots or --weight-sets")
     backend = make_backend(backend_name, device)
+    extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in strategies
+                 if not REGISTRY[n].unsupported_reason(device, backend)), default=0)
+    MemoryPlan((("fp8 pool", geometry.total_bytes), ("largest strategy buffer", extra),
+                ("step inputs", step_data_bytes(case.preset, schedule, geometry.num_layers)),
+                (f"rotated weights ({weight_sets} set(s): --weight-sets)", rotated_weight_bytes(shape, weight_sets))),
+               -(-(geometry.total_bytes + extra) // geometry.slots), geometry.slots).check(device)
     pool = KVPool(geometry, case.scenario.seed, device)
     data = make_step_data(case.preset, schedule, pool)
     weights = make_weights(shape, weight_sets, seed, device)
