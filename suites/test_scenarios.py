@@ -150,7 +150,7 @@ def test_explicit_slot_in_the_reserved_page():
 
 def test_pages_not_slots_run_out():
     """9 tokens fit in 100 slots, but two requests need two 64-token pages and 100 slots hold one."""
-    with pytest.raises(HarnessError, match="needs up to 9 slots but the pool has 100 \\(64-token pages: needs 2, has 1\\)"):
+    with pytest.raises(HarnessError, match=r"needs up to 9 tokens in 2 64-token pages \(128 slots\) but the pool has 100 slots \(1 whole pages\); use a larger scale or --slots 128$"):
         compile_schedule(parse_scenario(GOOD, "s.toml"), 100, 64)
     assert compile_schedule(parse_scenario(GOOD, "s.toml"), 128 + 63, 64).steps[0].kv_indices.max() < 192
 

@@ -150,12 +150,14 @@ class _Allocator:
 def compile_schedule(scenario: Scenario, pool_slots: int, page_size: int = 1) -> Schedule:
     need, pages = slots_needed(scenario), pages_needed(scenario, page_size)
     if need > pool_slots or pages > pool_slots // page_size:
-        paged = f" ({page_size}-token pages: needs {pages}, has {pool_slots // page_size})" if page_size > 1 else ""
-        raise HarnessError(
-            _where(scenario, "kv_lens"),
-            f"scenario needs up to {need} slots but the pool has {pool_slots}{paged}; use a larger scale or "
-            f"--slots {max(need, pages * page_size)}",
-        )
+        held = f"{pool_slots} slots"
+        if page_size > 1:  # a request's tokens sit in whole pages: the need is in pages
+            need_text = f"{need} tokens in {pages} {page_size}-token pages ({pages * page_size} slots)"
+            held += f" ({pool_slots // page_size} whole pages)"
+        else:
+            need_text = f"{need} slots"
+        raise HarnessError(_where(scenario, "kv_lens"), f"scenario needs up to {need_text} but the pool has {held}; "
+                                                          f"use a larger scale or --slots {max(need, pages * page_size)}")
     alloc = _Allocator(scenario, pool_slots, page_size)
     gen: dict[int, int] = {}
     freed: set[int] = set()
