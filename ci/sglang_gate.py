@@ -13,7 +13,8 @@ harness's benchmarks (suites/asv, through ci/asv_sglang_bench with each strategy
 then time and check the SGLang-backed strategies. The second form installs
 one commit the same way (into a temporary folder put first on PYTHONPATH) and runs
 `python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
-gates two commits. --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
+gates two commits (a run that checked none of the commit's SGLang, every SGLang-backed strategy unsupported, exits 2
+with one line naming why). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
 its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
 commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
 runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install (pip's
@@ -303,7 +304,29 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     if code == 0 and _stamp(args.json) in (None, before):  # a run that ended early (an SGLang calling sys.exit(0))
         print(f"sglang-gate: FAILURE: harness run exited 0 without writing {args.json}", file=sys.stderr)
         return 1
+    if code == 0 and (why := unchecked_sglang(args.json)):
+        print(f"sglang-gate: FAILURE: {args.json}: {ref} ({commit[:8]}): {why}", file=sys.stderr)
+        return BAD_INPUT
     return code
+
+
+def unchecked_sglang(path: Path) -> str | None:
+    """Why the results at `path` check none of the commit's SGLang (each SGLang-backed strategy's verdict, its reason
+    when unsupported: e.g. a dependency the user's patch imports is missing), or None when one was checked. The run
+    then passed on the harness's own strategies alone, and a compare of such files would gate no SGLang code."""
+    from harness.results.schema import read_results
+    from harness.strategies import REGISTRY
+
+    try:
+        rows = [r for r in read_results(path).rows
+                if r.metric == "verdict" and getattr(REGISTRY.get(r.strategy), "runs_sglang", False)]
+    except HarnessError as exc:
+        return f"harness run wrote results no reader takes ({exc})"
+    if any(r.value in ("pass", "fail", "error") for r in rows):
+        return None
+    if not rows:
+        return "no SGLang-backed strategy was run (--strategy named none)"
+    return "no SGLang-backed strategy ran: " + "; ".join(f"{r.strategy} {r.value}: {(r.detail or {}).get('reason')}" for r in rows)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -46,10 +46,31 @@ def fake_sglang(tmp_path: Path, subdir: str = "python") -> Path:
     return repo
 
 
-def _wrote_out(cmd: list[str]) -> subprocess.CompletedProcess:
-    """A stand-in `harness run --json OUT` that exits 0 having written OUT (the gate fails one that wrote nothing)."""
-    Path(cmd[cmd.index("--json") + 1]).write_text("{}")
-    return subprocess.CompletedProcess(cmd, 0)
+@pytest.fixture(scope="module")
+def sglang_results(tmp_path_factory) -> dict[str, str]:
+    """Results texts of a real `harness run` with stock and sglang_flashinfer, no SGLang installed: "unsupported" as
+    written (sglang_flashinfer unsupported: no SGLang checked), "ran" with its verdict turned into a fail."""
+    out = tmp_path_factory.mktemp("sglang-results") / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--device", "cpu", "--scenario", "b1-l500", "--repeats", "0",
+                           "--strategy", "stock", "--strategy", "sglang_flashinfer", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    doc = json.loads(out.read_text())
+    (row,) = [r for r in doc["rows"] if r["strategy"] == "sglang_flashinfer" and r["metric"] == "verdict"]
+    assert row["value"] == "unsupported"
+    unsupported = json.dumps(doc)
+    row.update(value="fail", detail={**row["detail"], "status": "fail", "reason": "planted: outputs differ"})
+    return {"unsupported": unsupported, "ran": json.dumps(doc)}
+
+
+@pytest.fixture
+def wrote_out(sglang_results):
+    """A stand-in `harness run --json OUT` that exits 0 having written results in which SGLang ran (the gate fails one
+    that wrote nothing, or checked no SGLang)."""
+    def run(cmd: list[str]) -> subprocess.CompletedProcess:
+        Path(cmd[cmd.index("--json") + 1]).write_text(sglang_results["ran"])
+        return subprocess.CompletedProcess(cmd, 0)
+    return run
 
 
 def stub_runs(monkeypatch, run) -> None:
@@ -259,7 +280,7 @@ def test_a_commit_pip_cannot_install_is_one_line_and_exit_2(tmp_path, capsys, mo
 
 
 @pytest.mark.parametrize("commit", ["a", "b"])
-def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monkeypatch, commit):
+def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monkeypatch, commit, wrote_out):
     """--json installs the commit --no-deps and runs `harness run --json OUT` with it first on sys.path: the
     process it starts imports that commit's sglang (a and b differ, so each check is the other's twin), and the
     environment its results record names that commit (the install has no .git)."""
@@ -273,7 +294,7 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
             probe = [sys.executable, "-c", "import sglang, torch; from harness.measure.environment import environment; "
                                            "print(sglang.MARK, environment(torch.device('cpu'))['sglang_commit'])"]
             seen["mark"] = real_run(probe, env=kwargs["env"], cwd=kwargs["cwd"], capture_output=True, text=True).stdout.strip()
-            return _wrote_out(cmd)
+            return wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     stub_runs(monkeypatch, run)
@@ -343,7 +364,7 @@ def sglang_built_like_sglang(tmp_path: Path, scm: bool) -> Path:
 
 @pytest.mark.parametrize("scm", [False, pytest.param(True, id="setuptools-scm")])
 @pytest.mark.parametrize("commit, version", [("a", "0.5.22"), ("b", "0.5.23")])
-def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm, commit, version):
+def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm, commit, version, wrote_out):
     """SGLang's real build (setuptools-scm version from the commit's tags, Rust extensions from ../rust): --json
     installs the commit with the version SGLang's own build gives it, not setuptools-scm's fallback 0.0.0.dev0 of
     a tree without .git, and without the Rust extensions (SGLANG_BUILD_RUST_EXTS=none), which would need cargo and
@@ -358,7 +379,7 @@ def test_a_commit_builds_as_sglang_builds_it(tmp_path, capsys, monkeypatch, scm,
         if cmd[1:4] == ["-m", "harness", "run"]:
             probe = [sys.executable, "-c", "import sglang, sglang.mark; print(sglang.mark.MARK, sglang.__version__)"]
             seen["probe"] = real_run(probe, env=kwargs["env"], capture_output=True, text=True).stdout.strip()
-            return _wrote_out(cmd)
+            return wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     stub_runs(monkeypatch, run)
@@ -431,7 +452,7 @@ def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch):
     assert sgl_bench.checked(ran, "b32-l4096") == ran
 
 
-def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_path, capsys, monkeypatch):
+def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_path, capsys, monkeypatch, wrote_out):
     """A CI-style shallow checkout (depth 1, no tags) whose COMMIT is only on a remote-tracking branch: git archive
     in the checkout had it; the shared clone must check it out too (a shallow source is cloned by fetching its
     branches and tags, without shared objects). pip is stubbed: what it is handed is the commit's tree."""
@@ -447,7 +468,7 @@ def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_pa
             seen["mark"] = (Path(cmd[-1]) / "sglang" / "mark.py").read_text()
             return subprocess.CompletedProcess(cmd, 0)
         if cmd[1:4] == ["-m", "harness", "run"]:
-            return _wrote_out(cmd)
+            return wrote_out(cmd)
         return real_run(cmd, *args, **kwargs)
 
     stub_runs(monkeypatch, run)
@@ -508,17 +529,19 @@ def test_base_and_head_with_the_project_in_other_folders_is_bad_input(tmp_path, 
     assert code == 0 and len(no_asv["gate"]) == 1
 
 
-@pytest.mark.parametrize("status, writes, want", [(0, True, 0), (3, False, 3), (0, False, 1)])
-def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, status, writes, want):
+@pytest.mark.parametrize("status, writes, want", [(0, "ran", 0), (3, "{}", 3), (0, None, 1), (0, "unsupported", 2)])
+def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, sglang_results, status, writes, want):
     """A `harness run` that failed (its results file half written or absent) is the --json mode's exit status; one that
-    exited 0 without writing OUT (an SGLang whose import called sys.exit(0) ended it early) fails, exit 1."""
+    exited 0 without writing OUT (an SGLang whose import called sys.exit(0) ended it early) fails, exit 1. One that
+    passed with every SGLang-backed strategy unsupported (a dependency the user's patch imports is missing: the
+    harness's own stock passed alone) checked none of the commit's SGLang: exit 2, the reason named."""
     repo = fake_sglang(tmp_path)
     real_run = subprocess.run
 
     def run(cmd, *args, **kwargs):
         if cmd[1:4] == ["-m", "harness", "run"]:
             if writes:
-                Path(cmd[cmd.index("--json") + 1]).write_text("{}")
+                Path(cmd[cmd.index("--json") + 1]).write_text(sglang_results.get(writes, writes))
             return subprocess.CompletedProcess(cmd, status)
         return real_run(cmd, *args, **kwargs)
 
@@ -526,6 +549,8 @@ def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch,
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
     assert code == want
     assert any("exited 0 without writing" in line for line in lines) == (want == 1)
+    unchecked = [line for line in lines if "no SGLang-backed strategy ran: sglang_flashinfer unsupported: " in line]
+    assert len(unchecked) == (want == 2) and all(line.startswith("sglang-gate: FAILURE: ") for line in unchecked), lines
 
 
 def test_an_endless_asv_config_in_work_is_refused_without_reading_it(tmp_path):
@@ -554,7 +579,7 @@ from harness.errors import interruptible
 def main():
     Path(os.environ["MARK"]).write_text(str(os.getpid()))
     time.sleep(float(os.environ["SLEEP"]))
-    Path(sys.argv[sys.argv.index("--json") + 1]).write_text('{"ok": 1}')
+    Path(sys.argv[sys.argv.index("--json") + 1]).write_text(os.environ["OUT_TEXT"])
     return 0
 sys.exit(main())
 """
@@ -566,21 +591,21 @@ sys.exit(sglang_gate.main(sys.argv[1:]))
 """
 
 
-def start_gate(tmp_path: Path, out: str, sleep: float, **kwargs) -> subprocess.Popen:
+def start_gate(tmp_path: Path, out: str, sleep: float, text: str = '{"ok": 1}', **kwargs) -> subprocess.Popen:
     """`python -m ci.sglang_gate --json OUT a` on a fake SGLang, its `harness run` a stand-in that writes its pid to
-    tmp_path/mark, sleeps `sleep` seconds, then writes OUT (interruptible as the harness's main is)."""
-    env = dict(os.environ, MARK=str(tmp_path / "mark"), SLEEP=str(sleep), PYTHONPATH=str(ROOT))
+    tmp_path/mark, sleeps `sleep` seconds, then writes `text` to OUT (interruptible as the harness's main is)."""
+    env = dict(os.environ, MARK=str(tmp_path / "mark"), SLEEP=str(sleep), OUT_TEXT=text, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-c", GATE, "--sglang-repo", str(fake_sglang(tmp_path)), "--json", out, "a"], cwd=ROOT,
                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c", None])
-def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, how):
+def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, sglang_results, how):
     """A cancelled job's SIGTERM to the gate (passed on to `harness run`) or Ctrl-C to the process group: exit 130, one
     'interrupted' line, the child stopped and waited for (before: 143 and an orphan that wrote OUT later, or a
     traceback), the temporary install removed, OUT not written. Twin: uninterrupted, the same run writes OUT, exit 0."""
     out = tmp_path / "r.json"
-    proc = start_gate(tmp_path, str(out), 60 if how else 0, start_new_session=True)
+    proc = start_gate(tmp_path, str(out), 60 if how else 0, sglang_results["ran"], start_new_session=True)
     try:
         stdout, stderr = interrupt_when_marked(proc, tmp_path / "mark", how)
     finally:
@@ -589,7 +614,7 @@ def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, h
     site = Path(re.search(r"installed in (\S+) ", stdout).group(1))
     assert not site.parent.exists(), "the temporary install was left behind"
     if not how:
-        assert proc.returncode == 0 and out.read_text() == '{"ok": 1}', stderr
+        assert proc.returncode == 0 and out.read_text() == sglang_results["ran"], stderr
         return
     child = int((tmp_path / "mark").read_text())
     with pytest.raises(ProcessLookupError):  # stopped, and reaped by the gate
@@ -644,7 +669,8 @@ def test_json_to_stdout_is_the_stream_the_harness_writes(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["golden-folder", "golden-file", "golden-dir-option", "scenario-file", "data-file", "free"])
-def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path, capsys, monkeypatch, case):
+def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path, capsys, monkeypatch, case, wrote_out,
+                                                                               sglang_results):
     """--json into a golden folder, over a golden file, the --scenario-file or a harness data file (even with --force after
     --) is refused as `harness run --json` refuses it, one line and exit 2, before the clone and pip install (before: only
     by the child, after them). Twin: a free path goes on to the install and the run."""
@@ -666,14 +692,14 @@ def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path,
     def run(cmd, *args, **kwargs):
         ran.append(cmd)
         if cmd[1:4] == ["-m", "harness", "run"]:  # the stand-in writes only the twin's free path, never the checkout's files
-            return _wrote_out(cmd) if case == "free" else subprocess.CompletedProcess(cmd, 0)
+            return wrote_out(cmd) if case == "free" else subprocess.CompletedProcess(cmd, 0)
         return real_run(cmd, *args, **kwargs)
 
     stub_runs(monkeypatch, run)
     before = out.read_bytes() if out.exists() else None
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), "a", "--", *extra)
     if case == "free":
-        assert code == 0 and any("clone" in cmd for cmd in ran) and out.read_text() == "{}"
+        assert code == 0 and any("clone" in cmd for cmd in ran) and out.read_text() == sglang_results["ran"]
         return
     assert code == 2 and len(lines) == 1 and lines[0].startswith("sglang-gate: --json: ") and str(out) in lines[0], lines
     assert not any("clone" in cmd or "--target" in cmd for cmd in ran) and (out.read_bytes() if out.exists() else None) == before
@@ -699,6 +725,7 @@ def test_json_mode_paths_after_the_dashes_name_the_users_files(tmp_path, capsys,
         return proc
 
     stub_runs(monkeypatch, run)
+    monkeypatch.setattr(sglang_gate, "unchecked_sglang", lambda path: None)  # no SGLang here: the paths are what this checks
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", "r.json", "a", "--", "--scenario-file=mysc.toml", "--dump-outputs",
                        "dumps", "--device", "cpu", "--strategy", "gather_cast", "--repeats", "0", "--slots", "4096", "--layers", "1")
     assert code == 0, child[0].stdout[-2000:] + child[0].stderr[-2000:]
