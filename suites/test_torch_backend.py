@@ -8,6 +8,8 @@ import torch
 
 from harness.backends import torch_backend
 from harness.backends.base import AttnProblem
+from harness.strategies import REGISTRY
+from suites.helpers import run_strategies
 
 ROWS, HEADS = 4096, 8
 
@@ -43,3 +45,11 @@ def test_negative_control_fp32_sums_change_bits_with_their_order(monkeypatch):
 def test_outputs_are_bf16_and_lse_fp32(kv_dtype):
     out, lse = _attend(torch.arange(ROWS), kv_dtype)
     assert (out.dtype, tuple(out.shape), lse.dtype, tuple(lse.shape)) == (torch.bfloat16, (1, HEADS, 512), torch.float32, (1, HEADS))
+
+
+def test_a_scale_on_bf16_kv_is_an_error(monkeypatch):
+    """Only FP8 KV takes a scale, as on the FlashInfer backend: a stock planting kv_scale 2.0 (SGLang applies none)
+    errors naming it; the backend dropped the scale and every CPU check passed."""
+    monkeypatch.setattr(REGISTRY["stock"], "setup", lambda self, schedule: setattr(self, "kv_scale", 2.0))
+    with pytest.raises(AssertionError, match=r"^stock did not run \(error: .*kv_scale: only FP8 KV takes a scale; the KV handed is torch\.bfloat16"):
+        run_strategies("glm5-tp8.ci.b1-l500", ("stock",), require=True)

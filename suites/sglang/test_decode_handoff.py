@@ -1,27 +1,35 @@
-"""SGLang's real FlashInferMLAAttnBackend hands FlashInfer exactly what the harness's `stock` hands its
-backend: the plan (token-level kv_indices/indptr, heads, sm_scale, page_size 1, BF16 q and kv) and, per
-layer, BF16 views of the WHOLE layer buffer. Both sides run against recorders instead of FlashInfer."""
+"""SGLang's real FlashInferMLAAttnBackend hands FlashInfer exactly what the harness hands it: the plan
+(token-level kv_indices/indptr, heads, sm_scale, page_size 1, BF16 q and kv, as the harness's FlashInfer
+backend plans it) and, per layer, BF16 views of the WHOLE layer buffer with no KV scale (`stock`'s handoff
+to its backend), cast once per layer call as `stock` casts. Both sides run against recorders instead of
+FlashInfer. SGLang's FA3 backend casts the same whole layer per decode call."""
 
 from __future__ import annotations
 
 import inspect
-from types import SimpleNamespace
+import sys
+import textwrap
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import sgl
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.backends.flashinfer import FlashInferBackend
+from harness.execute import decode as decode_loop
 from harness.inputs.cases import Case, load_case
 from harness.inputs.pool import KVPool
 from harness.inputs.reference import step_queries
 from harness.spec.presets import get_preset, get_scale
 from harness.spec.scenario import load_scenario
 from harness.strategies import REGISTRY
+from harness.strategies.sglang_backend import SGLANG_KERNEL_SM90
 
 pytestmark = pytest.mark.sglang
 
 SLOTS = 16_384
+CAST_CASE = "glm5-tp8.ci.multistep-reuse"  # 4 steps of 2 layers: 8 forward_decode calls
 WHOLE_POOL_CAST = "get_key_buffer(layer.layer_id).to(q.dtype)"
 
 
@@ -54,8 +62,29 @@ class BackendRecorder(Recorder):
         return torch.zeros_like(q_nope), torch.zeros(q_nope.shape[:2], dtype=torch.float32)
 
 
+def flashinfer_plan(problem) -> dict:
+    """The keyword arguments the harness's FlashInferBackend (SGLang's SM90 kernel) hands
+    BatchMLAPagedAttentionWrapper.plan for `problem`: flashinfer.mla (CUDA-only) replaced by recorders."""
+    wrapper, mla = Recorder(), ModuleType("flashinfer.mla")
+    mla.BatchMLAPagedAttentionWrapper = lambda workspace, **kwargs: wrapper
+    mla.MLAPlanMetadata = SimpleNamespace(csr=SimpleNamespace)  # the CSR arrays it is built from, as attributes
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "flashinfer", ModuleType("flashinfer"))
+        mp.setitem(sys.modules, "flashinfer.mla", mla)
+        mp.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+        FlashInferBackend("cpu", SGLANG_KERNEL_SM90).plan(problem)
+    ((), kwargs), = wrapper.plans
+    return kwargs
+
+
+def scales(kwargs: dict) -> dict:
+    """The scale arguments of a run call that hand one (None: no scale)."""
+    return {name: value for name, value in kwargs.items() if "scale" in name and value is not None}
+
+
 def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = None) -> dict:
-    """What the harness strategy hands its backend for the first step, layer 0."""
+    """What the harness strategy hands its backend for the first step, layer 0, planned as the harness's
+    FlashInfer backend plans FlashInfer."""
     pool = pool or KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
     batch = case.schedule().steps[0]
     rec = BackendRecorder()
@@ -65,9 +94,11 @@ def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = N
     q_nope, q_pe = step_queries(case.preset, case.scenario.seed, batch, 0)
     s.attend(plan, q_nope, q_pe, s.prepare_kv(0))
     (problem,), _ = rec.plans[0]
+    plan = flashinfer_plan(problem)
     (_, q_n, q_p, ckv, kpe), kwargs = rec.runs[0]
-    return dict(kv_indptr=problem.kv_indptr.tolist(), kv_indices=problem.kv_indices.tolist(), num_heads=problem.num_heads,
-                sm_scale=problem.sm_scale, q_dtype=q_n.dtype, kv_dtype=problem.kv_dtype, page_size=1,
+    return dict(kv_indptr=plan["metadata"].kv_indptr.tolist(), kv_indices=plan["metadata"].kv_indices.tolist(),
+                num_heads=plan["num_heads"], sm_scale=plan["sm_scale"], q_dtype=(plan["q_data_type"], q_n.dtype),
+                kv_dtype=plan["kv_data_type"], page_size=plan["page_size"], scales=scales(kwargs),
                 q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
 
 
@@ -132,9 +163,10 @@ def sglang_handoff(case: Case) -> dict:
     (_, _, plan_indices, _, heads, ckv_dim, kpe_dim, page_size, causal, sm_scale, q_dtype, kv_dtype), _ = wrapper.plans[0]
     assert (ckv_dim, kpe_dim, causal) == (512, 64, False)
     decode_first_layer(backend, case, batch, wrapper)
-    (q_n, q_p, ckv, kpe), _ = wrapper.runs[0]
+    (q_n, q_p, ckv, kpe), kwargs = wrapper.runs[0]
     return dict(kv_indptr=kv_indptr.tolist(), kv_indices=plan_indices.tolist(), num_heads=heads, sm_scale=sm_scale,
-                q_dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
+                q_dtype=(q_dtype, q_n.dtype), kv_dtype=kv_dtype, page_size=page_size, scales=scales(kwargs),
+                q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
 
 
 def whole_layer(ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
@@ -144,9 +176,10 @@ def whole_layer(ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
 
 
 def assert_same_handoff(theirs: dict, ours: dict, layer_rows: int) -> None:
-    for key in ("kv_indptr", "kv_indices", "num_heads", "page_size", "q_dtype", "kv_dtype"):
+    for key in ("kv_indptr", "kv_indices", "num_heads", "page_size", "q_dtype", "kv_dtype", "scales"):
         assert theirs[key] == ours[key], f"{key}: SGLang {theirs[key]!r} vs harness {ours[key]!r}"
-    assert abs(theirs["sm_scale"] - ours["sm_scale"]) <= 1e-12 * theirs["sm_scale"], (theirs["sm_scale"], ours["sm_scale"])
+    assert abs(theirs["sm_scale"] - ours["sm_scale"]) <= 1e-12 * theirs["sm_scale"], (
+        f"sm_scale: SGLang {theirs['sm_scale']!r} vs harness {ours['sm_scale']!r}")
     assert torch.equal(theirs["q_nope"], ours["q_nope"]) and torch.equal(theirs["q_pe"], ours["q_pe"])
     for key in ("ckv", "kpe"):  # the 512/64 split: the whole-layer comparison below sees only the buffer both are views of
         assert theirs[key].shape == ours[key].shape, f"{key}: SGLang {tuple(theirs[key].shape)} vs harness {tuple(ours[key].shape)}"
@@ -165,12 +198,24 @@ def test_stock_hands_the_backend_what_sglang_hands_flashinfer(preset):
     assert_same_handoff(sglang_handoff(case), harness_handoff(case), case.geometry.rows)
 
 
-@pytest.mark.parametrize("fault", ["gather_cast", "page1-pool", "old-sm-scale", "split-448-128"])
+# each planted fault and the comparison's line that must name it
+FAULTS = {"gather_cast": "^kv_indices: ", "page1-pool": "^the BF16 layer buffers differ", "old-sm-scale": "^sm_scale: ",
+          "split-448-128": "^ckv: ", "plan-page-64": "^page_size: SGLang 1 vs harness 64", "stock-kv-scale": "^scales: "}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
 def test_handoff_comparison_catches_planted_faults(fault, monkeypatch):
     case = case_for("deepseek-v3-tp8" if fault == "old-sm-scale" else "glm5-tp8")
     theirs = sglang_handoff(case)
     if fault == "gather_cast":  # a compact gathered buffer is not the whole layer
         ours = harness_handoff(case, "gather_cast")
+    elif fault == "plan-page-64":  # the harness's FlashInfer plan with the pool's 64-token pages
+        plan_kwargs = FlashInferBackend._plan_kwargs
+        monkeypatch.setattr(FlashInferBackend, "_plan_kwargs", lambda self, problem: {**plan_kwargs(self, problem), "page_size": 64})
+        ours = harness_handoff(case)
+    elif fault == "stock-kv-scale":  # stock handing its backend a KV scale, which SGLang never applies
+        monkeypatch.setattr(REGISTRY["stock"], "setup", lambda self, schedule: setattr(self, "kv_scale", 2.0))
+        ours = harness_handoff(case)
     elif fault == "split-448-128":  # the same whole-layer buffer cut at another channel: ckv 448, kpe 128
         monkeypatch.setattr(REGISTRY["stock"], "split", lambda self, buf: (buf[..., :448], buf[..., 448:]))
         ours = harness_handoff(case)
@@ -182,7 +227,7 @@ def test_handoff_comparison_catches_planted_faults(fault, monkeypatch):
         from dataclasses import replace
 
         ours = harness_handoff(replace(case, preset=replace(case.preset, yarn_factor=1.0)))
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=FAULTS[fault]):
         assert_same_handoff(theirs, ours, case.geometry.rows)
 
 
@@ -208,8 +253,8 @@ class CastLog(TorchDispatchMode):
 
 
 def decode_casts(monkeypatch, patch=None) -> tuple[list[list[int]], int]:
-    """The FP8 -> BF16 casts (element counts) inside each forward_decode call of the sglang_flashinfer strategy over a
-    CI case (SGLang's own init_forward_metadata planning each step), and one layer buffer's element count. `patch`
+    """The FP8 -> BF16 casts (element counts) inside each forward_decode call of the sglang_flashinfer strategy over
+    CAST_CASE (SGLang's own init_forward_metadata planning each step), and one layer buffer's element count. `patch`
     wraps forward_decode first (a user's change)."""
     from harness.integrations.sglang import runtime
 
@@ -225,7 +270,7 @@ def decode_casts(monkeypatch, patch=None) -> tuple[list[list[int]], int]:
         return out
 
     monkeypatch.setattr(backend, "forward_decode", logged)
-    case = load_case("glm5-tp8.ci.b1-l500")
+    case = load_case(CAST_CASE)
     sgl.run_strategies(case.name, ("sglang_flashinfer",))
     return calls, (case.geometry.slots + case.geometry.page_size) * case.geometry.row_width
 
@@ -246,7 +291,7 @@ def test_installed_backend_casts_one_whole_layer_per_decode_call(monkeypatch):
 def test_cast_count_fails_when_a_patch_casts_only_the_rows_in_use(monkeypatch):
     """Negative control: forward_decode over a pool cut to the rows the steps read (outputs unchanged)."""
     sgl.require()
-    limit = max(int(batch.kv_indices.max()) for batch in load_case("glm5-tp8.ci.b1-l500").schedule().steps) + 1
+    limit = max(int(batch.kv_indices.max()) for batch in load_case(CAST_CASE).schedule().steps) + 1
 
     def patch(decode):
         def fewer_rows(self, *args, **kwargs):
@@ -260,6 +305,81 @@ def test_cast_count_fails_when_a_patch_casts_only_the_rows_in_use(monkeypatch):
 
     with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
         assert_every_call_casts_one_whole_layer(*decode_casts(monkeypatch, patch))
+
+
+def stock_casts(monkeypatch, strategy: type = REGISTRY["stock"]) -> list[list[int]]:
+    """The FP8 -> BF16 casts (element counts) of `strategy`'s decode session over CAST_CASE (a recorder as its
+    backend), per layer call (write, prepare_kv, attend): each cast counted in the first call ending after it (setup's
+    and begin_step's in the step's first), and one last entry for those after the last call (teardown's)."""
+    case = load_case(CAST_CASE)
+    schedule, pool = case.schedule(), KVPool(case.geometry, case.scenario.seed, torch.device("cpu"))
+    data, attend, calls = decode_loop.make_step_data(case.preset, schedule, pool), decode_loop.attend, []
+
+    def logged(*args):
+        out = attend(*args)
+        calls.append(log.casts)
+        log.casts = []
+        return out
+
+    monkeypatch.setattr(decode_loop, "attend", logged)
+    with CastLog() as log, decode_loop.DecodeSession(strategy(pool, BackendRecorder(), case.preset), schedule, data) as session:
+        session.run_all(())
+    return calls + [log.casts]
+
+
+def assert_stock_casts_as_sglang(theirs: list[list[int]], ours: list[list[int]]) -> None:
+    assert ours == theirs + [[]], (
+        f"per layer call stock casts {ours} FP8 elements (last: after its last call), SGLang's forward_decode {theirs}: "
+        "stock does not do SGLang's work per call")
+
+
+def test_stock_casts_per_layer_call_what_sglangs_forward_decode_casts(monkeypatch):
+    """Over several steps and layers, each write + prepare_kv + attend of stock casts what the installed backend's
+    forward_decode for that step and layer casts (one whole layer), and stock casts nothing else."""
+    sgl.require()
+    theirs, _ = decode_casts(monkeypatch)
+    assert_stock_casts_as_sglang(theirs, stock_casts(monkeypatch))
+
+
+class CastOnceThenRowsInUse(REGISTRY["stock"]):
+    """Planted: layer 0 cast once into a kept BF16 buffer in setup, then each call casts only the step's rows."""
+
+    def setup(self, schedule):
+        fn, tensors = self.cast_call(0)
+        self.kept = fn(*tensors)
+
+    def begin_step(self, batch, graph_capacity=None):
+        self.rows = torch.as_tensor(batch.kv_indices, dtype=torch.int64)
+        return super().begin_step(batch, graph_capacity)
+
+    def prepare_kv(self, layer):
+        self.kept[self.rows] = self.pool.buffers[layer][self.rows].view(torch.float8_e4m3fn).to(torch.bfloat16)
+        return self.split(self.kept)
+
+
+class SkipsTheSecondStepsCast(REGISTRY["stock"]):
+    """Planted: the second step attends on the BF16 layers the first step cast."""
+
+    def setup(self, schedule):
+        self.kept, self.step = {}, None
+
+    def begin_step(self, batch, graph_capacity=None):
+        self.step = batch.step
+        return super().begin_step(batch, graph_capacity)
+
+    def prepare_kv(self, layer):
+        if self.step != 1:
+            self.kept[layer] = super().prepare_kv(layer)
+        return self.kept[layer]
+
+
+@pytest.mark.parametrize("planted", [CastOnceThenRowsInUse, SkipsTheSecondStepsCast], ids=lambda cls: cls.__name__)
+def test_cast_comparison_fails_for_a_stock_that_casts_less_per_call(planted, monkeypatch):
+    """Negative controls: stocks that hand attention a whole BF16 layer but cast less per call than SGLang."""
+    sgl.require()
+    theirs, _ = decode_casts(monkeypatch)
+    with pytest.raises(AssertionError, match="stock does not do SGLang's work per call"):
+        assert_stock_casts_as_sglang(theirs, stock_casts(monkeypatch, planted))
 
 
 def test_a_backend_that_cannot_run_here_is_named_not_called_a_model_change(monkeypatch):
@@ -292,3 +412,74 @@ def test_source_pin_fails_when_the_cast_is_gone():
     patched = inspect.getsource(FlashInferMLAAttnBackend.forward_decode).replace(".to(q.dtype)", "")
     with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
         assert_whole_pool_cast(patched)
+
+
+@pytest.fixture
+def fa3():
+    """SGLang's FlashAttentionBackend module, imported on the CPU through the harness's sgl_kernel stand-in (FA3's
+    kernels are CUDA-only); dropped again afterwards, so that without sgl_kernel it stays unimportable."""
+    sgl.require()
+    from harness.integrations.sglang import runtime, stand_in
+
+    stand_in.install()
+    try:
+        yield runtime.import_module(runtime.FA3_BACKEND)
+    finally:
+        stand_in.uninstall()
+        sys.modules.pop(runtime.FA3_BACKEND, None)
+
+
+def fa3_decode_casts(module, monkeypatch, patch: tuple[str, str, str] | None = None) -> tuple[list[list[int]], int]:
+    """The FP8 -> BF16 casts (element counts) inside each forward_decode call of SGLang's FlashAttentionBackend (MLA,
+    FA3, built without __init__ on an FP8 pool of CAST_CASE's geometry; the FA3 kernel a recorder) over CAST_CASE's
+    steps and layers, and one layer buffer's element count. `patch` (method, text, replacement): that method
+    recompiled from its source so edited (a user's change)."""
+    monkeypatch.setattr(module, "flash_attn_with_kvcache", lambda **kwargs: torch.zeros_like(kwargs["qv"]))
+    cls = module.FlashAttentionBackend
+    if patch:
+        name, old, new = patch
+        source = textwrap.dedent(inspect.getsource(getattr(cls, name)))
+        assert old in source, f"{cls.__name__}.{name} has no `{old}` to patch"
+        namespace = dict(vars(module))
+        # compiled under this file's `from __future__ import annotations`, as SGLang's module is
+        exec(compile(source.replace(old, new), module.__file__, "exec"), namespace)
+        monkeypatch.setattr(cls, name, namespace[name])
+    case = load_case(CAST_CASE)
+    preset, g = case.preset, case.geometry
+    backend = object.__new__(cls)
+    # what __init__ sets for an MLA model with FP8 KV on FA3, no speculative decoding, no local attention; the
+    # metadata's page table and lengths are the kernel's only
+    vars(backend).update(use_mla=True, fa_impl_ver=3, kv_cache_dtype=torch.float8_e4m3fn, kv_cache_dtype_str="fp8_e4m3",
+                         kv_cache_is_mxfp8=False, page_size=g.page_size, topk=0, local_attn_builder=None, num_splits=0,
+                         token_to_kv_pool=sgl.mla_pool(g.slots, g.page_size, g.num_layers, dsa=preset.index_k_bytes > 0),
+                         forward_metadata=SimpleNamespace(local_attn_metadata=None, page_table=None, cache_seqlens_int32=None,
+                                                          cu_seqlens_q=None, cu_seqlens_k=None, max_seq_len_q=1))
+    calls = []
+    for batch in case.schedule().steps:
+        forward_batch = SimpleNamespace(spec_info=None, batch_size=batch.batch_size)
+        for layer_id in range(g.num_layers):
+            layer = SimpleNamespace(**vars(sgl.layer(layer_id, preset.heads_per_rank)), scaling=preset.sm_scale, logit_cap=0.0,
+                                    k_scale=None, v_scale=None, sliding_window_size=None, is_cross_attention=False,
+                                    attn_type=module.AttentionType.DECODER)
+            q_nope, q_pe = step_queries(preset, case.scenario.seed, batch, layer_id)
+            with CastLog() as log, sgl.single_rank():
+                backend.forward_decode(q_nope.reshape(batch.batch_size, -1), None, None, layer, forward_batch,
+                                       save_kv_cache=False, q_rope=q_pe.reshape(batch.batch_size, -1))
+            calls.append(log.casts)
+    return calls, (g.slots + g.page_size) * g.row_width
+
+
+def test_installed_fa3_backend_casts_one_whole_layer_per_decode_call(fa3, monkeypatch):
+    """SGLang's FA3 backend casts as its FlashInfer one: every MLA forward_decode call casts exactly one whole FP8
+    layer to BF16 (its FP8-query branch, with descales, is for head_dim <= 256; MLA's is 576)."""
+    assert_every_call_casts_one_whole_layer(*fa3_decode_casts(fa3, monkeypatch))
+
+
+@pytest.mark.parametrize("patch", [
+    ("forward_decode", "get_key_buffer(layer.layer_id).to(q.dtype)", "get_key_buffer(layer.layer_id)"),
+    ("prepare_paged_mha_query", "layer.head_dim <= 256", "layer.head_dim <= 576"),
+], ids=["cast-removed", "fp8-query-at-576"])
+def test_fa3_cast_count_fails_when_the_source_is_patched(fa3, monkeypatch, patch):
+    """Negative controls: the whole-layer cast removed, or the FP8-query branch taken for MLA's head_dim."""
+    with pytest.raises(AssertionError, match="`stock` no longer models SGLang"):
+        assert_every_call_casts_one_whole_layer(*fa3_decode_casts(fa3, monkeypatch, patch))
