@@ -15,6 +15,7 @@ from suites.helpers import nudged
 ENV = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
 CASE = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
 RECORD = Case(command="run", **CASE, slots=495_552, layers=78, kernel="auto", workload="0" * 64, workload_v4=None)
+TPOT_RECORD = Case(command="tpot", **CASE, slots=495_552, layers=78, kernel="auto", workload="0" * 64, workload_v4=None)
 
 
 def _samples(median: float, spread: float = 0.01, n: int = 40, seed: int = 0) -> list[float]:
@@ -49,14 +50,20 @@ def write(tmp_path):
     k ulps slower (medians unchanged), since `compare` refuses two files whose timings are all equal (one run)."""
     written = []
 
-    def _write(name: str, rows: list[Row], env=ENV):
+    def _write(name: str, rows: list[Row], env=ENV, case: Case = RECORD):
         path = tmp_path / name
         written.append(path)
-        write_results(path, rows, env, "python -m harness run --scenario b1-l4096", RECORD)
+        write_results(path, rows, env, f"python -m harness {case.command} --scenario b1-l4096", case)
         path.write_text(json.dumps(nudged(json.loads(path.read_text()), len(written))))
         return path
 
     return _write
+
+
+@pytest.fixture
+def write_tpot(write):
+    """`write` of a `harness tpot` file (its case record says so: tpot's metrics are no `run` file's rows)."""
+    return lambda name, rows, env=ENV: write(name, rows, env, TPOT_RECORD)
 
 
 def _doc(rows: list[Row], env=ENV, case: Case = RECORD) -> dict:
@@ -215,11 +222,18 @@ def test_an_added_row_is_not_a_regression(write, capsys):
     assert "added" in out and "shadow" in out
 
 
-def test_a_missing_informational_row_is_reported_not_failed(write, capsys):
+def test_a_missing_informational_row_cannot_be_judged_unless_the_head_says_why(write, capsys):
+    """An informational row the base measured and the head lacks, its strategy still run, passed as `missing` (info,
+    exit 0): a lost result cannot be judged (exit 2). Twin: a head whose row says why it has no value reports it."""
     base = write("base.json", _rows())
     head = write("head.json", [r for r in _rows() if r.metric != "cast_gbps"])
+    assert main_compare(base, head, "5%") == 2
+    assert "NO HEAD VALUE: stock/cast_gbps" in capsys.readouterr().out
+    said = Row(**CASE, strategy="stock", metric="cast_gbps", value=None, detail={"unsupported": "stock: no cast here"})
+    head = write("head.json", [said if r.metric == "cast_gbps" else r for r in _rows()])
     assert main_compare(base, head, "5%") == 0
-    assert "missing" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "missing" in out and "NO HEAD VALUE" not in out
 
 
 def test_undeclared_metric_in_a_file_is_reported_not_judged():
@@ -577,26 +591,30 @@ def test_text_from_the_files_is_printed_as_written_never_as_markup(write, capsys
         assert f"flashinfer_path: /opt/fi -> {path}" in captured.out
 
 
-def test_a_strategy_gone_from_the_head_fails_where_none_of_its_rows_gate(write, capsys):
+def test_a_strategy_gone_from_the_head_fails_where_none_of_its_rows_gate(write_tpot, capsys):
     """A CPU `tpot --json` file has no row that gates (timings inform only there, no verdict): a head without one of
     the base's strategies at all passed with exit 0, its rows listed as `missing` but `info`. A strategy the base
-    has and the head lacks is a missing result on any device (exit 1). Twins: nothing missing, or one informational
-    metric of a strategy the head still has, passes as before; a head without the control is the environment guard's."""
+    has and the head lacks is a missing result on any device (exit 1). Twins: nothing missing passes as before, and so
+    does a head without the control (the environment guard's); one informational metric of a strategy the head still has
+    lost, saying not why, cannot be judged (exit 2)."""
     cpu = {**ENV, "device": "cpu", "gpu": None}
     info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
         [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
     control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
-    base = write("base.json", [*info, control], cpu)
+    base = write_tpot("base.json", [*info, control], cpu)
     other = {**cpu, "hostname": "ci-2"}
-    assert main_compare(base, write("head.json", [*info[2:], control], other), "5%") == 1
+    assert main_compare(base, write_tpot("head.json", [*info[2:], control], other), "5%") == 1
     out = capsys.readouterr().out
     assert "REGRESSION: 2 gating row(s) failed: gather_cast/attn_path_ms missing, gather_cast/tpot_ms missing" in out
-    for rows in ([*info, control], [*info[:1], *info[2:], control], info):
-        assert main_compare(base, write("head.json", rows, other), "5%") == 0
+    for rows in ([*info, control], info):
+        assert main_compare(base, write_tpot("head.json", rows, other), "5%") == 0
         assert "REGRESSION" not in capsys.readouterr().out
+    assert main_compare(base, write_tpot("head.json", [*info[:1], *info[2:], control], other), "5%") == 2
+    out = capsys.readouterr().out
+    assert "REGRESSION" not in out and "NO HEAD VALUE: gather_cast/attn_path_ms" in out
 
 
-def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write, capsys):
+def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write_tpot, capsys):
     """A CPU `tpot --json` head records a strategy it could not run as a tpot_ms row with no value and
     detail.unsupported: that passed (exit 0), the strategy's rows `missing` but informational. It is a missing
     result (exit 1) in the same environment, and `unsupported` where an environment field explains it: no result to
@@ -605,17 +623,17 @@ def test_a_strategy_the_head_only_says_it_did_not_measure_is_missing(write, caps
     info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
         [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
     control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
-    base = write("base.json", [*info, control], cpu)
+    base = write_tpot("base.json", [*info, control], cpu)
     unmeasured = Row(**CASE, strategy="gather_cast", metric="tpot_ms", value=None, detail={"unsupported": "gather_cast: no"})
     head = [unmeasured, *info[2:], control]
-    assert main_compare(base, write("head.json", head, {**cpu, "hostname": "ci-2"}), "5%") == 1
+    assert main_compare(base, write_tpot("head.json", head, {**cpu, "hostname": "ci-2"}), "5%") == 1
     out = capsys.readouterr().out
     assert "gather_cast/tpot_ms missing" in out and "gather_cast/attn_path_ms missing" in out
-    assert main_compare(base, write("head.json", head, {**cpu, "torch": "2.12.0"}), "5%") == 2
+    assert main_compare(base, write_tpot("head.json", head, {**cpu, "torch": "2.12.0"}), "5%") == 2
     out = capsys.readouterr().out
     assert "REGRESSION" not in out and "its strategy is unsupported in the head" in out
     assert "UNSUPPORTED IN THE HEAD: gather_cast, run in the base, gave no result in the head's environment (torch" in out
-    assert main_compare(base, write("head.json", [*info, control], {**cpu, "hostname": "ci-2"}), "5%") == 0
+    assert main_compare(base, write_tpot("head.json", [*info, control], {**cpu, "hostname": "ci-2"}), "5%") == 0
 
 
 def test_one_run_relabelled_is_not_two_runs(write, capsys):
@@ -692,7 +710,7 @@ def test_a_row_without_a_value_in_the_base_is_not_missing_when_the_head_drops_it
     assert "gather_cast/cast_us missing" in capsys.readouterr().out
 
 
-def test_a_control_row_filed_under_a_vanished_strategy_does_not_stand_for_it(write, capsys):
+def test_a_control_row_filed_under_a_vanished_strategy_does_not_stand_for_it(write_tpot, capsys):
     """index_rows lets the control row be filed under any strategy; filed under a strategy whose rows all vanished
     from a CPU tpot head (none of which gates), it counted as that strategy's valued row and the head passed (exit
     0). Twin: with gather_cast's rows kept, the head so filed passes."""
@@ -700,11 +718,11 @@ def test_a_control_row_filed_under_a_vanished_strategy_does_not_stand_for_it(wri
     info = [_timed(s, m, 5.0, seed=i) for i, (s, m) in enumerate(
         [(s, m) for s in ("gather_cast", "stock") for m in ("tpot_ms", "attn_path_ms")])]
     control = _timed("control", "control_copy_gbps", 3000.0, 0.005, 9)
-    base = write("base.json", [*info, control], cpu)
+    base = write_tpot("base.json", [*info, control], cpu)
     filed = _timed("gather_cast", "control_copy_gbps", 3000.0, 0.005, 10)
-    assert main_compare(base, write("head.json", [*info[2:], filed], cpu), "5%") == 1
+    assert main_compare(base, write_tpot("head.json", [*info[2:], filed], cpu), "5%") == 1
     assert "gather_cast/tpot_ms missing" in capsys.readouterr().out
-    assert main_compare(base, write("head.json", [*info, filed], cpu), "5%") == 0
+    assert main_compare(base, write_tpot("head.json", [*info, filed], cpu), "5%") == 0
 
 
 def test_a_control_shifted_by_an_unknown_amount_up_to_past_the_tolerance_is_another_environment():

@@ -105,7 +105,7 @@ def test_empty_head_is_bad_input(a, tmp_path, capsys):
     head = {**a, "rows": []}
     code, out, err = _compare(tmp_path, a, head, capsys)
     assert code == 2 and out == ""
-    _one_error_line(err, "head.json: rows", "empty")
+    _one_error_line(err, "head.json: rows: empty")
 
 
 def test_head_without_its_verdict_rows_fails_naming_them(a, tmp_path, capsys):
@@ -234,14 +234,20 @@ def test_a_created_stamp_that_is_no_timestamp_is_bad_input(a, tmp_path, capsys, 
 @pytest.mark.parametrize("repro, tpot_row, command", [("python -m harness run --scenario b1-l500", False, "run"),
                                                      ("python -m harness tpot --scenario b1-l500", False, "tpot"),
                                                      ("", True, "tpot"), ("", False, "run")])
-def test_a_v2_file_is_upgraded_with_the_command_that_measured_it(a, tmp_path, repro, tpot_row, command):
-    """Version 2 had no case.command: the recorded command line's subcommand, else a tpot_ms row, says which."""
+def test_a_v2_file_is_upgraded_with_the_command_that_measured_it(a, tmp_path, capsys, repro, tpot_row, command):
+    """Version 2 had no case.command: the recorded command line's subcommand, else a tpot_ms row, says which. A tpot
+    file holds tpot's rows (here a timed row and the control); one whose rows are another command's is bad input."""
     v2 = copy.deepcopy(a)
     del v2["case"]["command"]
     v2.update(schema=SCHEMA_V2, repro=repro)
-    if tpot_row:
-        v2["rows"][0].update(metric="tpot_ms", unit="ms", better="lower")
+    if command == "tpot":
+        timed = {**_rows(v2, "cast_us", "stock")[0], "metric": "tpot_ms" if tpot_row else "attn_path_ms", "unit": "ms"}
+        v2["rows"] = [timed, *_rows(v2, "control_copy_gbps")]
     assert load_results(_write(tmp_path / "v2.json", v2)).case.command == command
+    if command == "tpot":
+        code, _, err = _compare(tmp_path, {**v2, "rows": [*v2["rows"], *_rows(a, "verdict", "stock")]}, a, capsys)
+        assert code == 2
+        _one_error_line(err, "base.json", "rows[2].metric", "never by the file's case.command 'tpot'")
 
 
 def _write(path: Path, doc: dict) -> Path:

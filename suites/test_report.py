@@ -13,7 +13,7 @@ from rich.console import Console
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.render.report import check_out_dir, render_report
-from harness.results.document import Row, document
+from harness.results.document import Case, Row, document
 from harness.strategies import BASELINE
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -53,6 +53,11 @@ def _write(path, scenario="b1-l4096", commit="aaaaaaa0", created="2026-01-01T00:
     doc = {**document(_rows(scenario, step_scale), env, f"python -m harness run --scenario {scenario}"), "created": created}
     path.write_text(json.dumps(doc))
     return path
+
+
+def _tpot_record(**case) -> Case:
+    """The case record of a `harness tpot` file of `case`'s rows (tpot's metrics are no `run` file's rows)."""
+    return Case(command="tpot", **case, slots=None, layers=None, kernel="auto", workload=None, workload_v4=None)
 
 
 def _render(paths, out):
@@ -189,7 +194,8 @@ def test_force_keeps_a_users_plot_named_file_their_own_report_md_shows(tmp_path,
     (out / "cast_us.png").write_bytes(b"mine")
     case = dict(preset="glm5-tp8", scale="prod", scenario="b1-l4096", backend="flashinfer-fa3")
     rows = [Row(**case, strategy="stock", metric="tpot_ms", value=30.8, unit="ms", better="lower", samples=[30.8])]
-    (tmp_path / "t1.json").write_text(json.dumps(document(rows, {"gpu": "NVIDIA H200", "git_commit": "aaaaaaa0"}, "python -m harness tpot")))
+    env = {"gpu": "NVIDIA H200", "git_commit": "aaaaaaa0"}
+    (tmp_path / "t1.json").write_text(json.dumps(document(rows, env, "python -m harness tpot", _tpot_record(**case))))
     assert main(["report", str(tmp_path / "t1.json"), "--out", str(out), "--force"]) == 0
     assert (out / "cast_us.png").read_bytes() == b"mine" and "removed" not in capsys.readouterr().out
 
@@ -340,13 +346,17 @@ def test_hostile_results_files_are_one_line_exit_2(tmp_path, case, capsys):
 
 
 def _write_case(path, created: str, commit: str, **case):
-    """A results file of b1-l4096 whose case record is `case` over a 16,384-slot, 2-layer run on a GPU."""
-    from harness.results.schema import Case
+    """A results file of b1-l4096 whose case record is `case` over a 16,384-slot, 2-layer run on a GPU (a `tpot` one
+    holds its step times as tpot_ms)."""
+    import dataclasses
 
     record = dict(command="run", preset="glm5-tp8", scenario="b1-l4096", scale="prod", slots=16384, layers=2,
                   backend="flashinfer-fa3", kernel="auto", workload="a" * 64, workload_v4=None) | case
     env = {"gpu": "NVIDIA H200", "git_commit": commit, "device": "cuda:0", "copy_gbps": 4000.0}
-    doc = {**document(_rows("b1-l4096", 1.0), env, "python -m harness run", Case(**record)), "created": created}
+    rows = _rows("b1-l4096", 1.0)
+    if record["command"] == "tpot":
+        rows = [dataclasses.replace(r, metric="tpot_ms") for r in rows if r.metric == "step_ms"]
+    doc = {**document(rows, env, f"python -m harness {record['command']}", Case(**record)), "created": created}
     path.write_text(json.dumps(doc))
     return path
 
@@ -390,7 +400,7 @@ def test_a_tpot_file_gets_a_column_per_metric_it_carries(tmp_path):
              Row(**case, strategy="stock", metric="step_weight_bytes", value=3 * GIB, unit="B", better="lower")]
     env = {"gpu": "NVIDIA H200", "git_commit": "aaaaaaa0"}
     path = tmp_path / "tpot.json"
-    path.write_text(json.dumps(document(rows, env, "python -m harness tpot")))
+    path.write_text(json.dumps(document(rows, env, "python -m harness tpot", _tpot_record(**case))))
     _render([path], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     stock = _md_row(md, "glm5-tp8 · prod · b1-l4096 · flashinfer-fa3", "stock")
@@ -559,15 +569,15 @@ def test_the_metrics_listed_under_a_results_table_are_those_no_column_reads(tmp_
     doc = json.loads(path.read_text())
     case = {k: doc["rows"][0][k] for k in ("preset", "scale", "scenario", "backend")}
     have = {r["metric"] for r in doc["rows"] if r["strategy"] == "stock"}
+    measured = {*(m for m, spec in METRICS.items() if "run" in spec.commands), "my_new_metric"}  # a run file's metrics
     doc["rows"] += [dict(case, strategy="stock", metric=m, value=1.5, unit=METRICS.get(m) and METRICS[m].unit)
-                    for m in (*METRICS, "my_new_metric") if m not in have]
+                    for m in measured if m not in have]
     path.write_text(json.dumps(doc))
     text = _render([path], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
-    measured = {*METRICS, "my_new_metric"}
     assert _also_measured(text, "stock") == measured - {c.metric for c in COLUMNS}
     assert _also_measured(md, "stock") == measured - {c.metric for c in COLUMNS + REPEAT_COLUMNS}
-    assert {"my_new_metric", "tpot_ms"} <= _also_measured(md, "stock") and "verdict" not in _also_measured(md, "stock")
+    assert {"my_new_metric", "step_host_ms"} <= _also_measured(md, "stock") and "verdict" not in _also_measured(md, "stock")
 
 
 def test_a_metric_given_a_column_is_no_longer_listed_under_the_table(tmp_path, monkeypatch):

@@ -384,6 +384,14 @@ PLOT_RANGE = (1e-30, 1e30)  # a log axis over values past these overflows matplo
 def _plots(runs: list[Run]) -> tuple[dict[str, bytes], list[str]]:
     """PNG bytes by file name: grouped bars per case, and step_ms trends; and the values left out of them (outside
     PLOT_RANGE, or with an IQR past it), each as "strategy/metric value". ImportError without matplotlib."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):  # names from the files are text, never mathtext ($...$)
+        return _figures(runs)
+
+
+def _figures(runs: list[Run]) -> tuple[dict[str, bytes], list[str]]:
+    """What `_plots` returns."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter

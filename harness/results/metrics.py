@@ -2,7 +2,8 @@
 
 Each declaration gives the unit, which direction is better, where the metric gates
 (device types whose numbers `compare` may fail a build on; empty = informational
-everywhere), whether its samples are timings (judged by the confidence-interval
+everywhere), which commands write it (`harness run`, `harness tpot`: a results file holds its own
+command's metrics only), whether its samples are timings (judged by the confidence-interval
 rule) or exact values (judged by the factor alone), and how it is printed.
 Timed metrics gate only where they are device-timed (CUDA events): on a CPU runner
 they are host wall time, which a neighbour can move 10-50x, so they inform only.
@@ -19,6 +20,7 @@ from harness.errors import HarnessError
 CUDA = frozenset({"cuda"})
 EVERYWHERE = frozenset({"cpu", "cuda"})
 NOWHERE: frozenset[str] = frozenset()
+RUN, TPOT = frozenset({"run"}), frozenset({"tpot"})  # the commands that write a metric
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Metric:
     unit: str | None
     better: str | None  # "lower", "higher", or None for a non-numeric metric (verdict)
     gates_on: frozenset[str]  # device types where a regression fails the gate
+    commands: frozenset[str]  # the commands (schema.Case.command) whose results files carry it
     timed: bool  # samples are timings: judged by the CI rule, not by value alone
     fmt: str  # format spec of the value ("bytes": GiB/MiB)
     description: str
@@ -53,8 +56,8 @@ def readable(value: float, spec: str) -> str:
     return format(value * 100, ".2g") + "%" if spec.endswith("%") else format(value, ".2g")
 
 
-def _m(name, unit, better, gates_on, timed, fmt, description, resolution=0.0, no_asv="") -> Metric:
-    return Metric(name, unit, better, gates_on, timed, fmt, description, resolution, no_asv)
+def _m(name, unit, better, gates_on, commands, timed, fmt, description, resolution=0.0, no_asv="") -> Metric:
+    return Metric(name, unit, better, gates_on, commands, timed, fmt, description, resolution, no_asv)
 
 
 # Microsecond kernels replayed in a graph move between runs by more than their within-run spread
@@ -64,34 +67,34 @@ KERNEL_RESOLUTION_US = 0.5
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    _m("verdict", None, None, EVERYWHERE, False, "", "golden/bitwise check: pass, fail, error, unsupported",
+    _m("verdict", None, None, EVERYWHERE, RUN, False, "", "golden/bitwise check: pass, fail, error, unsupported",
        no_asv="not a number: the GPU suite and `harness compare` gate it"),
-    _m("timing", None, None, NOWHERE, False, "", "why timing could not run (a row with no value)"),
-    _m("cast_us", "us", "lower", CUDA, True, ".1f", "layer 0's cast/gather kernel alone, per layer", KERNEL_RESOLUTION_US),
-    _m("cast_gbps", "GB/s", "higher", NOWHERE, True, ".0f", "cast bytes / cast_us (derived from cast_us, which gates)"),
-    _m("attn_us", "us", "lower", CUDA, True, ".1f", "layer 0's attention kernel alone, per layer", KERNEL_RESOLUTION_US),
-    _m("step_ms", "ms", "lower", NOWHERE, True, ".3f", "whole decode step end to end: host plan + launch + graph replay"),
-    _m("step_eager_ms", "ms", "lower", NOWHERE, True, ".3f", "the same step launched eagerly (host bound)"),
-    _m("step_device_ms", "ms", "lower", CUDA, True, ".3f", "the step's CUDA-graph replay alone (device time)"),
-    _m("step_host_ms", "ms", "lower", NOWHERE, True, ".3f", "the step's host work: plan + launch"),
-    _m("tpot_ms", "ms", "lower", CUDA, True, ".3f", "time per output token of the model-shaped step"),
-    _m("attn_path_ms", "ms", "lower", NOWHERE, True, ".3f", "tpot's attention path alone (writes, casts, attention), graph-replayed"),
-    _m("roofline_ms", "ms", "lower", NOWHERE, False, ".3f", "tpot's weight + KV + cast bytes at the measured copy bandwidth"),
-    _m("tpot_over_roofline", "ratio", "lower", NOWHERE, True, ".2f", "tpot_ms / roofline_ms"),
-    _m("step_weight_bytes", "B", "lower", NOWHERE, False, "bytes", "weight bytes one model step reads"),
-    _m("step_kv_bytes", "B", "lower", NOWHERE, False, "bytes", "KV bytes one model step reads"),
-    _m("step_cast_bytes", "B", "lower", NOWHERE, False, "bytes", "cast bytes (read + write) one model step moves"),
-    _m("rotation_check", "ratio", None, NOWHERE, False, ".3f", "rotated / fully distinct weights step time (L2 reuse check)"),
-    _m("attn_share", "ratio", "higher", NOWHERE, True, ".1%", "attention's share of the step"),
-    _m("control_copy_gbps", "GB/s", "higher", NOWHERE, True, ".0f",
+    _m("timing", None, None, NOWHERE, RUN, False, "", "why timing could not run (a row with no value)"),
+    _m("cast_us", "us", "lower", CUDA, RUN, True, ".1f", "layer 0's cast/gather kernel alone, per layer", KERNEL_RESOLUTION_US),
+    _m("cast_gbps", "GB/s", "higher", NOWHERE, RUN, True, ".0f", "cast bytes / cast_us (derived from cast_us, which gates)"),
+    _m("attn_us", "us", "lower", CUDA, RUN, True, ".1f", "layer 0's attention kernel alone, per layer", KERNEL_RESOLUTION_US),
+    _m("step_ms", "ms", "lower", NOWHERE, RUN, True, ".3f", "whole decode step end to end: host plan + launch + graph replay"),
+    _m("step_eager_ms", "ms", "lower", NOWHERE, RUN, True, ".3f", "the same step launched eagerly (host bound)"),
+    _m("step_device_ms", "ms", "lower", CUDA, RUN, True, ".3f", "the step's CUDA-graph replay alone (device time)"),
+    _m("step_host_ms", "ms", "lower", NOWHERE, RUN, True, ".3f", "the step's host work: plan + launch"),
+    _m("tpot_ms", "ms", "lower", CUDA, TPOT, True, ".3f", "time per output token of the model-shaped step"),
+    _m("attn_path_ms", "ms", "lower", NOWHERE, TPOT, True, ".3f", "tpot's attention path alone (writes, casts, attention), graph-replayed"),
+    _m("roofline_ms", "ms", "lower", NOWHERE, TPOT, False, ".3f", "tpot's weight + KV + cast bytes at the measured copy bandwidth"),
+    _m("tpot_over_roofline", "ratio", "lower", NOWHERE, TPOT, True, ".2f", "tpot_ms / roofline_ms"),
+    _m("step_weight_bytes", "B", "lower", NOWHERE, TPOT, False, "bytes", "weight bytes one model step reads"),
+    _m("step_kv_bytes", "B", "lower", NOWHERE, TPOT, False, "bytes", "KV bytes one model step reads"),
+    _m("step_cast_bytes", "B", "lower", NOWHERE, TPOT, False, "bytes", "cast bytes (read + write) one model step moves"),
+    _m("rotation_check", "ratio", None, NOWHERE, TPOT, False, ".3f", "rotated / fully distinct weights step time (L2 reuse check)"),
+    _m("attn_share", "ratio", "higher", NOWHERE, TPOT, True, ".1%", "attention's share of the step"),
+    _m("control_copy_gbps", "GB/s", "higher", NOWHERE, RUN | TPOT, True, ".0f",
        "control: copy bandwidth of a fixed buffer, measured in the same run (environment guard)"),
-    _m("bytes_moved", "B", "lower", NOWHERE, False, "bytes", "bytes one step must move (roofline numerator)"),
-    _m("floor_us", "us", "lower", NOWHERE, False, ".1f", "bytes_moved at copy bandwidth: the roofline floor"),
-    _m("floor_ratio", "x", "lower", NOWHERE, True, ".2f", "measured time / roofline floor"),
-    _m("extra_bytes", "B", "lower", EVERYWHERE, False, "bytes", "device memory the strategy adds (computed)",
+    _m("bytes_moved", "B", "lower", NOWHERE, RUN, False, "bytes", "bytes one step must move (roofline numerator)"),
+    _m("floor_us", "us", "lower", NOWHERE, RUN, False, ".1f", "bytes_moved at copy bandwidth: the roofline floor"),
+    _m("floor_ratio", "x", "lower", NOWHERE, RUN, True, ".2f", "measured time / roofline floor"),
+    _m("extra_bytes", "B", "lower", EVERYWHERE, RUN, False, "bytes", "device memory the strategy adds (computed)",
        no_asv="computed from the strategy's buffers, not measured: `harness compare` gates it; peak_bytes is asv's"),
-    _m("peak_bytes", "B", "lower", CUDA, False, "bytes", "peak device memory allocated while decoding"),
-    _m("build_s", "s", "lower", NOWHERE, True, ".2f", "pool build time, one host-timed sample with kernel loading"),
+    _m("peak_bytes", "B", "lower", CUDA, RUN, False, "bytes", "peak device memory allocated while decoding"),
+    _m("build_s", "s", "lower", NOWHERE, RUN, True, ".2f", "pool build time, one host-timed sample with kernel loading"),
 )}
 
 

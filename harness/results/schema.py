@@ -217,6 +217,11 @@ class ResultsFile(msgspec.Struct):
                 if getattr(row, name) != getattr(self.case, name):
                     raise ValueError(f"rows[{i}].{name}: {getattr(row, name)!r} is not the file's case.{name} "
                                      f"{getattr(self.case, name)!r}")
+            declared = METRICS.get(row.metric)
+            if declared is not None and self.case.command not in declared.commands:
+                written = " and ".join(f"`harness {c}`" for c in sorted(declared.commands))
+                raise ValueError(f"rows[{i}].metric: {row.metric!r} is written by {written}, never by the file's case.command "
+                                 f"{self.case.command!r}: a row of another command's results")
 
 
 class PoolScale(msgspec.Struct, forbid_unknown_fields=True):

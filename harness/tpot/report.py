@@ -18,7 +18,7 @@ import msgspec
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError, interruptible
-from harness.fsio import check_writable, refuse_link, write_bytes, write_text
+from harness.fsio import check_writable, refuse_link, write_files
 from harness.gate.compare import device_type, load_results
 from harness.inputs.cases import refuse_clobbering
 from harness.results.metrics import readable
@@ -239,13 +239,21 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
     return "\n".join(lines) + "\n", bars
 
 
-def plot(bars, path: Path) -> bool:
-    """Stacked bars (attention path, rest of the step) per strategy and case; False without matplotlib."""
+def plot(bars) -> bytes | None:
+    """PNG of stacked bars (attention path, rest of the step) per strategy and case; None without matplotlib."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        import matplotlib
     except ImportError:
-        return False
+        return None
+    with matplotlib.rc_context({"text.parse_math": False}):  # names from the files are text, never mathtext ($...$)
+        return _figure(bars)
+
+
+def _figure(bars) -> bytes:
+    """The PNG `plot` makes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(4 + 3 * len(bars), 4))
     FigureCanvasAgg(fig)
     for i, (title, case_bars) in enumerate(bars):
@@ -270,8 +278,7 @@ def plot(bars, path: Path) -> bool:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    write_bytes(path, buf.getvalue(), "--out")
-    return True
+    return buf.getvalue()
 
 
 @interruptible
@@ -289,14 +296,15 @@ def main(argv=None) -> int:
             refuse_link(path, flag)
             check_writable(path, flag, args.force)
         text, bars = render(args.results, args.tp2)
+        png = plot(bars)
         args.out.mkdir(parents=True, exist_ok=True)
-        write_text(args.out / "tpot.md", text, "--out")
-        plotted = plot(bars, args.out / "tpot.png")
+        # together, each in full before either is moved in: a failed plot or write leaves both files as they were
+        write_files({args.out / "tpot.md": text.encode(), **({args.out / "tpot.png": png} if png else {})}, "--out")
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
-    print(f"written: {args.out / 'tpot.md'}" + (f", {args.out / 'tpot.png'}" if plotted else " (no plot: matplotlib missing)"))
+    print(f"written: {args.out / 'tpot.md'}" + (f", {args.out / 'tpot.png'}" if png else " (no plot: matplotlib missing)"))
     return 0
 
 
