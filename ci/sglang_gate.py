@@ -13,8 +13,8 @@ harness's benchmarks (suites/asv, through ci/asv_sglang_bench with each strategy
 then time and check the SGLang-backed strategies. The second form installs
 one commit the same way (into a temporary folder put first on PYTHONPATH) and runs
 `python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
-gates two commits (a run that checked none of the commit's SGLang, every SGLang-backed strategy unsupported, exits 2
-with one line naming why). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
+gates two commits (with OUT a file, a run that checked none of the commit's SGLang, every SGLang-backed strategy
+unsupported, exits 2 with one line naming why; a stream is passed through unread). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
 its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
 commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
 runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install (pip's

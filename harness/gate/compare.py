@@ -20,9 +20,7 @@ Each row is judged by its metric's declaration (harness/results/metrics.py):
   then `unsupported`, a result the head could not give, which the gate cannot judge (exit 2), never a pass.
 Every gating row of the base must be in the head with a value, else it is `missing` (`unsupported`
 when its strategy's verdict is an explained `unsupported`); so must every strategy of the base, gating or
-not: one with no row in the head is `missing` on any device (the control row is the environment guard's). A row
-that does not gate here, valued in the base and lacking or null in the head that still reports its strategy, is
-`no head value` (exit 2) unless the head says why (detail.unsupported, a `timing` row): then an informational `missing`.
+not: one with no row in the head is `missing` on any device (the control row is the environment guard's).
 Only gating metrics (gating on the files' device type) fail the gate; an informational metric
 that got worse is `worse`, never `regressed`.
 
@@ -34,8 +32,8 @@ is named in one file only, timed gating metrics cannot be judged.
 Exit codes: 1 when a verdict fails (on any device, in any environment); 2 when the devices differ;
 1 when an exact metric fails or a gating row is missing; 2 "cannot judge" when the environments
 differ and timed gating metrics are present; 1 when a timed gating metric regressed; 2 "cannot
-judge" when one is undersampled, disturbed or has no base value, a row has no head value, or a strategy the base
-ran is unsupported in the head's environment; 1 when one is inconclusive under --inconclusive fail;
+judge" when one is undersampled, disturbed or has no base value, or a strategy the base ran is unsupported in the
+head's environment; 1 when one is inconclusive under --inconclusive fail;
 else 0. Bad input (unreadable file, schema, case, unit, a file with no rows or none valued but the control, one run
 given twice): 2 with one `error:` line.
 """
@@ -62,7 +60,6 @@ REGRESSED, FAILING, MISSING, WORSE = decision.REGRESSED, "failing", "missing", "
 FAILED = (REGRESSED, FAILING, MISSING)  # statuses that fail the gate when the row gates
 DISTURBED = "disturbed"
 NO_BASE = "no base value"  # a gating timing of a strategy the base passed but failed to time
-NO_HEAD = "no head value"  # a non-gating row the base measured that the head, still running its strategy, lost unsaid
 BAD_VERDICTS = ("fail", "error")
 CONTROL = "control_copy_gbps"
 ENV_EXPLAINS = ("gpu", "capability", "cuda", "torch", "flashinfer", "triton_interpret")  # may make a strategy unsupported
@@ -76,7 +73,6 @@ STATUS_STYLE = {
     decision.UNDERSAMPLED: "bold yellow",
     DISTURBED: "bold yellow",
     NO_BASE: "bold yellow",
-    NO_HEAD: "bold yellow",
     decision.SLOWER: "yellow",
     WORSE: "yellow",
     decision.IMPROVED: "green",
@@ -143,12 +139,6 @@ class Comparison:
         return [c for c in self.changes if c.gating and c.status == NO_BASE]
 
     @property
-    def lost(self) -> list[Change]:
-        """Rows the base measured that the head, still reporting their strategy, lacks or leaves null without saying why
-        (rows that gate here are `missing` instead): no result to judge."""
-        return [c for c in self.changes if c.status == NO_HEAD]
-
-    @property
     def unsupported(self) -> list[Change]:
         """Rows of a strategy the base ran that the head's environment made unsupported (explained): no result to judge."""
         return [c for c in self.changes if c.status == "unsupported" and c.base is not None and c.base.value not in (None, "unsupported")]
@@ -172,7 +162,7 @@ class Comparison:
     def exit_code(self) -> int:
         if self.decisive:
             return 1
-        if self.cannot_judge or self.undersampled or self.disturbed or self.unsupported or self.unbased or self.lost:
+        if self.cannot_judge or self.undersampled or self.disturbed or self.unsupported or self.unbased:
             return 2
         if self.unjudged and self.inconclusive == "fail":
             return 1
@@ -449,13 +439,6 @@ def _timing_crashed(rows: dict[tuple, Row], key: tuple) -> str | None:
     return (timing.detail or {}).get("unsupported") or "no timing"
 
 
-def _says_why(rows: dict[tuple, Row], key: tuple) -> str | None:
-    """Why the file has no value for key: its row's detail.unsupported, or its strategy's failed timing (_timing_crashed)."""
-    row = rows.get(key)
-    why = (row.detail or {}).get("unsupported") if row is not None else None
-    return why or _timing_crashed(rows, key)
-
-
 def compare_results(base, head, max_regression: float, inconclusive: str = "pass",
                     names: tuple[str, str] = ("base", "head")) -> Comparison:
     """Compare two results (ResultsFile, or decoded documents) row by row (max_regression: 0.05 = 5%).
@@ -486,8 +469,6 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
         gone = change.status == MISSING and change.key[:5] not in strategies and change.key[5] != CONTROL  # control: the guard's
         gating = metric is not None and (metric.gates(device) or gone) and change.status != "added"
         status = WORSE if change.status == REGRESSED and not gating else change.status
-        if status == MISSING and not gating and metric is not None and change.key[5] != CONTROL and not _says_why(h, change.key):
-            status, change = NO_HEAD, replace(change, note=f"{change.note}; the head still runs {change.key[3]} and says not why")
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
                               change.note))
     differs = device_differs or environment_difference(base, head, max_regression)
@@ -579,10 +560,6 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
         named = ", ".join(f"{c.key[3]}/{c.key[5]}" for c in unbased)
         console.print(f"[bold yellow]NO BASE VALUE[/]: {escape(named)}: the base passed these strategies but failed "
                       f"to time them (re-run the base); {_unjudged(comparison)}")
-    if (lost := comparison.lost) and not comparison.device_differs:
-        named = ", ".join(f"{c.key[3]}/{c.key[5]}" for c in lost)
-        console.print(f"[bold yellow]NO HEAD VALUE[/]: {escape(named)}: the base measured these, the head runs their strategies "
-                      f"but gives no value and says not why (re-run the head); {_unjudged(comparison)}")
     if (gone := comparison.unsupported) and not comparison.device_differs:
         named = ", ".join(dict.fromkeys(c.key[3] for c in gone))
         console.print(f"[bold yellow]UNSUPPORTED IN THE HEAD[/]: {escape(named)}, run in the base, gave no result in the "
