@@ -181,3 +181,30 @@ def test_tpot_attn_share_is_what_harness_tpots_row_says(monkeypatch):
     with pytest.raises(NotImplementedError, match="has no attn_share_row"):
         share.setup(*params)
     assert share.values["tpot_ms"] > 0
+
+
+def test_bench_tpot_plans_the_strategys_buffer_where_the_harness_can(monkeypatch):
+    """bench_tpot built its context planning no strategy buffer (shadow's BF16 copy of the pool went unplanned). It now
+    names its strategy to a build_context that takes `strategies`; twin: a base commit's, from before it, gets none
+    (an unexpected keyword there would fail every tpot benchmark of that commit)."""
+    import torch
+
+    from harness.tpot import tpot
+    from suites.helpers import fresh_asv_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bench = fresh_asv_module("bench_tpot", monkeypatch, {**QUICK_ENV, "MLA_ASV_TPOT": "1"})
+    real, seen = tpot.build_context, []
+
+    def current(case, shape, *args, strategies=()):
+        seen.append(strategies)
+        return real(case, shape, *args, strategies=strategies)
+
+    def older(case, shape, *args):
+        seen.append("older")
+        return real(case, shape, *args)
+
+    for stand_in in (current, older):
+        monkeypatch.setattr(tpot, "build_context", stand_in)
+        bench.TpotMs().setup("b1-l500", "gather_cast", "glm5-tp8")
+    assert seen == [("gather_cast",), "older"]

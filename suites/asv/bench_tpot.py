@@ -10,6 +10,7 @@ harness/envvars.py checks them (a bad value fails setup with one line naming the
 harness lacks is n/a, as in benchmarks.py).
 """
 
+import inspect
 import sys
 
 import torch
@@ -48,7 +49,9 @@ def _measure(scenario: str, strategy: str, preset: str) -> dict:
     scale = get_scale("prod") if CUDA else get_scale("ci", slots=2048)
     case = Case(get_preset(preset), scale, load_scenario(scenario))
     allreduce = LatencyAllReduce(load_table(ALLREDUCE_TABLE), device) if (ALLREDUCE_TABLE and CUDA) else AllReduce()
-    ctx = build_context(case, load_shape(preset, shrink=not CUDA), device, "auto", 4, allreduce)
+    # the strategy's buffer planned with the pool (a base commit's build_context, from before `strategies`, plans none)
+    planned = {"strategies": (strategy,)} if "strategies" in inspect.signature(build_context).parameters else {}
+    ctx = build_context(case, load_shape(preset, shrink=not CUDA), device, "auto", 4, allreduce, **planned)
     r = time_strategy(strategy, ctx, REPEATS)
     share_row = getattr(tpot, "attn_share_row", None)  # None: a base commit's harness from before it (no share)
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="auto")

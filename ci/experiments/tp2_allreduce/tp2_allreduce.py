@@ -103,7 +103,7 @@ def main() -> int:
     checks = []
     for scenario in args.scenario or ["b1-l4096", "b32-l4096"]:
         case = Case(get_preset(args.preset), get_scale("prod", args.slots, args.layers), load_scenario(scenario))
-        ctx = build_context(case, shape, device, "auto", args.weight_sets, NcclAllReduce())
+        ctx = build_context(case, shape, device, "auto", args.weight_sets, NcclAllReduce(), strategies=(args.strategy,))
         result = {"scenario": scenario, "layers": args.layers, "slots": args.slots, "strategy": args.strategy}
         for label, allreduce in (("nccl", ctx.allreduce), ("modeled", LatencyAllReduce(table, device)), ("none", AllReduce())):
             ctx.allreduce = allreduce
