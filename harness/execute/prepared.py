@@ -25,6 +25,15 @@ from harness.strategies import FAULT_TARGETS, REGISTRY
 POOL_ITEM = "fp8 pool"  # the memory plan's item for the pool itself
 
 
+def case_memory_plan(case: Case, schedule, extra: int, *more: tuple[str, int]) -> MemoryPlan:
+    """`case`'s pool, the largest buffer a strategy adds (`extra`), the step inputs, and `more` (name, bytes)."""
+    g = case.geometry
+    per_slot = -(-(g.total_bytes + extra) // g.slots)  # conservative: pool and buffer scale with slots
+    items = ((POOL_ITEM, g.total_bytes), ("largest strategy buffer", extra),
+             ("step inputs", step_data_bytes(case.preset, schedule, g.num_layers)), *more)
+    return MemoryPlan(items, per_slot, g.slots)
+
+
 class PreparedCase:
     builds: Counter = Counter()  # case name -> pools built in this process
 
@@ -44,16 +53,13 @@ class PreparedCase:
         return REGISTRY[strategy].extra_bytes(self.geometry, self.schedule)
 
     def memory_plan(self, strategies) -> MemoryPlan:
-        """The pool, the largest buffer any of `strategies` adds (they run one at a time), the step inputs, and on
-        the CPU (where they live) the checked outputs each strategy's result keeps."""
+        """case_memory_plan with the largest buffer any of `strategies` adds (they run one at a time), and on the CPU
+        (where they live) the checked outputs each strategy's result keeps."""
         extra = max((self.extra_bytes(n) for n in strategies), default=0)
-        g, preset = self.geometry, self.case.preset
-        per_slot = -(-(g.total_bytes + extra) // g.slots)  # conservative: pool and buffer scale with slots
-        items = ((POOL_ITEM, g.total_bytes), ("largest strategy buffer", extra),
-                 ("step inputs", step_data_bytes(preset, self.schedule, g.num_layers)))
+        more = ()
         if self.device.type == "cpu":
-            items += (("checked outputs kept", len(strategies) * outputs_bytes(preset, self.schedule, self.case.checked_layers())),)
-        return MemoryPlan(items, per_slot, g.slots)
+            more = (("checked outputs kept", len(strategies) * outputs_bytes(self.case.preset, self.schedule, self.case.checked_layers())),)
+        return case_memory_plan(self.case, self.schedule, extra, *more)
 
     def build(self, progress=None) -> "PreparedCase":
         """Fill the pool and make the step data (once; later calls return at once)."""

@@ -21,9 +21,10 @@ import torch
 
 from harness.backends import make_backend
 from harness.errors import CheckFailed, HarnessError
-from harness.execute.decode import DecodeSession, make_step_data, step_data_bytes
+from harness.execute.decode import DecodeSession, make_step_data
+from harness.execute.prepared import case_memory_plan
 from harness.inputs.cases import Case
-from harness.inputs.memory import GIB, MemoryPlan
+from harness.inputs.memory import GIB
 from harness.inputs.pool import KVPool, PoolGeometry
 from harness.measure.timing import event_time_ms, host_time_ms
 from harness.results.document import Row
@@ -193,10 +194,8 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
     backend = make_backend(backend_name, device)
     extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in strategies
                  if not REGISTRY[n].unsupported_reason(device, backend)), default=0)
-    MemoryPlan((("fp8 pool", geometry.total_bytes), ("largest strategy buffer", extra),
-                ("step inputs", step_data_bytes(case.preset, schedule, geometry.num_layers)),
-                (f"rotated weights ({weight_sets} set(s): --weight-sets)", rotated_weight_bytes(shape, weight_sets))),
-               -(-(geometry.total_bytes + extra) // geometry.slots), geometry.slots).check(device)
+    case_memory_plan(case, schedule, extra,
+                     (f"rotated weights ({weight_sets} set(s): --weight-sets)", rotated_weight_bytes(shape, weight_sets))).check(device)
     pool = KVPool(geometry, case.scenario.seed, device)
     data = make_step_data(case.preset, schedule, pool)
     weights = make_weights(shape, weight_sets, seed, device)
