@@ -312,6 +312,52 @@ def test_report_force_never_writes_through_a_link_in_out(results, tmp_path, name
     assert (out / "tpot.md").is_file() and not (out / name).is_symlink()
 
 
+def test_report_without_matplotlib_leaves_no_earlier_plot_beside_the_new_table(results, tmp_path, monkeypatch, capsys):
+    """Without matplotlib, --force wrote a new tpot.md beside the OLD tpot.png, a plot of other data. Now --force removes
+    it (the run says so); without --force the earlier plot already refuses the run, exit 2, nothing written or removed."""
+    from harness.tpot.report import main as tpot_report
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tpot.png").write_bytes(b"\x89PNG an earlier plot")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    assert tpot_report([str(results), "--out", str(out)]) == 2
+    assert os.listdir(out) == ["tpot.png"]
+    assert tpot_report([str(results), "--out", str(out), "--force"]) == 0
+    assert os.listdir(out) == ["tpot.md"] and "the earlier tpot.png removed" in capsys.readouterr().out
+
+
+def test_tpot_check_rotation_plans_the_distinct_weights(capsys, monkeypatch):
+    """--check-rotation allocates a second weight set (every layer distinct) the memory plan left out: on a GPU it could
+    run out of memory mid-run. Now the plan names it, refused before any allocation; twin: without it, no such item."""
+    from harness.tpot import tpot
+
+    real = tpot.case_memory_plan
+    monkeypatch.setattr(tpot, "case_memory_plan", lambda *a: real(*a).check("cpu", available=0))  # no room for tpot's plan
+    args = ("--layers", "2", "--weight-sets", "1", "--strategy", "stock")
+    line = _main_error(capsys, *args, "--check-rotation")
+    assert line.startswith("error: memory plan: needs ") and "distinct weights (2 sets: --check-rotation)" in line, line
+    assert "distinct weights" not in _main_error(capsys, *args)
+
+
+def test_tpot_asks_each_strategy_once_whether_it_runs_here(monkeypatch, tmp_path):
+    """cli and build_context each asked every strategy's unsupported_reason (a probe for some): now build_context's answer
+    is the run's. Twin: the unsupported one is still recorded as such."""
+    from harness.cli import main
+    from harness.strategies import REGISTRY
+
+    calls, reals = [], {name: REGISTRY[name].unsupported_reason.__func__ for name in ("stock", "stock_vectorized")}
+    for name, real in reals.items():  # each read before any is wrapped: one may inherit the other's
+        monkeypatch.setattr(REGISTRY[name], "unsupported_reason",
+                            classmethod(lambda cls, device, backend, real=real: calls.append(cls.name) or real(cls, device, backend)))
+    out = tmp_path / "r.json"
+    assert main(["tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock_vectorized", "--strategy", "stock",
+                 "--json", str(out)]) == 0
+    assert sorted(calls) == ["stock", "stock_vectorized"], calls
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["detail"]["unsupported"] for r in rows if r["metric"] == "tpot_ms" and r["value"] is None] == ["stock_vectorized runs on cuda only"]
+
+
 def test_tpot_json_never_replaces_the_harness_model_or_allreduce_table(capsys):
     """The model shapes (models.toml) and the default all-reduce table are the run's own inputs: --json there is
     refused even with --force, the file as it was (before: models.toml was replaced by the results)."""

@@ -384,3 +384,24 @@ def test_tpot_plans_the_strategy_buffer_before_it_allocates(monkeypatch):
         build_context(case, shape, torch.device("cpu"), "torch", 2, AllReduce(), strategies=("stock", "shadow"))
     ctx = build_context(case, shape, torch.device("cpu"), "torch", 2, AllReduce(), strategies=("stock",))
     assert ctx.pool.geometry == g
+
+
+def test_tpot_plans_the_rotation_checks_distinct_weights_before_it_allocates(monkeypatch):
+    """rotation_check makes every layer's weights (rotated_weight_bytes over all layers) beside the rotated sets; the plan
+    left them out. With room for all but half of them, check_rotation is refused with one 'memory plan' line naming
+    them, before the pool is made; the twin, without the check, builds."""
+    from harness.execute.decode import step_data_bytes
+    from harness.inputs import memory
+    from harness.tpot import tpot
+
+    case = Case(get_preset("glm5-tp8"), get_scale("ci", slots=2048, num_layers=2), load_scenario("b1-l500"))
+    shape = load_shape("glm5-tp8", shrink=True)
+    pool_shape, g = shape.for_pool(case.num_layers), case.geometry
+    base = g.total_bytes + step_data_bytes(case.preset, case.schedule(), g.num_layers) + tpot.rotated_weight_bytes(pool_shape, 1)
+    distinct = tpot.rotated_weight_bytes(pool_shape, pool_shape.num_layers)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: int((base + distinct // 2) / memory.HEADROOM))
+    with monkeypatch.context() as patch:
+        patch.setattr(tpot, "KVPool", lambda *a, **k: pytest.fail("allocated before the plan refused"))
+        with pytest.raises(HarnessError, match=r"^memory plan: needs .*distinct weights \(2 sets: --check-rotation\) .* GiB free"):
+            build_context(case, shape, torch.device("cpu"), "torch", 1, AllReduce(), strategies=("stock",), check_rotation=True)
+    assert build_context(case, shape, torch.device("cpu"), "torch", 1, AllReduce(), strategies=("stock",)).weight_sets == 1

@@ -62,7 +62,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.measure.environment import environment
     from harness.results.document import case_record, repro_command, write_results
     from harness.spec.scenario import check_repeats
-    from harness.strategies import BENCHMARKED, REGISTRY, select
+    from harness.strategies import BENCHMARKED, select
     from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
     from harness.tpot.config import load_shape
     from harness.tpot.tpot import build_context, refuse_one_workload_rotation, rotation_check, time_strategy, to_rows
@@ -96,10 +96,11 @@ def cmd_tpot(args, console: Console, device, case) -> int:
         return _sglang(args, console, device, case, shape, names, software)
     if args.check_rotation:
         refuse_one_workload_rotation(shape.num_layers, args.weight_sets)
-    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce, strategies=names)
+    ctx = build_context(case, shape, device, args.backend, args.weight_sets, allreduce, strategies=names,
+                        check_rotation=args.check_rotation)
     console.print(f"tpot {case.name} on {device}: {ctx.shape.num_layers} layers of {shape.name}"
                   f"{' (shrunk)' if args.shrink else ''}, {ctx.weight_sets} weight set(s), all-reduce {allreduce.describe()}", markup=False)
-    reasons = {name: REGISTRY[name].unsupported_reason(device, ctx.backend) for name in names}
+    reasons = ctx.unsupported
     timed = [name for name in names if not reasons[name]]
     if args.check_rotation and not timed:
         raise HarnessError("--check-rotation", f"no strategy named runs here, so none can be timed twice: {'; '.join(reasons.values())}")

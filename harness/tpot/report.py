@@ -287,7 +287,8 @@ def main(argv=None) -> int:
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
     ap.add_argument("--out", type=Path, required=True, help="folder for tpot.md and tpot.png")
-    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2; a link there: exit 2)")
+    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2; a link there: exit 2; "
+                                                         "without matplotlib the old tpot.png is removed)")
     args = ap.parse_args(argv)
     try:
         outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
@@ -297,14 +298,22 @@ def main(argv=None) -> int:
             check_writable(path, flag, args.force)
         text, bars = render(args.results, args.tp2)
         png = plot(bars)
+        old_png = args.out / "tpot.png"
+        stale = png is None and args.force and old_png.is_file()
+        if stale:  # --force and no plot to replace it: the earlier one goes first, never left beside the new table
+            try:
+                old_png.unlink()
+            except OSError as exc:
+                raise HarnessError(f"--out {old_png}", f"cannot remove the earlier plot: {exc.strerror or exc}") from None
         args.out.mkdir(parents=True, exist_ok=True)
-        # together, each in full before either is moved in: a failed plot or write leaves both files as they were
+        # together, each in full before either is moved in: a failed plot or write leaves both files as they were (a stale
+        # plot, removed above, stays gone)
         write_files({args.out / "tpot.md": text.encode(), **({args.out / "tpot.png": png} if png else {})}, "--out")
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
-    print(f"written: {args.out / 'tpot.md'}" + (f", {args.out / 'tpot.png'}" if png else " (no plot: matplotlib missing)"))
+    print(f"written: {args.out / 'tpot.md'}" + (f", {args.out / 'tpot.png'}" if png else f" (no plot: matplotlib missing{'; the earlier tpot.png removed' if stale else ''})"))
     return 0
 
 

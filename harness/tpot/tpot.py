@@ -176,12 +176,14 @@ class TpotContext:
     allreduce: AllReduce
     weight_sets: int
     shared_parts_ms: dict = field(default_factory=dict)  # component -> samples, timed once per run
+    unsupported: dict = field(default_factory=dict)  # each strategy planned for -> why it cannot run here (None: it runs)
 
 
 def build_context(case: Case, shape: ModelShape, device, backend_name: str, weight_sets: int, allreduce: AllReduce, seed: int = 0,
-                  strategies=()) -> TpotContext:
+                  strategies=(), check_rotation: bool = False) -> TpotContext:
     """The pool, step data, weights and backend of one tpot run; `strategies`: the ones it will time (the largest
-    buffer any of them adds is planned with the pool, before anything is allocated)."""
+    buffer any of them adds is planned with the pool, before anything is allocated); `check_rotation`: rotation_check's
+    distinct weights are planned too."""
     shape = shape.for_pool(case.num_layers)
     if shape.preset != case.preset:
         raise HarnessError("--preset", f"the model shape is {shape.preset.name}'s, the case is {case.preset.name}'s")
@@ -192,14 +194,16 @@ def build_context(case: Case, shape: ModelShape, device, backend_name: str, weig
     # the page-aware pool (Case.geometry, from the fidelity work) when this tree has it
     geometry = getattr(case, "geometry", None) or PoolGeometry(case.scale.slots, case.num_layers, case.preset.row_width)
     backend = make_backend(backend_name, device)
-    extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n in strategies
-                 if not REGISTRY[n].unsupported_reason(device, backend)), default=0)
-    case_memory_plan(case, schedule, extra,
-                     (f"rotated weights ({weight_sets} set(s): --weight-sets)", rotated_weight_bytes(shape, weight_sets))).check(device)
+    unsupported = {n: REGISTRY[n].unsupported_reason(device, backend) for n in strategies}
+    extra = max((REGISTRY[n].extra_bytes(geometry, schedule) for n, why in unsupported.items() if not why), default=0)
+    planned = [(f"rotated weights ({weight_sets} set(s): --weight-sets)", rotated_weight_bytes(shape, weight_sets))]
+    if check_rotation:  # held beside the rotated sets while rotation_check times the step again
+        planned.append((f"distinct weights ({shape.num_layers} sets: --check-rotation)", rotated_weight_bytes(shape, shape.num_layers)))
+    case_memory_plan(case, schedule, extra, *planned).check(device)
     pool = KVPool(geometry, case.scenario.seed, device)
     data = make_step_data(case.preset, schedule, pool)
     weights = make_weights(shape, weight_sets, seed, device)
-    return TpotContext(case, shape, device, backend, pool, schedule, data, weights, allreduce, weight_sets)
+    return TpotContext(case, shape, device, backend, pool, schedule, data, weights, allreduce, weight_sets, unsupported=unsupported)
 
 
 def rotated_weight_bytes(s: ModelShape, weight_sets: int) -> int:
