@@ -12,9 +12,9 @@ installed `pip install --no-deps` into its own environment, which sees the runne
 harness's benchmarks (suites/asv, through ci/asv_sglang_bench with each strategy's verdict added)
 then time and check the SGLang-backed strategies. The second form installs
 one commit the same way (into a temporary folder put first on PYTHONPATH) and runs
-`python -m harness run --json OUT` with it, so `python -m harness compare BASE.json HEAD.json`
-gates two commits (with OUT a file, a run that checked none of the commit's SGLang, every SGLang-backed strategy
-unsupported, exits 2 with one line naming why; a stream is passed through unread). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
+`python -m harness run --json` with it into a private file, copied to OUT (a file or a stream such as /dev/stdout),
+so `python -m harness compare BASE.json HEAD.json` gates two commits (a run that checked none of the commit's SGLang,
+every SGLang-backed strategy unsupported, exits 2 with one line naming why). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
 its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
 commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
 runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install (pip's
@@ -34,7 +34,7 @@ from pathlib import Path
 from ci import asv_gate
 from harness import envvars
 from harness.errors import HarnessError, interruptible
-from harness.fsio import check_writable
+from harness.fsio import check_writable, write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
 BAD_INPUT = 2
@@ -247,9 +247,9 @@ def _joined(path: str) -> str:
 
 
 def check_out(out: Path, extra: list[str]) -> None:
-    """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install rather than after it: OUT is
-    none of its inputs (the --scenario-file, the harness's own files, a golden file), not inside a golden folder
-    (--golden-dir's too), and writable."""
+    """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install (the child writes a private
+    file, which the gate copies to OUT): OUT is none of its inputs (the --scenario-file, the harness's own files, a golden
+    file), not inside a golden folder (--golden-dir's too), not the --dump-outputs folder or a dump there, and writable."""
     from types import SimpleNamespace
 
     from harness.cli.common import inputs_of
@@ -261,6 +261,9 @@ def check_out(out: Path, extra: list[str]) -> None:
         refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=given.scenario_file))))
     finally:
         use_golden_dir(None)  # the gate reads no golden itself: nothing of this check stays set in the process
+    real, dumps = os.path.realpath(out), given.dump_outputs and os.path.realpath(given.dump_outputs)
+    if dumps and (real == dumps or (os.path.dirname(real) == dumps and real.endswith(".safetensors"))):
+        raise BadInput(f"--json: {out} is the --dump-outputs folder or one of its dumps: the run's outputs must not overlap")
     try:
         check_writable(out, "--json", force=given.force)
     except HarnessError as exc:
@@ -293,49 +296,48 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
         python_path = [str(site), str(ROOT), *(_joined(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
         env = dict(os.environ, **paths, PYTHONPATH=os.pathsep.join(python_path),
                    MLA_HARNESS_SGLANG_COMMIT=commit)  # the results say which SGLang commit ran (installed without .git)
-        # absolute, not resolved: /dev/stdout stays the stream the child inherits (resolved: /proc/<pid>/fd/pipe:[N])
-        cmd = [sys.executable, "-m", "harness", "run", "--json", os.path.abspath(args.json), *absolute_paths(extra)]
+        # the results go to a private file, checked there and then copied to OUT: a stream is never read back
+        results = Path(tmp) / "results.json"
+        cmd = [sys.executable, "-m", "harness", "run", "--json", str(results), *absolute_paths(extra)]
         print(f"sglang-gate: {repo} {ref} ({commit[:8]}) installed in {site} (sglang {version}); running {' '.join(cmd[1:])}",
               file=console, flush=True)
-        before = _stamp(args.json)
-        code = run_harness(cmd, cwd=ROOT, env=env)
-    if args.json.exists() and not args.json.is_file():  # a pipe or terminal: no stamp tells whether it was written
-        return code
-    if code == 0 and _stamp(args.json) in (None, before):  # a run that ended early (an SGLang calling sys.exit(0))
-        print(f"sglang-gate: FAILURE: harness run exited 0 without writing {args.json}", file=sys.stderr)
-        return 1
-    if code == 0 and (why := unchecked_sglang(args.json)):
+        code = run_harness(cmd, cwd=ROOT, env=env, stdout=None if console is sys.stdout else sys.stderr)
+        if code == 130 or not results.exists():  # interrupted, or nothing written: OUT is left as it was
+            if code == 0:  # a run that ended early (an SGLang calling sys.exit(0))
+                print(f"sglang-gate: FAILURE: harness run exited 0 without writing {args.json}", file=sys.stderr)
+                return 1
+            return code
+        why = unchecked_sglang(results) if code == 0 else None
+        write_bytes(args.json, results.read_bytes(), "--json")  # check_out found it free (or --force): kept if one appeared since
+    if why:
         print(f"sglang-gate: FAILURE: {args.json}: {ref} ({commit[:8]}): {why}", file=sys.stderr)
         return BAD_INPUT
     return code
 
 
 def unchecked_sglang(path: Path) -> str | None:
-    """Why the results at `path` check none of the commit's SGLang (each SGLang-backed strategy's verdict, its reason
-    when unsupported: e.g. a dependency the user's patch imports is missing), or None when one was checked. The run
-    then passed on the harness's own strategies alone, and a compare of such files would gate no SGLang code."""
+    """Why the results at `path` check none of the commit's SGLang (`unchecked`), or None when one was checked."""
     from harness.results.schema import read_results
-    from harness.strategies import REGISTRY
 
     try:
-        rows = [r for r in read_results(path).rows
-                if r.metric == "verdict" and getattr(REGISTRY.get(r.strategy), "runs_sglang", False)]
+        rows = read_results(path).rows
     except HarnessError as exc:
         return f"harness run wrote results no reader takes ({exc})"
-    if any(r.value in ("pass", "fail", "error") for r in rows):
-        return None
-    if not rows:
-        return "no SGLang-backed strategy was run (--strategy named none)"
-    return "no SGLang-backed strategy ran: " + "; ".join(f"{r.strategy} {r.value}: {(r.detail or {}).get('reason')}" for r in rows)
+    return unchecked({r.strategy: (r.value, (r.detail or {}).get("reason")) for r in rows if r.metric == "verdict"})
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    """(inode, mtime) of the file at `path`, None when there is none: whether a run wrote it."""
-    try:
-        st = path.stat()
-    except OSError:
+def unchecked(verdicts: dict[str, tuple[str, str | None]]) -> str | None:
+    """Why `verdicts` ({strategy: (status, reason)} of one case) check none of the commit's SGLang (each SGLang-backed
+    strategy's status and reason when unsupported: e.g. a dependency the user's patch imports is missing), or None when one
+    passed, failed or errored. The harness's own strategies passing alone gate no SGLang code."""
+    from harness.strategies import REGISTRY
+
+    sglang = {s: v for s, v in verdicts.items() if getattr(REGISTRY.get(s), "runs_sglang", False)}
+    if any(status in ("pass", "fail", "error") for status, _ in sglang.values()):
         return None
-    return st.st_ino, st.st_mtime_ns
+    if not sglang:
+        return "no SGLang-backed strategy was run (none was named)"
+    return "no SGLang-backed strategy ran: " + "; ".join(f"{s} {status}: {reason}" for s, (status, reason) in sglang.items())
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:

@@ -10,10 +10,11 @@ from typing import get_args
 import pytest
 
 from harness.cli import main
+from harness.errors import HarnessError
 from harness.gate.compare import main_compare
-from harness.results.document import Case, Row, document
+from harness.results.document import Case, Row, document, write_results
 from harness.results.metrics import METRICS
-from harness.results.schema import Command
+from harness.results.schema import Command, read_results
 from harness.tpot.report import main as tpot_report
 from suites.helpers import another_run
 
@@ -72,3 +73,18 @@ def test_a_file_holding_another_commands_rows_is_bad_input(tmp_path, capsys, com
     twin = _write(tmp_path / "twin.json", another_run(docs[command]))
     for name, read in readers.items():
         assert read(twin, tmp_path / name) == 0, (name, capsys.readouterr().err)
+
+
+def test_rows_written_without_a_case_record_are_their_metrics_commands(tmp_path):
+    """document() without `case` recorded command "run" whatever the rows: a tpot's rows were refused by the writer's
+    own check (a row of another command's results). The command is now the one every row's metric declares: the file
+    reads back as that command's. Rows of both commands (or only ones either writes) are one line naming `rows`."""
+    rows = {"tpot": [_timed("gather_cast", "tpot_ms", 400.0), _timed("control", "control_copy_gbps", 8.5)],
+            "run": [_timed("gather_cast", "cast_us", 10.0), _timed("control", "control_copy_gbps", 8.0)]}
+    for command, written in rows.items():
+        write_results(tmp_path / f"{command}.json", written, ENV, f"python -m harness {command}")
+        assert read_results(tmp_path / f"{command}.json").case.command == command
+    with pytest.raises(HarnessError, match=r"^rows: their metrics \(tpot_ms, control_copy_gbps, cast_us\) belong to no one command"):
+        document(rows["tpot"] + rows["run"][:1], ENV, "")
+    with pytest.raises(HarnessError, match=r"^rows: their metrics \(control_copy_gbps\) belong to run and tpot: pass the case"):
+        document(rows["tpot"][1:], ENV, "")

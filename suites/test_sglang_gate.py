@@ -302,7 +302,9 @@ def test_json_mode_runs_harness_with_that_commits_sglang(tmp_path, capsys, monke
     code, _ = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), commit, "--", "--scenario", "b1-l500")
     assert code == 0 and seen["mark"] == f"{commit} {git(repo, 'rev-parse', commit)}"
     defaults = [x for s in sglang_gate.sglang_strategies() for x in ("--strategy", s)]
-    assert seen["cmd"][4:] == ["--json", os.path.abspath(out), "--scenario", "b1-l500", *defaults]
+    private = seen["cmd"][5]  # the run writes a private file, which the gate checks and then copies to OUT
+    assert seen["cmd"][4:] == ["--json", private, "--scenario", "b1-l500", *defaults] and private != os.path.abspath(out)
+    assert not Path(private).exists() and json.loads(out.read_text())["rows"]
 
 
 DESCRIBE = """import subprocess
@@ -440,16 +442,21 @@ def test_a_failing_verdict_fails_the_asv_gate(monkeypatch, before, after, code):
     assert asv_gate.classify(code, table + summary + "\n").code == code
 
 
-def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch):
-    """Every requested strategy unsupported (the commit's SGLang does not import) is a failed setup_cache (the
-    asv gate's exit 2), never an unchanged verdict; one strategy that ran is its twin and passes through."""
+@pytest.mark.parametrize("requested", [["sglang_flashinfer", "sglang_fa3"], ["stock", "sglang_flashinfer", "sglang_fa3"]])
+def test_nothing_checked_fails_the_benchmarks_setup(monkeypatch, requested):
+    """Every SGLang-backed strategy unsupported (the commit's SGLang does not import) is a failed setup_cache (the
+    asv gate's exit 2), never an unchanged verdict, by the --json mode's rule (sglang_gate.unchecked): also with stock
+    in a hand-set MLA_ASV_STRATEGIES (before: its pass alone passed setup, gating no SGLang code). One SGLang-backed
+    strategy that ran is its twin and passes through."""
     from ci.asv_sglang_bench import benchmarks as sgl_bench
 
-    monkeypatch.setattr(sgl_bench.harness_bench, "STRATEGIES", ["sglang_flashinfer", "sglang_fa3"])
-    with pytest.raises(RuntimeError, match="nothing requested could be checked"):
-        sgl_bench.checked({"stock": "pass", "sglang_flashinfer": "unsupported", "sglang_fa3": "unsupported"}, "b32-l4096")
-    ran = {"stock": "pass", "sglang_flashinfer": "fail", "sglang_fa3": "unsupported"}
-    assert sgl_bench.checked(ran, "b32-l4096") == ran
+    monkeypatch.setattr(sgl_bench.harness_bench, "STRATEGIES", requested)
+    unsupported = {"stock": ("pass", ""), "sglang_flashinfer": ("unsupported", "no sglang"), "sglang_fa3": ("unsupported", "no adapter")}
+    with pytest.raises(RuntimeError, match="^b32-l4096: nothing requested could be checked: no SGLang-backed strategy ran: "
+                                           "sglang_flashinfer unsupported: no sglang; sglang_fa3 unsupported: no adapter$"):
+        sgl_bench.checked(unsupported, "b32-l4096")
+    ran = {**unsupported, "sglang_flashinfer": ("fail", "outputs differ")}
+    assert sgl_bench.checked(ran, "b32-l4096") == {"stock": "pass", "sglang_flashinfer": "fail", "sglang_fa3": "unsupported"}
 
 
 def test_a_commit_of_a_shallow_checkout_on_a_remote_branch_is_checked_out(tmp_path, capsys, monkeypatch, wrote_out):
@@ -529,12 +536,14 @@ def test_base_and_head_with_the_project_in_other_folders_is_bad_input(tmp_path, 
     assert code == 0 and len(no_asv["gate"]) == 1
 
 
+@pytest.mark.parametrize("out", ["file", "stream"])
 @pytest.mark.parametrize("status, writes, want", [(0, "ran", 0), (3, "{}", 3), (0, None, 1), (0, "unsupported", 2)])
-def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, sglang_results, status, writes, want):
+def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch, sglang_results, status, writes, want, out):
     """A `harness run` that failed (its results file half written or absent) is the --json mode's exit status; one that
     exited 0 without writing OUT (an SGLang whose import called sys.exit(0) ended it early) fails, exit 1. One that
     passed with every SGLang-backed strategy unsupported (a dependency the user's patch imports is missing: the
-    harness's own stock passed alone) checked none of the commit's SGLang: exit 2, the reason named."""
+    harness's own stock passed alone) checked none of the commit's SGLang: exit 2, the reason named. OUT a stream
+    (/dev/null here, /dev/stdout piped on) alike: before, its results passed through unread and both exited 0."""
     repo = fake_sglang(tmp_path)
     real_run = subprocess.run
 
@@ -546,7 +555,7 @@ def test_json_mode_exits_with_harness_runs_status(tmp_path, capsys, monkeypatch,
         return real_run(cmd, *args, **kwargs)
 
     stub_runs(monkeypatch, run)
-    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json"), "a")
+    code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(tmp_path / "r.json") if out == "file" else "/dev/null", "a")
     assert code == want
     assert any("exited 0 without writing" in line for line in lines) == (want == 1)
     unchecked = [line for line in lines if "no SGLang-backed strategy ran: sglang_flashinfer unsupported: " in line]
@@ -577,6 +586,7 @@ from pathlib import Path
 from harness.errors import interruptible
 @interruptible
 def main():
+    print("the run's console")
     Path(os.environ["MARK"]).write_text(str(os.getpid()))
     time.sleep(float(os.environ["SLEEP"]))
     Path(sys.argv[sys.argv.index("--json") + 1]).write_text(os.environ["OUT_TEXT"])
@@ -658,22 +668,28 @@ def test_an_interrupted_install_leaves_no_pip_temporary_folder(tmp_path):
     assert list(system.iterdir()) == [], "left in $TMPDIR"
 
 
-def test_json_to_stdout_is_the_stream_the_harness_writes(tmp_path):
-    """--json /dev/stdout with stdout a pipe: `harness run` gets /dev/stdout (its own, the same pipe), as `harness run
-    --json /dev/stdout` streams, and the gate's own line goes to stderr (before: resolved to /proc/<pid>/fd/pipe:[N], which
-    the child cannot open, found only after the install). The twin, a file, is test_json_mode_runs_harness_with_that_commits_sglang."""
-    proc = start_gate(tmp_path, "/dev/stdout", 0)
+@pytest.mark.parametrize("writes, want", [("ran", 0), ("unsupported", 2)])
+def test_json_to_stdout_is_the_results_alone_and_checked(tmp_path, sglang_results, writes, want):
+    """--json /dev/stdout with stdout a pipe: the results alone go there, as `harness run --json /dev/stdout` streams them
+    (the gate's own line and the run's console go to stderr), and they are checked as a file's are: a run that checked
+    none of the commit's SGLang exits 2 with its FAILURE line (before: the stream was passed through unread, exit 0;
+    earlier still, resolved to /proc/<pid>/fd/pipe:[N], which the child cannot open). The file's twin is
+    test_json_mode_exits_with_harness_runs_status."""
+    proc = start_gate(tmp_path, "/dev/stdout", 0, sglang_results[writes])
     stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
-    assert proc.returncode == 0 and stdout == '{"ok": 1}', stdout + stderr
-    assert "running -m harness run --json /dev/stdout " in stderr
+    assert proc.returncode == want and stdout == sglang_results[writes], stdout + stderr
+    assert "running -m harness run --json " in stderr and "the run's console" in stderr
+    assert ("sglang-gate: FAILURE: /dev/stdout: a (" in stderr) is (want == 2), stderr
 
 
-@pytest.mark.parametrize("case", ["golden-folder", "golden-file", "golden-dir-option", "scenario-file", "data-file", "free"])
+@pytest.mark.parametrize("case", ["golden-folder", "golden-file", "golden-dir-option", "scenario-file", "data-file", "dump",
+                                  "free"])
 def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path, capsys, monkeypatch, case, wrote_out,
                                                                                sglang_results):
-    """--json into a golden folder, over a golden file, the --scenario-file or a harness data file (even with --force after
-    --) is refused as `harness run --json` refuses it, one line and exit 2, before the clone and pip install (before: only
-    by the child, after them). Twin: a free path goes on to the install and the run."""
+    """--json into a golden folder, over a golden file, the --scenario-file, a harness data file or one of the run's dumps
+    (even with --force after --) is refused as `harness run --json` refuses it, one line and exit 2, before the clone and
+    pip install (before: only by the child, after them; the child now writes a private file, so this is OUT's only
+    check). Twin: a free path goes on to the install and the run."""
     repo = fake_sglang(tmp_path)
     (tmp_path / "mine").mkdir()
     scenario = tmp_path / "s.toml"
@@ -685,6 +701,7 @@ def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path,
         "golden-dir-option": (tmp_path / "mine" / "x.json", ["--golden-dir", str(tmp_path / "mine")]),
         "scenario-file": (scenario, ["--force", "--scenario-file", str(scenario)]),
         "data-file": (next((ROOT / "harness").rglob("*.toml")), ["--force"]),
+        "dump": (tmp_path / "d" / "glm5-tp8.ci.b1-l500.stock.safetensors", ["--force", "--dump-outputs", str(tmp_path / "d")]),
         "free": (tmp_path / "x.json", ["--golden-dir", str(tmp_path / "mine")]),
     }[case]
     ran, real_run = [], subprocess.run

@@ -7,13 +7,14 @@ does (runner.run, no timing: golden, and bitwise against `stock` for a bitwise-t
 of SGLang that times well but computes wrong is caught too: `Verdict.track_verdict` is 0 when the verdict
 passes, 1 when it fails or errors, and n/a (skipped by setup, as the strategy's timings are) when it is unsupported; asv's comparison marks 0 -> 1 worse,
 which the gate fails on (the `verdict` metric gates everywhere), and the gate fails a head whose verdict
-is 1 whatever the base had (asv calls 1 -> 1 unchanged), while pass -> n/a is a benchmark the head lost. When no requested strategy can run (every verdict unsupported: say the commit's
-SGLang does not import) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
+is 1 whatever the base had (asv calls 1 -> 1 unchanged), while pass -> n/a is a benchmark the head lost. When no SGLang-backed strategy runs (each unsupported: say the commit's
+SGLang does not import; `stock` passing alone gates none of it) setup_cache fails, so the gate exits 2 instead of calling nothing "unchanged".
 Presets, scenarios, strategies and samples: MLA_ASV_* as in suites/asv/benchmarks.py.
 """
 
 import json
 
+from ci import sglang_gate
 from suites.asv import benchmarks as harness_bench
 
 
@@ -36,17 +37,17 @@ def _measure_and_check(_self=None) -> str:
                 continue
             case = Case(get_preset(preset), get_scale("prod" if device.type == "cuda" else "ci"), load_scenario(scenario))
             outcome = run(RunConfig(case, device, strategies=tuple(harness_bench.STRATEGIES), repeats=0), Console(quiet=True))
-            measured["verdicts"] = checked({r.strategy: r.verdict.status.value for r in outcome.results}, case.name)
+            measured["verdicts"] = checked({r.strategy: (r.verdict.status.value, r.verdict.reason) for r in outcome.results}, case.name)
     return json.dumps(out)
 
 
-def checked(verdicts: dict[str, str], case: str) -> dict[str, str]:
-    """`verdicts`, or RuntimeError (setup_cache fails: the gate exits 2) when no requested strategy ran: a
-    commit whose SGLang cannot be imported, or strategies that cannot run here, never pass as unchanged."""
-    wanted = {s: v for s, v in verdicts.items() if s in harness_bench.STRATEGIES}
-    if all(v == "unsupported" for v in wanted.values()):
-        raise RuntimeError(f"{case}: nothing requested could be checked: every one of {sorted(wanted)} is unsupported here")
-    return verdicts
+def checked(verdicts: dict[str, tuple[str, str | None]], case: str) -> dict[str, str]:
+    """{strategy: status} of `verdicts` ({strategy: (status, reason)}), or RuntimeError (setup_cache fails: the gate
+    exits 2) when no SGLang-backed strategy ran (`ci.sglang_gate.unchecked`, the --json mode's rule): a commit whose
+    SGLang cannot be imported, or strategies that cannot run here, never pass as unchanged."""
+    if why := sglang_gate.unchecked(verdicts):
+        raise RuntimeError(f"{case}: nothing requested could be checked: {why}")
+    return {s: status for s, (status, _) in verdicts.items()}
 
 
 class _Shared:

@@ -11,13 +11,15 @@ import sys
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
 from harness import CHECKOUT
+from harness.errors import HarnessError
 from harness.fsio import write_text
 from harness.results.metrics import METRICS, validate_rows
-from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Row, parse_results
+from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Command, Row, parse_results
 
 __all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "pin_options", "repro_command", "workload_digest", "write_results"]
 
@@ -110,12 +112,13 @@ def _plain(value):
 def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -> dict:
     """The results document (checked against the schema it will be read with). Every row's metric must
     be declared in the metric table; each row records whether it gates on this device (`gates_on`).
-    Without `case`, the rows' own case fields are used (slots/layers not recorded)."""
+    Without `case`, the rows' own case fields are used (slots/layers not recorded), and the command their metrics
+    declare (`_command`)."""
     validate_rows(rows)
     if case is None:
         first = rows[0] if rows else None
-        case = Case(command="run", **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None, kernel="auto",
-                    workload=None, workload_v4=None)
+        case = Case(command=_command(rows), **{f: getattr(first, f, "") for f in ROW_CASE_FIELDS}, slots=None, layers=None,
+                    kernel="auto", workload=None, workload_v4=None)
     device_type = str(env.get("device") or "cpu").split(":")[0]
     doc = json.loads(json.dumps({
         "schema": SCHEMA,
@@ -127,6 +130,16 @@ def document(rows: list[Row], env: dict, repro: str, case: Case | None = None) -
     }, default=_plain))
     parse_results(doc, "results being written")  # a writer never writes what the readers refuse
     return doc
+
+
+def _command(rows: list[Row]) -> str:
+    """The one command (schema.Command) whose results every row's metric belongs to (metrics.Metric.commands)."""
+    commands = set(get_args(Command)).intersection(*(METRICS[r.metric].commands for r in rows))
+    if len(commands) != 1:
+        metrics = ", ".join(dict.fromkeys(r.metric for r in rows)) or "none"
+        owners = " and ".join(sorted(commands)) or "no one command"
+        raise HarnessError("rows", f"their metrics ({metrics}) belong to {owners}: pass the case record (`case`)")
+    return commands.pop()
 
 
 def write_results(path: str | Path, rows: list[Row], env: dict, repro: str, case: Case | None = None) -> None:
