@@ -317,14 +317,54 @@ def test_a_resigned_golden_holding_nan_or_infinity_is_one_line(tmp_path, name, v
                             golden_dir=root), f"outputs.safetensors: {name}", "NaN or infinity")
 
 
-def test_a_golden_an_older_version_stranded_is_put_back_not_replaced(tmp_path):
-    """A swap killed before refreshes marked their folders left .<case>.old-*/<case> unmarked: the mark rule made verify
-    say 'manifest missing' and a refresh without --force write a new golden beside the stranded one. It is put back by a
-    rename (nothing deleted; its emptied folder, unmarked, stays)."""
+def test_a_backup_of_the_users_is_never_moved_into_the_missing_case_folder(tmp_path):
+    """`mv G/<case> G/.<case>.old-mine/`: verify and run renamed the unmarked backup into the case folder, saying
+    nothing, and refresh --force then overwrote it: its bytes were nowhere. Only a folder a refresh marked is put back:
+    verify and run say the case folder is missing, naming the backup they left; refresh writes a new case beside it."""
     root = _golden_copy(tmp_path, [CASE])
-    before = _contents(root / CASE)
-    (root / f".{CASE}.old-k3j2x9").mkdir()
-    (root / CASE).rename(root / f".{CASE}.old-k3j2x9" / CASE)
-    proc = harness("golden", "verify", "--case", CASE, golden_dir=root)
-    assert proc.returncode == 0 and _contents(root / CASE) == before, proc.stdout + proc.stderr
-    assert (root / f".{CASE}.old-k3j2x9").is_dir()
+    backup = root / f".{CASE}.old-mine"
+    backup.mkdir()
+    (root / CASE).rename(backup / CASE)
+    before = _tree(root)
+    kept = lambda: {k: v for k, v in _tree(root).items() if k.startswith(backup.name)}  # noqa: E731
+    mine = kept()
+    for args in (("golden", "verify", "--case", CASE), RUN):
+        _one_error_line(harness(*args, golden_dir=root), str(root / CASE / golden.MANIFEST), "its case folder too",
+                        f"{backup.name} left alone")
+        assert _tree(root) == before
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "written (new case)" in proc.stdout, proc.stdout + proc.stderr
+    assert f"{CASE}: left {backup.name} alone" in proc.stdout
+    assert kept() == mine
+    golden.load(CASE, root)
+
+
+@pytest.mark.parametrize("renamed", [False, True], ids=["before-the-last-rename", "after-it"])
+def test_a_refresh_killed_mid_swap_leaves_only_what_the_next_refresh_removes(tmp_path, monkeypatch, renamed):
+    """A refresh killed (SIGKILL: no cleanup) between the swap's renames left .<case>.new-* a full golden without its
+    mark: every later refresh called it the user's and kept it. The new golden is unmarked only once it is the case
+    folder: verify then reads a golden, and the next refresh removes every leftover. Twin: killed after the last
+    rename, before the mark left the case folder."""
+    class Killed(BaseException):
+        pass
+
+    root = _golden_copy(tmp_path, [CASE])
+    stored, real = golden.load(CASE, root), golden.os.replace
+
+    def dies(src, dst):  # at the swap's last rename, the new golden's into the case folder
+        last = Path(src).name.startswith(f".{CASE}.new-")
+        if not last or renamed:
+            real(src, dst)
+        if last:
+            raise Killed
+
+    monkeypatch.setattr(golden.os, "replace", dies)
+    monkeypatch.setattr(golden.shutil, "rmtree", lambda *a, **k: None)
+    with pytest.raises(Killed):
+        golden.write(stored, CASE, root)
+    monkeypatch.undo()
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
+    proc = harness("golden", "refresh", "--case", CASE, golden_dir=root)
+    assert proc.returncode == 0 and "alone" not in proc.stdout and "removed" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in root.iterdir() if p.name != golden.LOCK) == ["cases.toml", CASE]
+    assert sorted(p.name for p in (root / CASE).iterdir()) == [golden.MANIFEST, golden.OUTPUTS]

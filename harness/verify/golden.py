@@ -8,12 +8,13 @@ and of the outputs file, and manifest_sha256 over every other manifest field: a 
 depends on nothing that no hash covers. Inputs are never stored: the generator recreates them.
 
 A refresh replaces the case folder by two renames under a lock (golden/.refresh.lock), through folders
-`.<case>.new-*` and `.<case>.old-*` it marks as its own (MARK, naming the folder) before it fills them; a
-refresh killed between the renames leaves the previous golden in `.<case>.old-*/<case>`, which the
-next load or refresh puts back (a rename: a load deletes nothing); a refresh killed while writing leaves
-`.<case>.new-*`, and one killed or failed before the first rename a `.<case>.old-*` holding only the mark: the
-next refresh removes them. A folder of such a name without the mark, or holding anything a refresh does not write,
-is the user's, and is left alone.
+`.<case>.new-*` and `.<case>.old-*` it marks as its own (MARK, naming the folder) before it fills them, and
+unmarks the new golden only once it is the case folder; a refresh killed between the renames leaves the previous
+golden in `.<case>.old-*/<case>`, which the next load or refresh puts back (a rename: a load deletes nothing); a
+refresh killed while writing or swapping leaves `.<case>.new-*`, one killed or failed before the first rename a
+`.<case>.old-*` holding only the mark, and one killed after the last rename the mark in the case folder: the next
+refresh removes them. A folder of such a name without the mark, or holding anything a refresh does not write,
+is the user's: no command moves or removes it.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -238,12 +239,11 @@ def _refresh_made(folder: Path) -> bool:
         not p.is_symlink() and (_golden_file(p) or temporary(p) or p.name == MARK) for p in folder.iterdir())
 
 
-def _stranded(case_name: str, root: Path, marked: bool = True) -> list[Path]:
+def _stranded(case_name: str, root: Path) -> list[Path]:
     """Previous goldens a swap left behind: .<case>.old-*/<case>, alone in its marked folder and holding only golden
-    files; marked=False: also in an unmarked one (a refresh from before the mark: put back by a rename, never deleted)."""
-    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if _refresh_made(p) and (
-        (_marked(p.parent) and sorted(q.name for q in p.parent.iterdir()) == sorted([MARK, case_name]))
-        or (not marked and [q.name for q in p.parent.iterdir()] == [case_name])))
+    files (an unmarked one, the user's backup say, is never moved)."""
+    return sorted(p for p in root.glob(f".{case_name}.old-*/{case_name}") if _refresh_made(p) and _marked(p.parent)
+                  and sorted(q.name for q in p.parent.iterdir()) == sorted([MARK, case_name]))
 
 
 def _half_written(case_name: str, root: Path) -> list[Path]:
@@ -256,18 +256,28 @@ def _emptied(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.old-*") if _marked(p) and [q.name for q in p.iterdir()] == [MARK])
 
 
+def _stray_mark(case_name: str, root: Path) -> list[Path]:
+    """The mark a refresh killed after its last rename left in the case folder."""
+    mark = case_dir(case_name, root) / MARK
+    return [mark] if mark.is_file() and not mark.is_symlink() else []
+
+
+def _named_like_leftovers(case_name: str, root: Path) -> list[Path]:
+    return sorted(p for kind in ("new", "old") for p in root.glob(f".{case_name}.{kind}-*"))
+
+
 def _put_back(case_name: str, root: Path) -> None:
     """With the case folder missing, rename the previous golden a killed swap left back into place (under
     refresh_lock): nothing is deleted, its emptied folder is left for the next refresh."""
-    stranded, folder = _stranded(case_name, root, marked=False), case_dir(case_name, root)
+    stranded, folder = _stranded(case_name, root), case_dir(case_name, root)
     if stranded and not os.path.lexists(folder):
         os.replace(stranded[0], folder)
 
 
 def recover(case_name: str, root: Path | None = None) -> None:
     """For a refresh, under refresh_lock: finish an interrupted swap (put the previous golden back), then remove
-    what killed refreshes left, each in a folder marked as a refresh's own: older goldens, half-written new
-    folders, emptied old ones."""
+    what killed refreshes left, each in a folder marked as a refresh's own: older goldens, half-written or unswapped
+    new folders, emptied old ones; and a mark left in the case folder."""
     _put_back(case_name, _root(root))
     for old in _stranded(case_name, _root(root)):
         shutil.rmtree(old.parent, ignore_errors=True)
@@ -276,10 +286,13 @@ def recover(case_name: str, root: Path | None = None) -> None:
     for empty in _emptied(case_name, _root(root)):
         (empty / MARK).unlink()
         empty.rmdir()
+    for mark in _stray_mark(case_name, _root(root)):
+        mark.unlink()
 
 
 def _leftovers(case_name: str, root: Path) -> list[Path]:
-    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root)]
+    return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root),
+            *_stray_mark(case_name, root)]
 
 
 def clean_leftovers(case_name: str, root: Path | None = None) -> tuple[list[str], list[str]]:
@@ -288,23 +301,26 @@ def clean_leftovers(case_name: str, root: Path | None = None) -> tuple[list[str]
     marked them as its own. Their names, each."""
     root = _root(root)
     left = []
-    if _leftovers(case_name, root) or _stranded(case_name, root, marked=False):
+    if _leftovers(case_name, root):
         with refresh_lock(root):  # a refresh still running finishes first: its folder is no leftover
             left = _leftovers(case_name, root)
             recover(case_name, root)
-    return [p.name for p in left], sorted(p.name for kind in ("new", "old") for p in root.glob(f".{case_name}.{kind}-*"))
+    return [p.name for p in left], [p.name for p in _named_like_leftovers(case_name, root)]
 
 
 def load(case_name: str, root: Path | None = None) -> GoldenData:
     """Load and integrity-check a stored golden; any problem is one HarnessError line."""
     folder = case_dir(case_name, root)
-    if not folder.exists() and _stranded(case_name, _root(root), marked=False):
+    if not folder.exists() and _stranded(case_name, _root(root)):
         with refresh_lock(root):
             _put_back(case_name, _root(root))
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
+        mine = [p.name for p in _named_like_leftovers(case_name, _root(root)) if not _marked(p)]
         why = (NOT_REGULAR if os.path.lexists(manifest_path)
-               else "missing from an existing case folder" if os.path.lexists(folder) else "missing; run `python -m harness golden refresh`")
+               else "missing from an existing case folder" if os.path.lexists(folder)
+               else "missing, its case folder too" + f" ({', '.join(mine)} left alone: not a refresh's own)" * bool(mine)
+               + "; run `python -m harness golden refresh`")
         raise HarnessError(str(manifest_path), f"golden manifest {why}")
     manifest = read_json(manifest_path)
     if not isinstance(manifest, dict):
@@ -493,18 +509,18 @@ def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
             data.manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             data.manifest["manifest_sha256"] = manifest_digest(data.manifest)
             write_text(new / MANIFEST, json.dumps(data.manifest, indent=2, sort_keys=True) + "\n")
-            (new / MARK).unlink()  # the case folder holds the golden's files only
-            if not folder.exists():
-                os.replace(new, folder)
-                return
-            old = _marked_folder(root, f".{case_name}.old-")
-            os.replace(folder, old / case_name)
-            try:
-                os.replace(new, folder)
-            except OSError as exc:
-                os.replace(old / case_name, folder)
+            if folder.exists():
+                old = _marked_folder(root, f".{case_name}.old-")
+                os.replace(folder, old / case_name)
+                try:
+                    os.replace(new, folder)
+                except OSError as exc:
+                    os.replace(old / case_name, folder)
+                    shutil.rmtree(old)
+                    raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
                 shutil.rmtree(old)
-                raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
-            shutil.rmtree(old)
+            else:
+                os.replace(new, folder)
+            (folder / MARK).unlink()  # only now: until the swap is done, its new golden is known as a refresh's own
         finally:
             shutil.rmtree(new, ignore_errors=True)
