@@ -1,11 +1,13 @@
 """Shared test plumbing: run strategies on a golden case exactly as `harness run` does (no timing);
 run a test file again in a Triton-interpreter child process; read a results file's repro command; a results
-document as another run would write it; a fresh copy of an asv benchmark file."""
+document as another run would write it; a fresh copy of an asv benchmark file; a CPU run's files as a GPU box's, its
+clocks dropping in every timing block."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import math
 import os
 import shlex
@@ -164,3 +166,26 @@ def fresh_asv_module(name: str, monkeypatch, env: dict[str, str], without_envvar
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+GPU_BOX = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
+
+
+def as_on_a_gpu_box(monkeypatch) -> None:
+    """A CPU run's results written as on one GPU box (its environment: timings gate) with a steady control copy, so
+    that two such files compare on their rows alone (a CPU's copy noise would set their environments apart)."""
+    import harness.measure.environment
+    from harness.measure import control
+    from harness.measure.timing import Samples
+
+    monkeypatch.setattr(harness.measure.environment, "environment", lambda device: dict(GPU_BOX))
+    monkeypatch.setattr(control, "measure_control", lambda device, repeats=control.REPEATS: Samples("GB/s", tuple(4000.0 + i for i in range(repeats))))
+
+
+def clocks_drop_in_every_block(monkeypatch) -> None:
+    """Every timing block (collect.guarded, their single call point) under the real clock guard of a GPU whose SM clock
+    drops while it runs: the guard runs it again, then marks it disturbed."""
+    from harness.measure import clocks, collect
+
+    readings = itertools.cycle((clocks.GpuState(1980, 2619, 40, (), 1), clocks.GpuState(1200, 2619, 40, (), 1)))  # before, after
+    monkeypatch.setattr(collect, "guarded", lambda block, device: clocks.guarded(block, torch.device("cuda", 0), read=lambda _: next(readings)))

@@ -57,6 +57,40 @@ def test_tpot_results_carry_the_control_compare_checks_the_environment_with(resu
     assert "ENVIRONMENTS DIFFER: control control_copy_gbps only in the base" in proc.stdout, proc.stdout + proc.stderr
 
 
+CPU_GUARD = {"disturbed": None, "reruns": 0, "clocks": "not recorded on cpu"}
+
+
+def test_tpot_rows_carry_the_clock_guard_of_their_timing_blocks(results):
+    """As `run` does: each timing block under the clock guard, its guard in the detail of the row it timed, each
+    breakdown component's in its entry, the rotation check's beside its samples; on CPU it says nothing was recorded
+    (before: none, so a throttled or shared GPU's tpot_ms was judged as clean)."""
+    rows = {(r["strategy"], r["metric"]): r["detail"] for r in json.loads(results.read_text())["rows"]}
+    tpot = rows[("gather_cast", "tpot_ms")]
+    assert tpot["guard"] == rows[("gather_cast", "attn_path_ms")]["guard"] == CPU_GUARD
+    assert [p["guard"] for p in tpot["breakdown"]["parts"].values()] == [CPU_GUARD] * 5
+    assert rows[("gather_cast", "rotation_check")]["rotated_guard"] == rows[("gather_cast", "rotation_check")]["distinct_guard"] == CPU_GUARD
+
+
+def test_a_tpot_the_clock_guard_found_disturbed_is_not_judged(tmp_path, monkeypatch, capsys):
+    """A GPU whose SM clock drops in every timing block: tpot_ms and attn_path_ms marked disturbed after one re-run, and
+    compare of two such files cannot judge tpot_ms (DISTURBED, exit 2) instead of comparing a throttled GPU's numbers."""
+    from harness.cli import main
+    from suites.helpers import as_on_a_gpu_box, clocks_drop_in_every_block
+
+    as_on_a_gpu_box(monkeypatch)
+    clocks_drop_in_every_block(monkeypatch)
+    files = [tmp_path / "base.json", tmp_path / "head.json"]
+    for out in files:
+        assert main(["tpot", *SMALL, "--layers", "1", "--no-breakdown", "--strategy", "stock", "--json", str(out)]) == 0
+    rows = {r["metric"]: r["detail"] for r in json.loads(files[1].read_text())["rows"] if r["strategy"] == "stock"}
+    for metric in ("tpot_ms", "attn_path_ms"):
+        assert rows[metric]["guard"]["disturbed"] == "SM clock 1980 -> 1200 MHz" and rows[metric]["guard"]["reruns"] == 1
+    capsys.readouterr()
+    assert main(["compare", *map(str, files)]) == 2
+    out = capsys.readouterr().out
+    assert "DISTURBED" in out and "stock/tpot_ms (clock guard: SM clock 1980 -> 1200 MHz)" in out, out
+
+
 def test_weight_sets_past_the_layer_count_are_the_same_workload(tmp_path):
     """--weight-sets 9 on 2 layers rotates the 2 sets --weight-sets 2 does: compare takes them as one case (before:
     the raw 9 went into the workload fingerprint and compare refused the pair, exit 2)."""

@@ -211,11 +211,10 @@ def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatc
     with the base's steps in another order (one nudged by a hair: a reordered copy is one run, refused) passes (twin)."""
     import random
 
-    import harness.measure.environment
     from harness.cli import main
+    from suites.helpers import as_on_a_gpu_box
 
-    env = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
-    monkeypatch.setattr(harness.measure.environment, "environment", lambda device: dict(env))  # as on the GPU box
+    as_on_a_gpu_box(monkeypatch)
     base_steps = [0.020 + 0.0001 * (i % 7) for i in range(31)]
 
     def results(name, steps):
@@ -233,6 +232,38 @@ def test_compare_gates_sglang_engine_results_on_their_steps(tmp_path, monkeypatc
     assert main(["compare", base, slow]) == 1
     assert "REGRESSION" in capsys.readouterr().out
     assert main(["compare", base, same]) == 0
+
+
+def test_cli_engine_sglang_runs_under_the_clock_guard_beside_the_control(tmp_path, monkeypatch, capsys):
+    """As native tpot: each SGLang run under the clock guard (on CPU: not recorded, said), its guard in its row's detail,
+    and the control row compare checks the environment with; a GPU whose SM clock drops in every run: rows marked
+    disturbed, compare cannot judge them (DISTURBED, exit 2). Before: neither, a throttled GPU's steps judged as clean.
+    The GPU is the one SGLang runs on, rank 0's (cuda:0), whatever --device names."""
+    import torch
+
+    from harness.cli import main
+    from harness.tpot import cli
+    from suites.helpers import as_on_a_gpu_box, clocks_drop_in_every_block
+
+    def results(name, steps):
+        python = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, steps)!r})")
+        out = tmp_path / f"{name}.json"
+        assert main(["tpot", "--device", "cpu", "--engine", "sglang", "--sglang-python", python, "--sglang-workdir", str(tmp_path / "w"),
+                     "--strategy", "gather_cast", "--json", str(out)]) == 0
+        return {r["metric"]: r for r in json.loads(out.read_text())["rows"]}, str(out)
+
+    rows, _ = results("cpu", [0.03] * 31)
+    assert rows["tpot_ms"]["detail"]["guard"] == {"disturbed": None, "reruns": 0, "clocks": "not recorded on cpu"}
+    assert rows["control_copy_gbps"]["strategy"] == "control" and rows["control_copy_gbps"]["value"] > 0
+    as_on_a_gpu_box(monkeypatch)
+    clocks_drop_in_every_block(monkeypatch)
+    (rows, base), (_, head) = results("base", [0.020 + 0.0001 * (i % 7) for i in range(31)]), results("head", [0.021] * 31)
+    assert rows["tpot_ms"]["detail"]["guard"]["disturbed"] == "SM clock 1980 -> 1200 MHz"
+    capsys.readouterr()
+    assert main(["compare", base, head]) == 2
+    assert "DISTURBED: gather_cast/tpot_ms (clock guard: SM clock 1980 -> 1200 MHz)" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.torch_device() == torch.device("cuda", 0)
 
 
 def test_cli_engine_sglang_never_writes_json_into_its_workdir_or_over_its_python(tmp_path, capsys):
@@ -318,7 +349,7 @@ def test_cli_engine_sglang_refuses_a_mislabelled_pool(tmp_path, capsys):
     assert not out.exists()
     good = _fake_python(tmp_path, sglang_pool() + f"print({one_batch_log(1, [0.03] * 31)!r})")
     assert main([*argv, "--sglang-python", good]) == 0
-    (row,) = json.loads(out.read_text())["rows"]
+    (row,) = [r for r in json.loads(out.read_text())["rows"] if r["metric"] == "tpot_ms"]
     assert row["detail"]["sglang_pool"]["slots"] == 16_384 and row["detail"]["sglang_pool"]["rows"] == 16_384 + 64
     assert "--max-total-tokens" in row["detail"]["command"]
 

@@ -188,8 +188,11 @@ def _require_sglang(python: str) -> dict:
 
 
 def _sglang(args, console: Console, device, case, shape, names, software: dict) -> int:
-    """TPOT from SGLang's one-batch benchmark per strategy: every decode step a sample, their median the value
-    (the driver has not run on a GPU here)."""
+    """TPOT from SGLang's one-batch benchmark per strategy: every decode step a sample, their median the value; each
+    run under the clock guard of the GPU it runs on, and the control copy timed there, as native tpot does (the driver
+    has not run on a GPU here)."""
+    from harness.measure import collect
+    from harness.measure.control import control_row
     from harness.measure.environment import environment
     from harness.measure.timing import Samples
     from harness.results.document import Row, case_record, repro_command, write_results
@@ -200,33 +203,37 @@ def _sglang(args, console: Console, device, case, shape, names, software: dict) 
     # SGLang's pool is the case's slots (--max-total-tokens); one it cannot build so is refused before any run
     sglang_driver.check_slots(case.scale.slots, case.preset.page_size, len(kv_lens), max(kv_lens), args.sglang_output_len)
     ident = dict(preset=case.preset.name, scale=case.scale.name, scenario=case.scenario.name, backend="sglang-flashinfer")
+    gpu = torch_device()
     rows = []
     for name in names:
         if name not in SUPPORTED:
             rows.append(Row(strategy=name, metric="tpot_ms", value=None, detail={"unsupported": f"{name}: the SGLang driver runs {', '.join(SUPPORTED)}"}, **ident))
             continue
         with progress_bar(console, f"{name}: sglang.benchmark.one_batch", 1) as advance:
-            out = sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len, args.sglang_workdir,
-                                    case.scale.slots, python=args.sglang_python, one_rank=not args.sglang_full_tp)
+            out, guard = collect.guarded(lambda: sglang_driver.run(shape, name, len(kv_lens), max(kv_lens), args.sglang_output_len,
+                                                                   args.sglang_workdir, case.scale.slots, python=args.sglang_python,
+                                                                   one_rank=not args.sglang_full_tp), gpu)
             advance()
         steps = Samples("ms", tuple(out["step_ms"]))
         console.print(f"{name}: SGLang median decode latency {out['tpot_ms']:.3f} ms over {len(steps.values)} steps", markup=False)
         rows.append(Row(strategy=name, metric="tpot_ms", value=out["tpot_ms"], unit="ms", better="lower", iqr=steps.iqr, samples=list(steps.values),
                         detail={"engine": "sglang.benchmark.one_batch", "sglang_median_ms": out["sglang_median_ms"],
-                                "sglang_pool": out["pool"], "command": out["command"]}, **ident))
+                                "sglang_pool": out["pool"], "command": out["command"], "guard": guard}, **ident))
     if args.json:
+        control = control_row(ident, gpu)  # as native tpot records it: compare's environment check
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
-        env = environment(torch_device()) | software  # the software SGLang ran with is --sglang-python's
-        write_results(args.json, rows, env, repro_command(pinned_argv(args, device, case)),
+        env = environment(gpu) | software  # the software SGLang ran with is --sglang-python's
+        write_results(args.json, rows + [control], env, repro_command(pinned_argv(args, device, case)),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
 
 
 def torch_device():
+    """The GPU SGLang's one_batch runs on (rank 0: the first visible GPU, whatever --device says), else the CPU."""
     import torch
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def _breakdown_tables(rows) -> list[Table]:

@@ -10,6 +10,9 @@ breakdown (CUDA, in the tpot_ms row's detail): where the time goes: each compone
 (step.PARTS: gemm, moe, attention, allreduce, other) captured as its own CUDA graph over every layer,
 replayed and timed like the step, beside its own floor (its bytes at the copy bandwidth; the
 all-reduce model's latency). The strategy-independent components are timed once per run.
+Every timing block runs under the clock guard (harness.measure.collect.guarded), as `run`'s do: its guard is
+detail["guard"] of the row it timed (tpot_ms, attn_path_ms), each component's in its breakdown entry and the
+rotation check's as rotated_guard / distinct_guard.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from harness.execute.prepared import case_memory_plan
 from harness.inputs.cases import Case
 from harness.inputs.memory import GIB
 from harness.inputs.pool import KVPool, PoolGeometry
+from harness.measure import collect
 from harness.measure.timing import event_time_ms, host_time_ms
 from harness.results.document import Row
 from harness.strategies import REGISTRY
@@ -46,6 +50,7 @@ class TpotResult:
     kernels: dict[str, str]
     unsupported: str | None = None
     extra: dict = field(default_factory=dict)
+    guards: dict[str, dict] = field(default_factory=dict)  # metric -> clock guard of its timing block
 
     @property
     def tpot(self) -> float:
@@ -84,8 +89,8 @@ def kernel_breakdown(run, top: int = 12) -> dict:
 SHARED_PARTS = tuple(p for p in PARTS if p != "attention")  # the same for every strategy
 
 
-def time_parts(model: ModelStep, strategy, hidden, plan, last, slots, parts, repeats: int) -> dict[str, list[float]]:
-    """Device time of each component in `parts`, each its own CUDA graph (see step.PARTS)."""
+def time_parts(model: ModelStep, strategy, hidden, plan, last, slots, parts, repeats: int) -> dict[str, tuple[list[float], dict]]:
+    """(device time samples, clock guard) of each component in `parts`, each its own CUDA graph (see step.PARTS)."""
     out = {}
     for part in parts:
         _, graph, _ = model.capture(hidden, last, slots, parts=(part,), plan=plan)
@@ -95,23 +100,30 @@ def time_parts(model: ModelStep, strategy, hidden, plan, last, slots, parts, rep
                 graph.replay()
         else:
             run = graph.replay
-        out[part] = event_time_ms(run, repeats)
+        out[part] = collect.guarded(lambda run=run: event_time_ms(run, repeats), strategy.device)
         del graph, run
     return out
 
 
 def _parts_extra(name: str, parts: dict, ctx: "TpotContext") -> dict:
-    return {"parts_ms": {p: statistics.median(parts.get(p) or ctx.shared_parts_ms[p]) for p in PARTS},
+    timed = {**ctx.shared_parts, **parts}  # component -> (samples, guard)
+    return {"parts_ms": {p: statistics.median(timed[p][0]) for p in PARTS}, "parts_guard": {p: timed[p][1] for p in PARTS},
             "parts_timed_with": {p: (name if p in parts else "an earlier strategy of this run") for p in PARTS}}
 
 
 def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = False, breakdown: bool = False) -> TpotResult:
-    """Set the strategy up on the shared pool, time the model step and its attention path alone."""
+    """Set the strategy up on the shared pool, time the model step and its attention path alone (each under the clock guard)."""
     cls = REGISTRY[name]
     strategy = cls(ctx.pool, ctx.backend, ctx.case.preset)
     last = ctx.schedule.steps[-1]
     slots = ctx.data.steps[last.step].slots
     hidden = hidden_states(ctx.shape, last.batch_size, ctx.case.scenario.seed, ctx.device)
+    guards = {}
+
+    def timed(metric: str, block) -> list[float]:
+        samples, guards[metric] = collect.guarded(block, ctx.device)
+        return samples
+
     with DecodeSession(strategy, ctx.schedule, ctx.data) as session:
         model = ModelStep(ctx.shape, ctx.weights, strategy, ctx.allreduce, last.batch_size)
         if ctx.device.type == "cuda":
@@ -121,15 +133,15 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
                 strategy.replan_step(plan, last)
                 graph.replay()
 
-            tpot = event_time_ms(replay, repeats)
+            tpot = timed("tpot_ms", lambda: event_time_ms(replay, repeats))
             del graph
             extra = {}
             if breakdown:
                 step_ids = dict(model.last_expert_ids)  # the component warm-ups route other inputs
-                wanted = ("attention",) + tuple(p for p in SHARED_PARTS if p not in ctx.shared_parts_ms)
+                wanted = ("attention",) + tuple(p for p in SHARED_PARTS if p not in ctx.shared_parts)
                 parts = time_parts(model, strategy, hidden, plan, last, slots, wanted, repeats)
                 model.last_expert_ids = step_ids
-                ctx.shared_parts_ms.update({p: v for p, v in parts.items() if p != "attention"})
+                ctx.shared_parts.update({p: v for p, v in parts.items() if p != "attention"})
                 extra.update(_parts_extra(name, parts, ctx))
             bucket = session.bucket_graph(last)  # the attention path alone, replayed as `run` replays it
 
@@ -137,7 +149,7 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
                 bucket.load(last)
                 bucket.replay()
 
-            attn = event_time_ms(attn_replay, repeats)
+            attn = timed("attn_path_ms", lambda: event_time_ms(attn_replay, repeats))
             if profile:
                 try:
                     extra["eager_kernels"] = kernel_breakdown(lambda: model.forward(hidden, plan, last, slots))
@@ -146,21 +158,21 @@ def time_strategy(name: str, ctx: "TpotContext", repeats: int, profile: bool = F
         else:
             extra = {}
             plan = strategy.begin_step(last)
-            tpot = host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats)
+            tpot = timed("tpot_ms", lambda: host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats))
             if breakdown:  # host wall time per component: a CPU check of the mechanics, not a measurement
                 step_ids = dict(model.last_expert_ids)
                 parts = {}
                 for part in PARTS:
                     model.parts = frozenset((part,))
-                    parts[part] = host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats)
+                    parts[part] = collect.guarded(lambda: host_time_ms(lambda: model.forward(hidden, plan, last, slots), repeats), ctx.device)
                 model.parts, model.last_expert_ids = frozenset(PARTS), step_ids
                 extra.update(_parts_extra(name, parts, ctx))
-            attn = host_time_ms(lambda: session.layers(plan, last), repeats)
+            attn = timed("attn_path_ms", lambda: host_time_ms(lambda: session.layers(plan, last), repeats))
     sb = nbytes.step_bytes(ctx.shape, model.last_expert_ids, cls, ctx.pool.geometry, last)
     active = sum(int(ids.unique().numel()) for ids in model.last_expert_ids.values())
     if ctx.device.type == "cuda":
         torch.cuda.empty_cache()
-    return TpotResult(name, tpot, attn, sb, active, model.kernels, extra=extra)
+    return TpotResult(name, tpot, attn, sb, active, model.kernels, extra=extra, guards=guards)
 
 
 @dataclass
@@ -175,7 +187,7 @@ class TpotContext:
     weights: object
     allreduce: AllReduce
     weight_sets: int
-    shared_parts_ms: dict = field(default_factory=dict)  # component -> samples, timed once per run
+    shared_parts: dict = field(default_factory=dict)  # component -> (samples, guard), timed once per run
     unsupported: dict = field(default_factory=dict)  # each strategy planned for -> why it cannot run here (None: it runs)
 
 
@@ -263,7 +275,8 @@ def breakdown_detail(ctx: TpotContext, r: TpotResult, copy_gbps: float | None) -
         if p == "allreduce":
             floor_ms = ctx.allreduce.model_ms(ctx.schedule.steps[-1].batch_size, s.hidden_size, s.num_layers)
         out[p] = {"ms": parts[p], "floor_bytes": floor_bytes[p], "floor_ms": floor_ms,
-                  "over_floor": parts[p] / floor_ms if floor_ms else None, "timed_with": r.extra["parts_timed_with"][p]}
+                  "over_floor": parts[p] / floor_ms if floor_ms else None, "timed_with": r.extra["parts_timed_with"][p],
+                  "guard": r.extra["parts_guard"][p]}
     total = sum(v["ms"] for v in out.values())
     graphs = ctx.device.type == "cuda"  # a part's graph holds its kernels only; a CPU part's run is the whole forward loop
     return {"parts": out, "sum_ms": total, "tpot_ms": r.tpot, "unattributed_ms": r.tpot - total, "parts_add_up": graphs,
@@ -288,13 +301,15 @@ def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy
             "layers": ctx.shape.num_layers, "model_source": ctx.shape.source,
             "reuse_distance_over_l2": nbytes.reuse_distance_bytes(ctx.shape, ctx.weight_sets, round(mean_active)) / nbytes.L2_BYTES,
             "mean_active_experts": mean_active, "kv_written": "model kv_a output, RMS-normed, quantized to e4m3",
-            **fit_note(ctx, r.strategy), **r.extra,
+            **fit_note(ctx, r.strategy), **r.extra, "guard": r.guards["tpot_ms"],
         }
         med = lambda v: statistics.median(v)  # noqa: E731
         iqr = lambda v: (lambda q: q[2] - q[0])(statistics.quantiles(v, n=4)) if len(v) >= 4 else 0.0  # noqa: E731
         rows += [
-            Row(strategy=r.strategy, metric="tpot_ms", value=r.tpot, unit="ms", better="lower", iqr=iqr(r.tpot_ms), samples=list(r.tpot_ms), detail=detail, **ident),
-            Row(strategy=r.strategy, metric="attn_path_ms", value=med(r.attn_path_ms), unit="ms", better="lower", iqr=iqr(r.attn_path_ms), samples=list(r.attn_path_ms), **ident),
+            Row(strategy=r.strategy, metric="tpot_ms", value=r.tpot, unit="ms", better="lower", iqr=iqr(r.tpot_ms), samples=list(r.tpot_ms),
+                detail=detail, **ident),
+            Row(strategy=r.strategy, metric="attn_path_ms", value=med(r.attn_path_ms), unit="ms", better="lower", iqr=iqr(r.attn_path_ms),
+                samples=list(r.attn_path_ms), detail={"guard": r.guards["attn_path_ms"]}, **ident),
             attn_share_row(ctx, r, ident),
             Row(strategy=r.strategy, metric="step_weight_bytes", value=sb.weights, unit="B", **ident),
             Row(strategy=r.strategy, metric="step_kv_bytes", value=sb.kv, unit="B", **ident),
@@ -355,4 +370,5 @@ def rotation_check(ctx: TpotContext, strategy: str, repeats: int, seed: int = 0)
         "strategy": strategy, "layers": layers, "weight_sets": ctx.weight_sets, "sets_read": sets_read,
         "rotated_ms": rotated.tpot, "distinct_ms": distinct.tpot, "ratio": rotated.tpot / distinct.tpot,
         "rotated_samples": rotated.tpot_ms, "distinct_samples": distinct.tpot_ms,
+        "rotated_guard": rotated.guards["tpot_ms"], "distinct_guard": distinct.guards["tpot_ms"],
     }
