@@ -1,5 +1,7 @@
-"""The run loop: a crashing strategy is an `error` verdict while the others still run."""
+"""The run loop: a crashing strategy is an `error` verdict while the others still run; the dumps are written together at the end."""
 
+import pytest
+import safetensors.torch
 import torch
 from rich.console import Console
 
@@ -63,3 +65,38 @@ def test_missing_stock_outputs_fail_the_bitwise_tier():
     assert _verdict("shadow", "torch", outputs, gold, outputs, "bitwise").passed
     verdict = _verdict("shadow", "torch", outputs, gold, None, "bitwise")
     assert not verdict.passed and "bitwise tier not checked" in verdict.reason
+
+
+def _dump_cfg(folder):
+    return RunConfig(case=load_case("glm5-tp8.ci.b1-l500"), device=torch.device("cpu"), strategies=("stock", "gather_cast"), repeats=0,
+                     dump_outputs=folder)
+
+
+def test_an_interrupted_run_leaves_every_earlier_dump_as_it_was(tmp_path, monkeypatch):
+    """Each strategy's dump was written as it finished: a Ctrl-C in the second left a new stock dump beside an old
+    gather_cast one. Now all are written together after the last strategy."""
+    import harness.api
+
+    old = {tmp_path / f"glm5-tp8.ci.b1-l500.{n}.safetensors": f"old {n}".encode() for n in ("stock", "gather_cast")}
+    for path, data in old.items():
+        path.write_bytes(data)
+    execute = harness.api._execute
+
+    def interrupted(prep, name, cfg, console):
+        if name == "gather_cast":
+            raise KeyboardInterrupt
+        return execute(prep, name, cfg, console)
+
+    monkeypatch.setattr(harness.api, "_execute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(_dump_cfg(tmp_path), Console(quiet=True))
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == old
+
+
+def test_a_finished_run_dumps_every_strategys_outputs(tmp_path):
+    outcome = run(_dump_cfg(tmp_path), Console(quiet=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"glm5-tp8.ci.b1-l500.{n}.safetensors" for n in ("gather_cast", "stock")]
+    for r in outcome.results:
+        dumped = safetensors.torch.load_file(tmp_path / f"glm5-tp8.ci.b1-l500.{r.strategy}.safetensors")
+        for (step, layer), (out, lse) in r.outputs.items():
+            assert torch.equal(dumped[f"s{step}.l{layer}.out"], out) and torch.equal(dumped[f"s{step}.l{layer}.lse"], lse)

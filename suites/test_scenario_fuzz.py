@@ -71,18 +71,21 @@ def test_random_valid_scenarios_pass_every_cpu_strategy(example, tmp_path, capsy
     assert "0 fail, " in capsys.readouterr().out
 
 
-def test_a_scenario_too_big_for_memory_is_named_by_its_file_and_field(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("lens, field", [("batch_size = 4096\nkv_len = 1024", "batch_size + kv_len"),
+                                         (f"kv_lens = {[1024] * 4096}", "kv_lens")])
+def test_a_scenario_too_big_for_memory_is_named_by_its_file_and_field(tmp_path, capsys, monkeypatch, lens, field):
     """On the CPU the pool grows to fit the scenario; when that pool does not fit memory the error named no file or
-    field ('memory plan: ...') and offered the largest pool that fits as --slots, a pool the scenario does not fit in."""
+    field ('memory plan: ...') and offered the largest pool that fits as --slots, a pool the scenario does not fit in;
+    then it named kv_lens for a file that gave batch_size + kv_len: the field is the one the file has."""
     from harness.inputs import memory
 
     monkeypatch.setattr(memory, "free_bytes", lambda device: 4 * memory.GIB)
     path = tmp_path / "big.toml"
-    path.write_text('name = "big"\nbatch_size = 4096\nkv_len = 1024\n')  # 4,194,304 slots: 4.75 GiB of pool in host memory
+    path.write_text(f'name = "big"\n{lens}\n')  # 4,194,304 slots: 4.75 GiB of pool in host memory
     out = tmp_path / "out.json"
     assert main(["run", "--device", "cpu", "--scenario-file", str(path), "--repeats", "0", "--json", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: {path}: kv_lens: needs ") and "--slots" not in err, err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}: {field}: needs ") and "--slots" not in err, err
     assert "fewer than the 4,194,304 it needs" in err and not out.exists()
 
 

@@ -1,5 +1,7 @@
 """Scenario files and schedules: every built-in parses; every bad field is one named error."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -134,6 +136,14 @@ def test_request_longer_than_pool():
     scenario = parse_scenario({**GOOD, "kv_lens": [20_000]}, "s.toml")
     with pytest.raises(HarnessError, match="needs up to 20000 slots but the pool has 16384"):
         compile_schedule(scenario, 16_384)
+
+
+@pytest.mark.parametrize("lens, field", [("batch_size = 2\nkv_len = 20000", "batch_size + kv_len"), ("kv_lens = [20000, 20000]", "kv_lens")])
+def test_a_pool_too_small_names_the_fields_the_file_has(tmp_path, lens, field):
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "x"\n{lens}\n')
+    with pytest.raises(HarnessError, match=re.escape(f"{path}: {field}: scenario needs up to 40000 slots")):
+        compile_schedule(load_scenario_file(path), 16_384)
 
 
 def test_explicit_slot_beyond_pool():

@@ -45,6 +45,7 @@ class Scenario:
     finish: tuple[Finish, ...] = field(default=())
     slots: tuple[tuple[int, ...], ...] = field(default=())  # layout "explicit": each request's prefilled slots
     source: str = ""
+    lens_field: str = field(default="kv_lens", compare=False)  # the file's field(s) that gave kv_lens, for error lines: kv_lens or batch_size + kv_len
 
     def to_dict(self) -> dict:
         return {
@@ -164,6 +165,7 @@ def parse_scenario(data: dict, source: str) -> Scenario:
         finish=tuple(finishes),
         slots=slots,
         source=source,
+        lens_field="kv_lens" if "kv_lens" in data else "batch_size + kv_len",
     )
 
 

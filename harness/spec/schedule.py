@@ -84,7 +84,7 @@ def least_pool(scenario: Scenario, page_size: int) -> tuple[str, int]:
     need = max(slots_needed(scenario), pages_needed(scenario, page_size) * page_size)
     top = max((max(s) for s in scenario.slots if s), default=0)
     explicit = (top // page_size + len(scenario.kv_lens) * -(-scenario.steps // page_size)) * page_size if top else 0
-    return (_where(scenario, "slots"), explicit) if explicit > need else (_where(scenario, "kv_lens"), need)
+    return (_where(scenario, "slots"), explicit) if explicit > need else (_where(scenario, scenario.lens_field), need)
 
 
 def _where(scenario: Scenario, field: str) -> str:
@@ -156,7 +156,7 @@ def compile_schedule(scenario: Scenario, pool_slots: int, page_size: int = 1) ->
             held += f" ({pool_slots // page_size} whole pages)"
         else:
             need_text = f"{need} slots"
-        raise HarnessError(_where(scenario, "kv_lens"), f"scenario needs up to {need_text} but the pool has {held}; "
+        raise HarnessError(_where(scenario, scenario.lens_field), f"scenario needs up to {need_text} but the pool has {held}; "
                                                           f"use a larger scale or --slots {max(need, pages * page_size)}")
     alloc = _Allocator(scenario, pool_slots, page_size)
     gen: dict[int, int] = {}
