@@ -343,6 +343,95 @@ def test_a_report_that_fails_midway_leaves_the_earlier_one_whole(disk, tmp_path,
     assert (tmp_path / "rp" / "report.md").read_bytes() != earlier["report.md"]
 
 
+WRITE = "import sys; from harness.fsio import check_writable, write_text; check_writable(sys.argv[1], '--json'); write_text(sys.argv[1], 'new\\n')"
+
+
+def test_a_standard_stream_is_written_to_its_descriptor(tmp_path):
+    """`--json /dev/stdout --force >> log.txt` renamed a new file over log.txt (through /proc/self/fd/1): its earlier
+    lines lost; without --force it was refused as existing. A standard stream's name is written to the descriptor as
+    it is open (a redirected file: appended to after >>, after what > left; a pipe; a terminal). Twins: the file under
+    its own name is refused as existing; a descriptor open for reading only is refused."""
+    log = tmp_path / "log.txt"
+    log.write_text("earlier\n")
+    with open(log, "a") as f:
+        proc = subprocess.run([sys.executable, "-m", "harness", "run", *QUICK, "--scenario", "b1-l500", "--json", "/dev/stdout",
+                               "--force"], stdout=f, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stderr
+    earlier, results = log.read_text().split("\n", 1)
+    assert earlier == "earlier" and json.loads(results)["case"]["scenario"] == "b1-l500"
+    (tmp_path / "link").symlink_to("/dev/stdout")
+
+    def write(name, **redirects):
+        return subprocess.run([sys.executable, "-c", WRITE, str(name)], cwd=ROOT, timeout=HANG_GUARD_S, **redirects)
+
+    for name in ("/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/1", tmp_path / "link"):
+        for mode, expected in (("a", "earlier\nnew\n"), ("w", "new\n")):
+            log.write_text("earlier\n")
+            with open(log, mode) as f:
+                write(name, stdout=f, stderr=f)
+            assert log.read_text() == expected, (name, mode)
+    assert write("/dev/stdout", capture_output=True).stdout == b"new\n"
+    terminal, pty = os.openpty()
+    try:
+        assert write("/dev/stdout", stdout=pty).returncode == 0 and os.read(terminal, 100).startswith(b"new")
+    finally:
+        os.close(terminal)
+        os.close(pty)
+    log.write_text("earlier\n")
+    with open(log, "a") as f:
+        assert write(log, stdout=f, stderr=subprocess.PIPE).stderr.endswith(b"exists; nothing was written (choose a new path, or --force replaces it)\n")
+    with open(log) as f:
+        assert write("/dev/fd/0", stdin=f, stderr=subprocess.PIPE).stderr.endswith(b"/dev/fd/0 is not open for writing\n")
+    assert log.read_text() == "earlier\n"
+
+
+@pytest.mark.parametrize("when, forced", [("_stage", False), ("_place", False), ("_place", True)])
+def test_several_files_are_written_all_or_nothing(tmp_path, monkeypatch, when, forced):
+    """write_files checked each target only as it moved it in: a file that appeared at the 3rd of 3 targets while they
+    were staged was kept, but the first two were moved in under an error saying 'nothing was written'. Every target is
+    now checked before the first move; a file made there in the moment since (while moving) takes back the new files
+    moved in. Twin: a file replaced (--force) cannot be taken back, and the error names it."""
+    import harness.fsio
+    from harness.fsio import check_writable, write_files
+
+    paths = [tmp_path / name for name in ("report.md", "a.png", "b.png")]
+    if forced:
+        paths[0].write_text("old")
+    for path in paths:
+        check_writable(path, "--out", force=forced and path == paths[0])
+    original = getattr(harness.fsio, when)
+
+    def a_file_appears_at_the_third(path, *args):
+        if path == paths[2] and not path.exists():
+            path.write_text("mine")
+        return original(path, *args)
+
+    monkeypatch.setattr(harness.fsio, when, a_file_appears_at_the_third)
+    with pytest.raises(HarnessError) as error:
+        write_files({path: b"new" for path in paths}, "--out")
+    written = f"only {paths[0]} was written" if forced else "nothing was written"
+    assert str(error.value) == (f"--out {paths[2]}: a file appeared there while the run worked: it was kept and {written} "
+                                "(choose a new path, or --force replaces it)")
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"b.png": "mine", **({"report.md": "new"} if forced else {})}
+
+
+def test_a_link_into_a_missing_folder_is_refused(tmp_path):
+    """export-inputs --out, a link to /nonexist/x.safetensors, made /nonexist (a folder wherever a link leads) and wrote
+    there. A link whose target's folder does not exist is refused before any work, and a write not checked first
+    (goldens) makes no folder either. Twin: a link into a folder that exists makes its target there."""
+    from harness.fsio import write_bytes
+
+    out, target = tmp_path / "out.safetensors", tmp_path / "missing" / "deeper" / "x.safetensors"
+    out.symlink_to(target)
+    argv = ("export-inputs", "--device", "cpu", "--scenario", "b1-l500", "--out", out)
+    _one_error_line(harness(*argv), f"--out: {out} is a link to {target}, whose folder {target.parent} does not exist; nothing was written")
+    with pytest.raises(HarnessError, match="No such file or directory"):
+        write_bytes(out, b"x")
+    assert os.listdir(tmp_path) == ["out.safetensors"]
+    target.parent.mkdir(parents=True)
+    assert harness(*argv).returncode == 0 and target.is_file() and out.is_symlink()
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux) to fail a write after the run")
 def test_a_write_that_fails_after_the_run_names_its_flag(capsys):
     """A device that refuses the write (full disk) once the run is done: one line naming --json and the path."""
