@@ -157,10 +157,12 @@ def test_the_interval_is_two_sided_99_percent():
     assert narrower.low > d.low and narrower.high < d.high  # the twin: 98% is a different interval
 
 
-def test_equal_medians_are_unchanged_whatever_the_sample_count():
-    assert decide([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], "lower", TOLERANCE).status == "unchanged"
-    assert decide([1.0, 2.0, 3.0], [0.5, 2.0, 9.0], "lower", TOLERANCE).status == "unchanged"
-    assert decide([1.0, 1.0, 1.0], [1.1, 1.1, 1.1], "lower", TOLERANCE).status == UNDERSAMPLED  # twin: too few
+def test_equal_medians_are_unchanged_given_enough_samples():
+    """Equal medians were `unchanged` before the sample count was read: one head sample at the base's median passed."""
+    assert decide([1.0, 2.0, 3.0, 4.0, 5.0], [0.5, 2.0, 3.0, 4.0, 9.0], "lower", TOLERANCE).status == "unchanged"
+    assert decide([1.0, 2.0, 3.0, 4.0, 5.0], [0.5, 2.0, 3.1, 4.0, 9.0], "lower", TOLERANCE).status == INCONCLUSIVE  # twin
+    for base, head in (([1.0] * 3, [1.0] * 3), ([1.0, 2.0, 3.0], [0.5, 2.0, 9.0]), ([2.0] * 40, [2.0])):
+        assert decide(base, head, "lower", TOLERANCE).status == UNDERSAMPLED
 
 
 def test_a_faster_head_below_the_resolution_is_unchanged_not_slower():

@@ -109,6 +109,7 @@ class Comparison:
     environment_differs: str | None = None  # why the two runs cannot be compared on timings
     inconclusive: str = "pass"
     device_differs: str | None = None  # set: nothing can be judged
+    control_moved: str | None = None  # the control shifted within the tolerance: said, not judged
 
     @property
     def failures(self) -> list[Change]:
@@ -394,6 +395,17 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     return None
 
 
+def control_moved(base: ResultsFile, head: ResultsFile, f: float) -> str | None:
+    """The controls' ratio and interval where it excludes 1 but stays within the tolerance (the machine moved by less
+    than the guard judges, which a timing's status may owe to), else None."""
+    bc, hc = control(base), control(head)
+    d = decision.decide(_samples(bc), _samples(hc), "higher", f) if bc is not None and hc is not None else None
+    if d is None or d.low is None or d.low <= 1 <= d.high or not 1 / (1 + f) <= d.low <= d.high <= 1 + f:
+        return None
+    return (f"control {CONTROL} {bc.value:.4g} -> {hc.value:.4g} GB/s ({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}): "
+            f"the machine itself moved, within ±{f * 100:g}%")
+
+
 MACHINE_FIELDS = ("hostname", "driver", "cuda", "python", "torch", "numpy", "triton", "flashinfer", "flashinfer_path", "sglang",
                   "sglang_commit", "sglang_digest", "power_limit", "clock_sm_max", "sm_count", "reference")
 
@@ -472,7 +484,8 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
                               change.note))
     differs = device_differs or environment_difference(base, head, max_regression)
-    return Comparison(changes, max_regression, differs, inconclusive, device_differs)
+    return Comparison(changes, max_regression, differs, inconclusive, device_differs,
+                      control_moved(base, head, max_regression))
 
 
 def _fmt(row: Row | None) -> str:
@@ -540,6 +553,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     console.print(_summary(comparison))
     if moved := machine_differences(base, head):
         console.print(f"[yellow]note[/]: the machines differ in {escape('; '.join(moved))} (said, not judged)", highlight=False)
+    if comparison.control_moved:
+        console.print(f"[yellow]note[/]: {escape(comparison.control_moved)} (said, not judged)", highlight=False)
     for side, results in (("base", base), ("head", head)):
         if not has_control(results):
             console.print(f"[yellow]note[/]: {side} carries no {CONTROL} control: environment not checked")
@@ -551,8 +566,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     if (few := comparison.undersampled) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({len(_samples(c.base))} vs {len(_samples(c.head))})" for c in few)
         console.print(f"[bold yellow]TOO FEW SAMPLES[/]: {escape(named)}; the rule needs {decision.MIN_SAMPLES} samples on "
-                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}; a file of one number per row, such as "
-                      f"tpot --engine sglang's, cannot be gated); {_unjudged(comparison)}")
+                      f"each side (re-run with --repeats >= {decision.MIN_SAMPLES}, or tpot --engine sglang with --sglang-output-len "
+                      f">= {decision.MIN_SAMPLES + 1}; a file of one number per row cannot be gated); {_unjudged(comparison)}")
     if (shaken := comparison.disturbed) and not comparison.device_differs:
         named = ", ".join(f"{c.key[3]}/{c.key[5]} ({c.note})" for c in shaken)
         console.print(f"[bold yellow]DISTURBED[/]: {escape(named)}; re-run where the GPU's clocks hold; {_unjudged(comparison)}")

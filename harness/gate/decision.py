@@ -14,8 +14,8 @@ lower-is-better, base/head for higher-is-better) and t the tolerance
                 within the tolerance: reported, never gating);
 - improved:     the whole interval lies below 1 / (1 + t);
 - unchanged:    anything else (the interval holds 1 and stays below 1 + t), and always when
-                the two medians are equal;
-- undersampled: fewer than MIN_SAMPLES samples on either side (and unequal medians): no interval.
+                the two medians are equal (with enough samples);
+- undersampled: fewer than MIN_SAMPLES samples on either side, whatever the medians: no interval.
 A sample that is NaN or infinite (the schema refuses them; the rule does not rely on it) gives `inconclusive`
 with the note "non-finite samples", never a status from a NaN interval (every comparison with NaN is False:
 unguarded, it reads as `unchanged`).
@@ -115,12 +115,12 @@ def decide(base, head, better: str, tolerance: float, confidence: float = CONFID
     `resolution`: an absolute change of the medians below it is never regressed or inconclusive."""
     if not (np.all(np.isfinite(base)) and np.all(np.isfinite(head))):  # NaN compares False: unguarded, it reads as unchanged
         return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-finite samples: no ratio")
-    if len(base) and len(head) and np.median(base) == np.median(head):
-        return Decision(UNCHANGED, 1.0, None, None, None)
     if min(len(base), len(head)) < MIN_SAMPLES:
         ratio = _exp(np.log(np.median(head)) - np.log(np.median(base))) if len(base) and len(head) else math.nan
         return Decision(UNDERSAMPLED, ratio, None, None, None,
                         f"too few samples ({len(base)} vs {len(head)}, need {MIN_SAMPLES} on each side)")
+    if np.median(base) == np.median(head):
+        return Decision(UNCHANGED, 1.0, None, None, None)
     if min(np.min(base), np.min(head)) <= 0:
         return Decision(INCONCLUSIVE, math.nan, None, None, None, "non-positive samples: no ratio")
     point, low, high = log_ratio_interval(base, head, confidence)

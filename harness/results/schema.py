@@ -403,10 +403,29 @@ def _v4_to_v5(doc: dict, where: str) -> dict:
 
 
 MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3, SCHEMA_V3: _v3_to_v4, SCHEMA_V4: _v4_to_v5}  # schema version -> its upgrade to the next version
+INTRODUCED = {SCHEMA_V2: "case", SCHEMA_V3: "case.command", SCHEMA_V4: "case.workload", SCHEMA: "case.workload_v4"}  # version -> the field it added
+
+
+def _carries(doc: dict, name: str) -> bool:
+    outer, _, inner = name.partition(".")
+    return outer in doc if not inner else isinstance(doc.get(outer), dict) and inner in doc[outer]
+
+
+def _check_relabelled(doc, where: str) -> None:
+    """Bad input: an older version's document carrying a field a later version added (a newer file relabelled, which
+    the migrations would misread: v3 -> v4 drops case.workload)."""
+    declared = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(declared, str) or declared not in MIGRATIONS:
+        return
+    for version, name in list(INTRODUCED.items())[list(MIGRATIONS).index(declared):]:
+        if _carries(doc, name):
+            raise HarnessError(f"{where}: schema", f"{declared!r} has no {name} ({version!r} added it): "
+                                                   "a newer file relabelled is not read")
 
 
 def upgrade(doc, where: str):
-    """A decoded results document at the current schema version (older versions upgraded)."""
+    """A decoded results document at the current schema version (older versions upgraded; a relabelled one refused)."""
+    _check_relabelled(doc, where)
     seen = set()
     while isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"] in MIGRATIONS and doc["schema"] not in seen:
         seen.add(doc["schema"])
