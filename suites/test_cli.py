@@ -171,6 +171,33 @@ def test_export_inputs_records_a_layer_named_twice_once(tmp_path):
         assert json.loads(f.metadata()["layers"]) == [1, 0]
 
 
+def test_export_inputs_record_the_pool_the_repro_and_the_environment(tmp_path):
+    """A bundle's metadata names the pool its kv_indices address, the environment and a repro (before: b1-l500 on the
+    ci pool and at --slots 32768 wrote the same metadata over other indices, a pool grown to fit went unrecorded, no
+    repro, no environment). The repro, run from another folder, writes the same bundle."""
+    scenario = tmp_path / "long.toml"
+    scenario.write_text('name = "long"\nseed = 1\nsteps = 1\nbatch_size = 1\nkv_len = 20000\n')
+    bundles = []
+    for name, args in (("ci", ["--scenario", "b1-l500"]), ("wide", ["--scenario", "b1-l500", "--slots", "32768"]), ("grown", ["--scenario-file", scenario])):
+        out = tmp_path / f"{name}.safetensors"
+        assert harness("export-inputs", "--device", "cpu", *args, "--out", out).returncode == 0
+        with safetensors.safe_open(out, "pt") as f:
+            bundles.append((f.metadata(), f.get_tensor("kv_indices")))
+    assert not torch.equal(bundles[0][1], bundles[1][1])
+    assert [(m["slots"], m["num_layers"], m["page_size"]) for m, _ in bundles] == [("16384", "2", "64"), ("32768", "2", "64"), ("20032", "2", "64")]
+    grown = bundles[2][0]
+    assert json.loads(grown["environment"])["device"] == "cpu"
+    words = repro_words(grown["repro"])[1]
+    assert words[-8:] == ["--device", "cpu", "--scale", "ci", "--slots", "20032", "--out", str(tmp_path / "grown.safetensors")], words
+    made = safetensors.torch.load_file(tmp_path / "grown.safetensors")
+    (tmp_path / "grown.safetensors").unlink()
+    (tmp_path / "elsewhere").mkdir()
+    proc = subprocess.run(grown["repro"], shell=True, capture_output=True, text=True, cwd=tmp_path / "elsewhere", timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stderr
+    with safetensors.safe_open(tmp_path / "grown.safetensors", "pt") as f:  # not its bytes: each process orders the header anew
+        assert f.metadata() == grown and made.keys() == set(f.keys()) and all(torch.equal(f.get_tensor(k), t) for k, t in made.items())
+
+
 def test_export_inputs_refuses_a_bundle_larger_than_host_memory_before_making_it(tmp_path, monkeypatch):
     """The bundle and its safetensors copies are planned against free host memory (before: a 2000 x 4096 scenario's
     two layers, 27 GiB of peak, were made until the kernel killed the process minutes later: exit 137, no message);

@@ -17,13 +17,18 @@ HELP = "write the rows, indices and queries one step reads (repro bundle)"
 def command(args, console: Console) -> int:
     from harness.inputs.cases import refuse_clobbering
     from harness.inputs.export import export_inputs
+    from harness.measure.environment import environment
+    from harness.results.document import pin_options, repro_command
 
     if args.out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
-    case = case_from(args, device_from(args.device), console)  # the same default scale as `run` on this machine
+    device = device_from(args.device)
+    case = case_from(args, device, console)  # the same default scale as `run` on this machine
     refuse_clobbering([("--out", args.out)], inputs_of(case))
     check_writable(args.out, "--out", args.force)
-    path = export_inputs(case, args.step, args.layer, args.out)
+    pinned = pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
+                                     "--out": str(Path.cwd() / args.out)})  # as run pins them; --out from any folder
+    path = export_inputs(case, args.step, args.layer, args.out, repro_command(pinned), environment(device))
     console.print(f"wrote {path}", markup=False)
     return 0
 

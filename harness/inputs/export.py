@@ -16,8 +16,9 @@ from harness.inputs.reference import step_queries
 from harness.spec import synth
 
 
-def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) -> Path:
-    """Write kv_indptr, kv_indices, and per layer rows_u8 [nnz, 576], q_nope, q_pe; metadata as JSON."""
+def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path, repro: str, env: dict) -> Path:
+    """Write kv_indptr, kv_indices, and per layer rows_u8 [nnz, 576], q_nope, q_pe; metadata as JSON, with the pool
+    the indices address, the command that re-creates the bundle (`repro`) and the environment fingerprint (`env`)."""
     schedule = case.schedule()
     if not 0 <= step < len(schedule.steps):
         raise HarnessError("--step", f"must be in [0, {len(schedule.steps) - 1}], got {step}")
@@ -43,11 +44,16 @@ def export_inputs(case: Case, step: int, layers: list[int] | None, out: Path) ->
         "case": case.name,
         "step": str(step),
         "layers": json.dumps(layers),
+        "slots": str(case.scale.slots),
+        "num_layers": str(case.num_layers),
+        "page_size": str(case.preset.page_size),
         "sm_scale": repr(case.preset.sm_scale),
         "kv_lora_rank": str(case.preset.kv_lora_rank),
         "generator": synth.GENERATOR_VERSION,
         "scenario": json.dumps(case.scenario.to_dict()),
         "layout": "rows_u8[i] is pool row kv_indices[i] as e4m3 bits; request b reads rows kv_indptr[b]:kv_indptr[b+1]",
+        "repro": repro,
+        "environment": json.dumps(env),
     }
     return write_bytes(out, safetensors.torch.save(tensors, metadata=meta), "--out")
 
