@@ -217,7 +217,7 @@ def run(cfg: RunConfig, console: Console) -> RunOutcome:
     if cfg.dump_outputs is not None:  # all at once after the last strategy: an interrupted or failed run leaves the old dumps
         dump({cfg.dump_outputs / f"{cfg.case.name}.{r.strategy}.safetensors": r.outputs for r in results.values() if r.outputs is not None})
     console.print(f"checked against {ref_label}", markup=False)
-    reference = f"{ref_label} (manifest_sha256 {gold.manifest['manifest_sha256']})" if ref_label != LIVE_REFERENCE else ref_label
+    reference = f"{Path(ref_label).resolve()} (manifest_sha256 {gold.manifest['manifest_sha256']})" if ref_label != LIVE_REFERENCE else ref_label
     return RunOutcome([results[n] for n in wanted], prep.backend.name, prep.build_s, reference)
 
 

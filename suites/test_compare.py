@@ -522,6 +522,20 @@ def test_machine_differences_are_said_not_judged(write, capsys):
     assert all(f"{k}: {a} -> {b}" in out for k, (a, b) in software.items()), out
 
 
+def test_other_code_is_said_not_judged(write, capsys):
+    """Two commits, a clean and a dirty tree of one, or other harness code at one commit went unsaid (git_commit and
+    harness_digest are no machine fields). A note names them; the exit code stays the rule's. Twin: the same code."""
+    commit = "98e2f47" + "0" * 33
+    base = write("base.json", _rows(), {**ENV, "git_commit": commit, "harness_digest": "a" * 64})
+    for env, said in (({"git_commit": f"{commit}-dirty"}, "commit 98e2f47 -> 98e2f47-dirty"),
+                      ({"harness_digest": "b" * 64}, "harness code at one commit 98e2f47: harness_digest aaaaaaa -> bbbbbbb"),
+                      ({}, None)):
+        head = write("head.json", _rows(seed=7), {**ENV, "git_commit": commit, "harness_digest": "a" * 64, **env})
+        assert main_compare(base, head, "5%") == 0
+        out = capsys.readouterr().out
+        assert (f"note: the runs differ in {said} (said, not judged)" in out) if said else "runs differ" not in out, out
+
+
 def test_an_exact_regression_fails_even_when_the_environments_differ():
     """Controls apart: timings cannot be judged, but a byte count that doubled still exits 1."""
     base = _rows(control=3000.0)

@@ -1,7 +1,9 @@
 """Goldens are located explicitly: --golden-dir, then $MLA_HARNESS_GOLDEN_DIR, then the checkout;
 without any (a non-editable install) golden commands fail with one clear line, `run` goes live."""
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +51,18 @@ def test_no_golden_folder_is_a_clear_error_and_run_goes_live(tables, tmp_path, m
         load_case("glm5-tp8.ci.b1-l500")
     outcome = run(RunConfig(case=_ci_case(), device=torch.device("cpu"), strategies=("native_fp8",), repeats=0), Console(quiet=True))
     assert outcome.results[0].verdict.passed
+
+
+def test_the_reference_records_the_golden_folder_absolute(tables, tmp_path, monkeypatch):
+    """A relative --golden-dir was recorded as given (`../g/...`): the run's repro from another folder (its paths made
+    absolute) recorded another reference, and the path named nothing elsewhere. It is recorded absolute, resolved."""
+    from harness.api import RunConfig, run
+
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    use_golden_dir(Path(os.path.relpath(cases.GOLDEN_DIR, tmp_path / "here")))
+    outcome = run(RunConfig(case=_ci_case(), device=torch.device("cpu"), strategies=("stock",), repeats=0), Console(quiet=True))
+    assert outcome.reference.startswith(f"{cases.GOLDEN_DIR.resolve() / 'glm5-tp8.ci.b1-l500'} (manifest_sha256 "), outcome.reference
 
 
 def test_golden_commands_read_the_flag_folder(tmp_path):

@@ -474,6 +474,17 @@ def test_runs_on_another_gpu_or_interpreted_triton_are_no_trend(tmp_path):
     assert trends.count("\n### ") == 1 and "| strategy | metric | unit | aaaaaaa | ddddddd |" in trends
 
 
+def test_a_dirty_run_is_labelled_apart_from_a_clean_one(tmp_path):
+    """git_commit was cut to 7 characters, "-dirty" with it: a clean and a dirty run of one commit had one label in
+    the trend and one environment line. The label keeps "-dirty"."""
+    clean = _write(tmp_path / "clean.json")
+    dirty = _write(tmp_path / "dirty.json", commit="aaaaaaa0-dirty", created="2026-02-01T00:00:00+00:00", step_scale=2.0)
+    _render([clean, dirty], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| strategy | metric | unit | aaaaaaa | aaaaaaa-dirty |" in md
+    assert "· commit aaaaaaa\n" in md and "· commit aaaaaaa-dirty\n" in md, md
+
+
 def test_two_runs_stamped_in_one_second_at_one_commit_are_two_runs(tmp_path):
     """A run was known by (created, commit) to the second: a second run stamped in the same second at the same commit
     was dropped without a word (its figures nowhere, no trend). Now its rows tell it apart: a trend of the two. Twin:

@@ -418,6 +418,23 @@ def machine_differences(base: ResultsFile, head: ResultsFile) -> list[str]:
     return [f"{f}: {b} -> {h}" for f, b, h in pairs if b is not None and h is not None and b != h]
 
 
+def short_commit(commit: str) -> str:
+    """A git_commit's first 7 characters, its "-dirty" kept: a clean and a dirty run of one commit stay apart."""
+    return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
+def code_difference(base: ResultsFile, head: ResultsFile) -> str | None:
+    """The commits where they differ, else the harness_digests where the harness code differed at one (or an unknown)
+    commit; None when neither differs. Said, not judged: a gate's base and head are two commits."""
+    b, h = (r.environment or Environment() for r in (base, head))
+    if b.git_commit and h.git_commit and b.git_commit != h.git_commit:
+        return f"commit {short_commit(b.git_commit)} -> {short_commit(h.git_commit)}"
+    if b.harness_digest and h.harness_digest and b.harness_digest != h.harness_digest:
+        at = f" at one commit {short_commit(b.git_commit)}" if b.git_commit and b.git_commit == h.git_commit else ""
+        return f"harness code{at}: harness_digest {b.harness_digest[:7]} -> {h.harness_digest[:7]}"
+    return None
+
+
 def _is_control(row: Row) -> bool:
     """A measured control row: found by its metric, under whatever strategy it is filed (index_rows allows one)."""
     return row.metric == CONTROL and row.value is not None
@@ -553,6 +570,8 @@ def report(comparison: Comparison, console: Console, base: ResultsFile, head: Re
     console.print(_summary(comparison))
     if moved := machine_differences(base, head):
         console.print(f"[yellow]note[/]: the machines differ in {escape('; '.join(moved))} (said, not judged)", highlight=False)
+    if code := code_difference(base, head):
+        console.print(f"[yellow]note[/]: the runs differ in {escape(code)} (said, not judged)", highlight=False)
     if comparison.control_moved:
         console.print(f"[yellow]note[/]: {escape(comparison.control_moved)} (said, not judged)", highlight=False)
     for side, results in (("base", base), ("head", head)):

@@ -25,7 +25,7 @@ from rich.text import Text
 from harness.datafiles import read_json
 from harness.errors import HarnessError
 from harness.fsio import check_new_dir, check_writable, refuse_link, write_files
-from harness.gate.compare import env_value, index_rows, is_number, load_results
+from harness.gate.compare import env_value, index_rows, is_number, load_results, short_commit
 from harness.render.table import STATUS_STYLE
 from harness.results.metrics import METRICS, readable
 from harness.strategies import BASELINE
@@ -59,7 +59,7 @@ class Run:
 
     @property
     def commit(self) -> str:
-        return (self.env.get("git_commit") or "unknown")[:7]
+        return short_commit(self.env.get("git_commit") or "unknown")
 
     @property
     def ident(self) -> tuple:
@@ -340,7 +340,7 @@ def _env_line(env: dict) -> str:
     parts = [env.get("gpu") or f"CPU {env.get('cpu') or ''}".strip()]
     parts += [f"{label} {env[k]}" for k, label in (("capability", "sm"), ("driver", "driver"), ("torch", "torch"),
                                                       ("flashinfer", "flashinfer"), ("clock_sm", "SM clock")) if env.get(k)]
-    parts.append(f"commit {(env.get('git_commit') or 'unknown')[:7]}")
+    parts.append(f"commit {short_commit(env.get('git_commit') or 'unknown')}")
     return " · ".join(parts)
 
 
