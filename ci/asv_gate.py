@@ -24,7 +24,8 @@ How asv 0.6.6 signals the outcome (asv/commands/continuous.py, run.py, main.py):
 - a benchmark that vanished from the head, or was skipped there (n/a), is not even listed
   (`continuous` shows changed rows only), so after asv's verdict the gate reads both commits'
   stored results (of one machine, one entry per environment both commits were measured in, named as asv names its
-  rows: `name [machine/env]` with several): a benchmark the base has and the head lacks, one that failed in the
+  rows: `name [machine/env]` with several; only this run's: the benchmarks in the results folder's benchmarks.json, of
+  the version stored there, as a results file keeps earlier runs' entries): a benchmark the base has and the head lacks, one that failed in the
   head, or one the base measured that is n/a in the head, is a failure (exit 2) however asv worded it; one n/a at both commits is
   listed, not failed, unless nothing was measured at both; unreadable or absent results fail too, and so does
   a results file asv would not read (a renamed copy, another machine's) or a value or sample asv could not have
@@ -151,12 +152,12 @@ def gates(row: list[str]) -> bool:
 def classify(returncode: int, output: str) -> Outcome:
     """Read `asv continuous` output and exit status (asv 0.6.x) into the gate's verdict. A benchmark
     of an informational metric (step_ms, step_host_ms: host time), or slower by less than its metric's
-    resolution, is reported, never gating."""
+    resolution, is reported, never gating; a row n/a at both commits (`--no-only-changed` lists it) is no failure."""
     lines = [ANSI.sub("", line).rstrip() for line in output.splitlines()]
     rows = _table_rows(lines)
     failures = [m["name"] for m in map(FAILED_LINE.match, lines) if m]
     failures += [f"{r[4]} (newly failing)" for r in rows if r[0] == "!"]
-    failures += [f"{r[4]} ({r[2]} in the head)" for r in rows if r[0] != "!" and r[2] in LOST_VALUES]
+    failures += [f"{r[4]} ({r[2]} in the head)" for r in rows if r[0] != "!" and r[2] in LOST_VALUES and r[1:3] != ["n/a", "n/a"]]
     failures += [f"{r[4]} (not comparable: its code or parameters changed between the commits)" for r in rows if r[0] == "x"]
     describe = lambda r: f"{r[4]} ({r[1]} -> {r[2]}, ratio {r[3]})"  # noqa: E731
     regressions = [describe(r) for r in rows if r[0] == "+"]
@@ -195,16 +196,18 @@ def deciding_test(base: tuple, head: tuple) -> str:
 
 
 def _results_file(path: Path, machine: str) -> dict:
-    """One stored asv results file, checked as asv's Results.load would read it: an object named
-    <commit_hash[:8]>-<env_name>.json (a renamed copy is no result of that environment) of `machine`."""
+    """One stored asv results file, checked as asv's Results.load would read it: an object named as asv names it
+    (asv.results.get_filename: a renamed copy is no result of that environment) of `machine`."""
+    from asv.results import get_filename
+
     doc = read_json(path)
     if not isinstance(doc, dict):
         raise HarnessError(str(path), "not an asv results object")
     for name, kind in (("commit_hash", str), ("env_name", str), ("result_columns", list), ("results", dict)):
         if not isinstance(doc.get(name), kind):
             raise HarnessError(f"{path}: {name}", f"missing or not a {kind.__name__}")
-    if path.name != f"{doc['commit_hash'][:8]}-{doc['env_name']}.json":
-        raise HarnessError(str(path), f"holds {doc['commit_hash'][:8]}-{doc['env_name']}.json's results under another name "
+    if path.name != (name := Path(get_filename(machine, doc["commit_hash"], doc["env_name"])).name):
+        raise HarnessError(str(path), f"holds {name}'s results under another name "
                                       "(a copy asv does not read): move it out of the results folder")
     recorded = doc["params"].get("machine") if isinstance(doc.get("params"), dict) else None
     if recorded is not None and recorded != machine:
@@ -230,12 +233,25 @@ def _checked(path: Path, name: str, value, samples) -> tuple:
     return value, samples
 
 
-def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dict[str, tuple]]:
-    """{asv environment: {benchmark (with params, as asv names it): (value, stats, samples)}} from asv's
-    stored results of one commit (results format 2: <machine>/<hash[:8]>-<env>.json, one column per
-    field). A value is None when the benchmark failed, NaN when it was skipped. A file or entry asv could not
-    have written (`_results_file`, `_checked`) is a HarnessError naming it."""
+def _this_run(results_dir: Path) -> dict[str, str]:
+    """{benchmark: version} of the benchmarks the last asv run discovered: its results folder's benchmarks.json, which
+    every `asv run` (and so `asv continuous`) writes."""
+    path = results_dir / "benchmarks.json"
+    doc = read_json(path)
+    if not (isinstance(doc, dict) and all(isinstance(v, dict) for k, v in doc.items() if k != "version")):
+        raise HarnessError(str(path), "not asv's benchmark list (an object of benchmark objects)")
+    return {k: v.get("version") for k, v in doc.items() if k != "version"}
+
+
+def _by_benchmark(results_dir: Path, machine: str, commit: str, timed: dict[str, str]) -> tuple[dict, set]:
+    """({asv environment: {benchmark (with params, as asv names it): (value, stats, samples)}}, {(environment,
+    benchmark) not compared}) from asv's stored results of one commit (results format 2: <machine>/<hash[:8]>-<env>.json,
+    one column per field). An entry of a benchmark not in `timed` (`_this_run`), or of another version, is an earlier
+    run's (asv's Results.load_data keeps every benchmark stored for the commit): not compared. A value is None when the
+    benchmark failed, NaN when it was skipped. A file or entry asv could not have written (`_results_file`, `_checked`)
+    is a HarnessError naming it."""
     out: dict[str, dict[str, tuple]] = {}
+    stale = set()
     paths = [p for p in sorted(results_dir.glob(f"{machine}/{commit[:8]}-*.json")) if p.name != "machine.json"]
     for path in paths:
         doc = _results_file(path, machine)
@@ -246,6 +262,9 @@ def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dic
             if not isinstance(row, list):
                 raise HarnessError(f"{path}: results.{key}", "not a list of result_columns' values")
             entry = dict(zip(doc["result_columns"], row))
+            if (key, entry.get("version")) not in timed.items():
+                stale.add((doc["env_name"], key))
+                continue
             params = entry.get("params") or []
             if not (isinstance(params, list) and all(isinstance(p, list) for p in params)):
                 raise HarnessError(f"{path}: results.{key}.params", "not a list of parameter value lists")
@@ -260,7 +279,7 @@ def _by_benchmark(results_dir: Path, machine: str, commit: str) -> dict[str, dic
                 repeat = repeats[i] if i < len(repeats) else None
                 value, got = _checked(path, name, values[i] if i < len(values) else None, samples[i] if i < len(samples) else None)
                 entries[name] = (value, {"repeat": repeat} if repeat is not None else None, got)
-    return out
+    return out, stale
 
 
 def _config(path: Path) -> tuple[Path, dict]:
@@ -340,7 +359,7 @@ def pin_strategies(hashes: list[str], config: tuple[Path, dict], allow_dropped: 
 
 
 def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
-    """Both commits' stored asv results (`_by_benchmark`), found through the asv config, for the machine
+    """Both commits' stored asv results of this run (`_by_benchmark`), found through the asv config, for the machine
     the run used: --machine, else the results folder's only machine (several: name one), and the benchmarks
     the run's --bench regexes select (as asv does: `name(params)` searched), if any."""
     root, conf = config = _config(args.config)
@@ -350,7 +369,8 @@ def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     machine = args.machine or (machines[0] if len(machines) == 1 else None)
     if machine is None:
         raise HarnessError("--machine", f"{results_dir} holds results of {len(machines)} machines: name the one this run used")
-    found = [_by_benchmark(results_dir, machine, h) for h in hashes]
+    timed = _this_run(results_dir)
+    found, stale = zip(*(_by_benchmark(results_dir, machine, h, timed) for h in hashes))
     for what, ref, results in (("BASE", args.base, found[0]), ("HEAD", args.head, found[1])):
         if not results:
             raise HarnessError(what, f"no stored results of {ref!r} for machine {machine!r} in {results_dir}")
@@ -359,6 +379,9 @@ def stored_results(args: argparse.Namespace) -> tuple[dict, dict]:
     envs = sorted(found[0].keys() & found[1].keys())
     if not envs:
         raise HarnessError("HEAD", f"no asv environment holds results of both {args.base!r} and {args.head!r} in {results_dir}")
+    if earlier := sorted({key for env, key in stale[0] | stale[1] if env in envs}):
+        print(f"asv-gate: not compared (an earlier run's results: not in this run's benchmarks.json, or of another version): "
+              f"{len(earlier)} benchmark(s): {', '.join(earlier)}")
     # named as asv names a row (asv/commands/compare.py print_table): with several environments `name [machine/env]`
     named = (lambda name, env: f"{name} [{env}]") if len(envs) > 1 else (lambda name, env: name)
     # this run's benchmarks only: a results file keeps what earlier runs (other --bench) stored beside them
@@ -396,6 +419,11 @@ def unmeasured(base: dict, head: dict) -> list[str]:
     """Benchmarks n/a at both commits: this runner cannot run them, or their metric does not apply (a strategy
     with no per-step cast has no cast_us). Said, not lost: there is no result of either commit to lose."""
     return [n for n in sorted(base.keys() & head.keys()) if _skipped(base[n][0]) and _skipped(head[n][0])]
+
+
+def measured(base: dict, head: dict) -> list[str]:
+    """Benchmarks with a value at both commits (neither failed nor n/a): the ones compared."""
+    return [n for n in sorted(base.keys() & head.keys()) if not any(v is None or _skipped(v) for v in (base[n][0], head[n][0]))]
 
 
 def decided_by(base: dict, head: dict) -> dict[str, str]:
@@ -483,7 +511,7 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
     if neither := unmeasured(base, head):
         print(f"asv-gate: n/a at both commits (this runner cannot run them, or their metric does not apply): "
               f"{len(neither)} benchmark(s): {', '.join(neither)}")
-    if len(neither) == len(base.keys() & head.keys()):
+    if not measured(base, head):
         return Outcome(FAILURE, "no benchmark was measured at both commits: nothing was judged", outcome.regressions)
     print_decided_by(decided_by(base, head), outcome)
     rule = harness_rule(base, head, args.factor)

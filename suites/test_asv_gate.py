@@ -564,6 +564,35 @@ def test_na_in_the_head_is_lost_and_na_at_both_commits_is_said():
     assert asv_gate.lost({"b.x": (nan, None, None)}, {"b.x": (1.0, None, None)}) == []  # twin: measured in the head
 
 
+@pytest.mark.parametrize("base, code", [(float("nan"), asv_gate.CLEAN), (2.5e-6, asv_gate.FAILURE)])
+def test_a_row_na_at_both_commits_in_asvs_full_table_is_no_failure(tmp_path, base, code):
+    """`--no-only-changed` (passed to asv) lists every row, also one n/a at both commits (stock has no cast): read as
+    n/a in the head, it failed every real run (exit 2). asv's own table; twin: measured at the base, n/a in the head."""
+    from asv import config
+    from asv.benchmarks import Benchmarks
+    from asv.commands.compare import Compare
+
+    conf = config.Config()
+    conf.results_dir = str(tmp_path)
+    key, params = "benchmarks.CastUs.time_cast", [["'b1-l4096'"], ["'stock'", "'gather_cast'"]]
+    Benchmarks(conf, [{"name": key, "params": params, "version": "1", "unit": "seconds"}]).save()
+    samples = list(2.5e-6 * (1 + 0.03 * np.linspace(-1, 1, 30)))
+    stats = {"repeat": 30, "q_25": min(samples), "q_75": max(samples), "ci_99_a": min(samples), "ci_99_b": max(samples), "number": 1}
+
+    def rows(stock: float):  # continuous's results_iter: stock's cast `stock` (NaN: n/a), gather_cast's measured
+        known = stock == stock
+        yield key, params, [stock, 2.5e-6], [stats if known else None, stats], [samples if known else None, samples], "1", "gt", "py"
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        Compare.print_table(conf, "a" * 40, "b" * 40, resultset_1=rows(base), resultset_2=rows(float("nan")), factor=1.05,
+                            split=False, only_changed=False, sort="ratio")
+    outcome = asv_gate.classify(0, printed.getvalue() + "\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n")
+    assert outcome.code == code, (outcome, printed.getvalue())
+    if code == asv_gate.FAILURE:
+        assert outcome.failures == [f"{key}('b1-l4096', 'stock') (n/a in the head)"]
+
+
 # the red-team's asv repros: rows the parser must read, options asv must not re-read, results of one machine and env
 
 
@@ -603,11 +632,19 @@ def test_asvs_spellings_of_the_gates_options_are_the_gates(argv, field, value):
         asv_gate.parse_args(["base", "head", "-f", "3"])
 
 
+def _discovered(folder: Path, names) -> None:
+    """`names` added to the results folder's benchmarks.json (asv's list of the run's benchmarks), at version "1"."""
+    path = folder / "benchmarks.json"
+    listed = json.loads(path.read_text()) if path.is_file() else {"version": 2}
+    path.write_text(json.dumps({**listed, **{n: {"name": n, "params": [], "version": "1"} for n in names}}))
+
+
 def _results(folder: Path, machine: str, commit: str, env: str, values: dict) -> None:
     (folder / machine).mkdir(parents=True, exist_ok=True)
-    doc = {"commit_hash": commit, "env_name": env, "result_columns": ["result", "params"],
-           "results": {name: [[value], []] for name, value in values.items()}, "version": 2}
+    doc = {"commit_hash": commit, "env_name": env, "result_columns": ["result", "params", "version"],
+           "results": {name: [[value], [], "1"] for name, value in values.items()}, "version": 2}
     (folder / machine / f"{commit[:8]}-{env}.json").write_text(json.dumps(doc))
+    _discovered(folder, values)
 
 
 def _stored(tmp_path, monkeypatch, machine, bench=None):
@@ -687,6 +724,23 @@ def test_nothing_measured_at_both_commits_is_a_failure(tmp_path, monkeypatch, ca
     assert asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said")).code == asv_gate.CLEAN
 
 
+@pytest.mark.parametrize("base, code", [(float("nan"), asv_gate.FAILURE), (1.0, asv_gate.CLEAN)])
+def test_nothing_measured_at_the_base_is_a_failure(tmp_path, monkeypatch, capsys, base, code):
+    """MLA_ASV_SCENARIOS naming a scenario only the head has (or a head that renames presets): every benchmark n/a at
+    the base, measured in the head, so nothing was compared (before: exit 0, 'judged 0 benchmark(s)'). Twin: measured
+    at both commits."""
+    results = tmp_path / "results"
+    _results(results, "gt", "a" * 40, "py", {"bench.track_cast": base})
+    _results(results, "gt", "b" * 40, "py", {"bench.track_cast": 1.0})
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
+    assert outcome.code == code, (outcome, capsys.readouterr().out)
+    assert ("nothing was judged" in outcome.reason) == (code == asv_gate.FAILURE)
+
+
 def test_every_bench_regex_reaches_asv():
     """asv's -b/--bench appends ("any of these"): the gate hands asv each one, not the last."""
     args, extra = asv_gate.parse_args(["base", "head", "-b", "CastUs", "--bench", "StepDeviceMs"])
@@ -750,9 +804,10 @@ HOST = "benchmarks.StepHostMs.time_step_host('b32-l4096', 'gather_cast')"  # inf
 def _sampled(folder: Path, commit: str, samples: dict) -> None:
     """asv results of one commit whose time_ benchmarks recorded samples (seconds), as `asv continuous` stores them."""
     (folder / "gt").mkdir(parents=True, exist_ok=True)
-    doc = {"commit_hash": commit, "env_name": "py", "result_columns": ["result", "params", "stats_repeat", "samples"],
-           "results": {n: [[float(np.median(v))], [], [len(v)], [list(v)]] for n, v in samples.items()}, "version": 2}
+    doc = {"commit_hash": commit, "env_name": "py", "result_columns": ["result", "params", "stats_repeat", "samples", "version"],
+           "results": {n: [[float(np.median(v))], [], [len(v)], [list(v)], "1"] for n, v in samples.items()}, "version": 2}
     (folder / "gt" / f"{commit[:8]}-py.json").write_text(json.dumps(doc))
+    _discovered(folder, samples)
 
 
 def _judge(tmp_path, monkeypatch, base: dict, head: dict, asv_said: asv_gate.Outcome, inconclusive: str = "pass"):
@@ -931,6 +986,73 @@ def test_the_harness_rule_judges_the_row_asv_printed_in_one_or_several_environme
     (judged,) = outcome.regressions if code == asv_gate.REGRESSION else outcome.inconclusive
     assert judged.startswith(f"{row} (") and f"; {row} (harness rule: " in judged, judged
     assert f"asv-gate:   {row}: {asv_gate.MANN_WHITNEY}" in capsys.readouterr().out
+
+
+NEW = "benchmarks.NewMetricUs.time_new"
+
+
+def _asv_run(results: Path, commits: list[str], listed: dict[str, str], timed: list[str], env: str = "py") -> None:
+    """What one `asv run` leaves in `results`: benchmarks.json listing `listed` ({name: version}), and each commit's
+    results file, to which asv's Results.load_data brings what earlier runs stored, with the `timed` benchmarks added."""
+    from asv import config
+    from asv.benchmarks import Benchmarks
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    conf = config.Config()
+    conf.results_dir = str(results)
+    params = [["'b32-l4096'"], ["'gather_cast'"]]
+    Benchmarks(conf, [{"name": n, "params": params, "version": v, "unit": "seconds"} for n, v in listed.items()]).save()
+    samples = list(2.5e-3 * (1 + 0.03 * np.linspace(-1, 1, 30)))
+    for commit in commits:
+        doc = Results({"machine": "gt"}, {}, commit, 0, "3.11", env, {})
+        doc.load_data(str(results))
+        for name in timed:
+            doc.add_result({"name": name, "params": params, "version": listed[name]},
+                           BenchmarkResult([float(np.median(samples))], [samples], [1], 0, "", None), record_samples=True)
+        doc.save(str(results))
+
+
+def _check_asv_run(tmp_path, monkeypatch, commits: list[str]) -> asv_gate.Outcome:
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: commits)
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    return asv_gate.check_stored(args, ASV_CLEAN)
+
+
+@pytest.mark.parametrize("listed, code", [({}, asv_gate.CLEAN), ({NEW: "2"}, asv_gate.CLEAN), ({NEW: "1"}, asv_gate.FAILURE)],
+                         ids=["unlisted", "other-version", "listed"])
+def test_an_earlier_runs_benchmark_in_a_results_file_is_not_this_runs(tmp_path, monkeypatch, capsys, listed, code):
+    """Gate a..b from a checkout with NewMetricUs, then a..c from one without: a's results file keeps a's NewMetricUs
+    (asv's Results.load_data), c's lacks it (before: 'vanished', exit 2). Only the benchmarks of this run's
+    benchmarks.json, at the version stored, are compared; the rest are said. Twin: listed at its stored version, it is
+    this run's, so the head lost it."""
+    key = STEP.split("(")[0]
+    _asv_run(tmp_path / "results", ["a" * 40, "b" * 40], {key: "1", NEW: "1"}, [key, NEW])
+    _asv_run(tmp_path / "results", ["a" * 40, "c" * 40], {key: "1", **listed}, [key])
+    outcome = _check_asv_run(tmp_path, monkeypatch, ["a" * 40, "c" * 40])
+    assert outcome.code == code, outcome
+    if code == asv_gate.FAILURE:
+        assert outcome.failures == [f"{NEW}('b32-l4096', 'gather_cast') (vanished: in the base's results, not in the head's)"]
+    else:
+        (line,) = [line for line in capsys.readouterr().out.splitlines() if "not compared" in line]
+        assert line.startswith("asv-gate: not compared (an earlier run's results") and line.endswith(f": 1 benchmark(s): {NEW}"), line
+
+
+def test_asvs_own_name_for_a_long_environments_results_is_read(tmp_path, monkeypatch):
+    """asv names the results of an environment of 128 or more characters <hash8>-env-<md5>.json (asv.results.get_filename):
+    refused as 'a copy asv does not read: move it out' (before). Twin: a renamed copy is still refused, naming asv's name."""
+    from asv.results import get_filename
+
+    env = "virtualenv-py3.11-" + "-".join(f"MLA_ASV_X{i}=value{i}" for i in range(8))
+    key = STEP.split("(")[0]
+    _asv_run(tmp_path / "results", ["a" * 40, "b" * 40], {key: "1"}, [key], env)
+    assert _check_asv_run(tmp_path, monkeypatch, ["a" * 40, "b" * 40]).code == asv_gate.CLEAN
+    own = tmp_path / "results" / get_filename("gt", "b" * 40, env)
+    own.rename(copy := own.with_name(f"{'b' * 8}-{env}.json"))
+    outcome = _check_asv_run(tmp_path, monkeypatch, ["a" * 40, "b" * 40])
+    assert outcome.code == asv_gate.FAILURE and f"{copy}: holds {own.name}'s results under another name" in outcome.reason, outcome
 
 
 # interruption (a stand-in asv under a real gate process)
