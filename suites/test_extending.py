@@ -32,7 +32,7 @@ def _toy_cast(pool_u8: torch.Tensor) -> torch.Tensor:
 def toy():
     """A strategy declared here and nowhere else: the whole-pool cast by way of fp32 (bitwise tier)."""
 
-    @register(TOY, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
+    @register(TOY, order=990, devices=("cpu", "cuda"), kv_dtype=torch.bfloat16, tier="bitwise")
     class ToyCast(Strategy):
         @classmethod
         def extra_bytes(cls, geometry, schedule) -> int:

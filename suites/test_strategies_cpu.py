@@ -52,6 +52,19 @@ def test_registering_a_duplicate_or_second_baseline_fails():
     assert REGISTRY == before
 
 
+def test_a_strategy_names_its_order_and_a_taken_one_names_its_holder():
+    """No default order: one derived from the strategies imported so far collided with a shipped strategy whenever a
+    new module sorted before the others in the import line (docs/extending.md's guide, ruff's import order)."""
+    from harness.strategies.base import REGISTRY, Strategy, register
+
+    before = dict(REGISTRY)
+    with pytest.raises(TypeError, match="order"):
+        register("toy", devices=("cpu",), kv_dtype=torch.bfloat16, tier="bitwise")
+    with pytest.raises(ValueError, match="order 10 is stock's"):
+        register("toy", order=10, devices=("cpu",), kv_dtype=torch.bfloat16, tier="bitwise")(type("T", (Strategy,), {}))
+    assert REGISTRY == before
+
+
 def test_shipped_tolerances_validate_against_the_registry():
     from harness.verify.check import POLICY_FILE, load_policy
 

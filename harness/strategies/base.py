@@ -36,13 +36,13 @@ def triton_e4m3_reason(name: str, device: torch.device) -> Optional[str]:
 
 
 def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier: str,
-             order: int | None = None, baseline: bool = False, backends: tuple[str, ...] | None = None,
+             order: int, baseline: bool = False, backends: tuple[str, ...] | None = None,
              faults: tuple[Fault, ...] = (), benchmark: bool = True, sglang: str | None = None):
     """Class decorator: add a strategy and what it declares to the registry.
 
     kv_dtype: the dtype of the KV buffers the strategy hands attention (the dtype contract the
     decode session asserts after every attend); order: position in runs, tables and test lists
-    (default: after every strategy registered so far); baseline: the one strategy every
+    (explicit: a default from the strategies imported so far would hang on the import order); baseline: the one strategy every
     bitwise-tier strategy must equal (stock: SGLang today); backends: backend families it runs on
     (None: all); faults: the planted faults whose code path lives in this strategy (a fault no
     strategy claims targets every strategy; several may claim one); benchmark: in the default
@@ -51,10 +51,10 @@ def register(name: str, *, devices: tuple[str, ...], kv_dtype: torch.dtype, tier
     strategy inside SGLang (the baseline is SGLang's own path; None: not offered there)."""
 
     def wrap(cls):
-        nonlocal order
-        order = max((c.order for c in REGISTRY.values()), default=0) + 10 if order is None else order
-        if name in REGISTRY or any(c.order == order for c in REGISTRY.values()):
-            raise ValueError(f"strategy {name!r}: name or order {order} registered twice")
+        if name in REGISTRY:
+            raise ValueError(f"strategy {name!r}: registered twice")
+        if taken := [n for n, c in REGISTRY.items() if c.order == order]:
+            raise ValueError(f"strategy {name!r}: order {order} is {taken[0]}'s; choose a free one")
         if tier not in TIERS:
             raise ValueError(f"strategy {name!r}: tier must be one of {TIERS}, got {tier!r}")
         if baseline and any(c.baseline for c in REGISTRY.values()):

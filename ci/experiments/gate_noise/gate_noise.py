@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""False alarms and silent misses of the perf gates on synthetic timing noise (CPU, about 2 minutes).
+"""False alarms and silent misses of the perf gates on synthetic timing noise (CPU, about 1-2 minutes).
 
 usage: python -m ci.experiments.gate_noise OUT_DIR [--trials 300] [--factor 1.05]
 
