@@ -1045,7 +1045,7 @@ def test_asvs_own_name_for_a_long_environments_results_is_read(tmp_path, monkeyp
     refused as 'a copy asv does not read: move it out' (before). Twin: a renamed copy is still refused, naming asv's name."""
     from asv.results import get_filename
 
-    env = "virtualenv-py3.11-" + "-".join(f"MLA_ASV_X{i}=value{i}" for i in range(8))
+    env = "virtualenv-py3.11-" + "-".join(f"LONG_ENV_VAR_{i}=value{i}" for i in range(8))
     key = STEP.split("(")[0]
     _asv_run(tmp_path / "results", ["a" * 40, "b" * 40], {key: "1"}, [key], env)
     assert _check_asv_run(tmp_path, monkeypatch, ["a" * 40, "b" * 40]).code == asv_gate.CLEAN
