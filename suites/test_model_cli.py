@@ -329,6 +329,80 @@ def test_report_refuses_a_file_it_cannot_render_naming_the_field(results, tmp_pa
     assert harness(str(results), "--out", str(tmp_path / "ok"), module="harness.tpot.report").returncode == 0
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+def _rotation_details(doc):
+    return [r["detail"] for r in doc["rows"] if r["metric"] == "rotation_check"]
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda doc: [d.clear() for d in _tpot_details(doc)], "TpotDetail schema: layers: missing"),  # was StopIteration
+    (lambda doc: [d.update(eager_kernels={}) for d in _tpot_details(doc)], "`$.eager_kernels.kernel_ms`"),
+    (lambda doc: [d.update(eager_kernels={"kernel_ms": 1.0, "launches": 3}) for d in _tpot_details(doc)], "`$.eager_kernels.top`"),
+    (lambda doc: [d["breakdown"]["parts"]["gemm"].update(ms=NAN) for d in _tpot_details(doc)], "`$.breakdown.parts[...].ms`"),
+    (lambda doc: [d["breakdown"]["parts"]["moe"].update(floor_ms=INF) for d in _tpot_details(doc)], "`$.breakdown.parts[...].floor_ms`"),
+    (lambda doc: [d.update(pool_bytes=INF) for d in _tpot_details(doc)], "`$.pool_bytes`"),
+    (lambda doc: [d.update(mean_active_experts=NAN) for d in _tpot_details(doc)], "`$.mean_active_experts`"),
+    (lambda doc: [d.update(rotated_ms=NAN) for d in _rotation_details(doc)], "`$.rotated_ms`"),
+])
+def test_report_refuses_a_detail_it_cannot_render_in_one_line(results, tmp_path, capsys, edit, fragment):
+    """A tpot_ms detail of {} (the schema took it: StopIteration), a profile or breakdown missing a field or holding
+    NaN / inf (rendered as nan, inf): one line naming the file, rows[i].detail and the field, exit 2, nothing written.
+    Twin: the fixture renders."""
+    from harness.tpot.report import main as tpot_report
+
+    bad = _corrupt(results, tmp_path, "bad.json", edit)
+    assert tpot_report([str(bad), "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {bad}: rows[") and ".detail: does not match" in line and fragment in line, line
+    assert not (tmp_path / "r").exists()
+    assert tpot_report([str(results), "--out", str(tmp_path / "ok")]) == 0
+
+
+def test_report_shows_a_failed_profile_as_its_error(results, tmp_path):
+    """tpot records eager_kernels = {"error": ...} when torch.profiler fails: the report says so (before: KeyError
+    'top', exit 1). Twin: a profile that ran shows its kernels."""
+    from harness.tpot.report import render
+
+    def profile(value):
+        return _corrupt(results, tmp_path, "p.json", lambda doc: [d.update(eager_kernels=value) for d in _tpot_details(doc)])
+
+    md = render([profile({"kernel_ms": None, "error": "RuntimeError: boom"})], None)[0]
+    assert "(gather_cast, one eager step, torch.profiler): not profiled: RuntimeError: boom." in md, md
+    md = render([profile({"kernel_ms": 1.5, "launches": 4, "top": [{"name": "k", "ms": 1.0, "count": 2}]})], None)[0]
+    assert "(gather_cast, one eager step, torch.profiler): 1.50 ms in 4 kernel launches; top: k 1.00 ms x2." in md, md
+
+
+TP2 = ROOT / "docs/evidence/tpot/tp2_check.json"
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(world=-3), "world"),
+    (lambda d: d.update(world=1), "world"),
+    (lambda d: d["allreduce_points"][0].update(bytes=-5), "allreduce_points[0].bytes"),
+    (lambda d: d["allreduce_points"][0].update(us=NAN), "allreduce_points[0].us"),
+    (lambda d: d["allreduce_points"][1].update(us=0), "allreduce_points[1].us"),
+    (lambda d: d["step_checks"][0].update(nccl_ms=-INF), "step_checks[0].nccl_ms"),
+    (lambda d: d["step_checks"][1].update(modeled_over_nccl=INF), "step_checks[1].modeled_over_nccl"),
+    (lambda d: d["step_checks"][0].update(layers=0), "step_checks[0].layers"),
+])
+def test_report_refuses_a_tp2_check_out_of_bounds(results, tmp_path, capsys, edit, field):
+    """--tp2 took world -3, bytes -5, us NaN, nccl_ms -inf and rendered them (exit 0): one line naming the file and
+    the field, exit 2, nothing written. Twin: the committed evidence file renders."""
+    from harness.tpot.report import main as tpot_report
+
+    doc = json.loads(TP2.read_text())
+    edit(doc)
+    bad = tmp_path / "tp2.json"
+    bad.write_text(json.dumps(doc))
+    assert tpot_report([str(results), "--tp2", str(bad), "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {bad}: does not match the TP2Check schema") and line.endswith(f"`$.{field}`"), line
+    assert not (tmp_path / "r").exists()
+    assert tpot_report([str(results), "--tp2", str(TP2), "--out", str(tmp_path / "ok")]) == 0
+
+
 @pytest.mark.parametrize("name", ["tpot.md", "tpot.png"])
 def test_report_force_never_writes_through_a_link_in_out(results, tmp_path, name):
     """--force replaces tpot.md / tpot.png in --out; a link there (to a file elsewhere) is refused before any work,

@@ -63,6 +63,43 @@ def test_unchanged_model_toml_copy_loads(tmp_path):  # twin of the test above: t
     assert load_shape("glm5-tp8", path=path) == load_shape("glm5-tp8")
 
 
+def _models_toml(tmp_path, table: str, line: str):
+    """A copy of models.toml with `line` (key = value) set in [table]."""
+    from harness.tpot.config import MODELS_FILE
+
+    head, header, rest = MODELS_FILE.read_text().partition(f"[{table}]\n")
+    body, after, tail = rest.partition("\n[")
+    key = line.split(" = ")[0]
+    body = "\n".join([x for x in body.splitlines() if not x.startswith(f"{key} =")] + [line])
+    path = tmp_path / "m.toml"
+    path.write_text(head + header + body + after + tail + "\n")
+    return path
+
+
+@pytest.mark.parametrize("table, line, message", [
+    ("glm5-tp8", 'routed_scaling_factor = "x"', "Expected `float`, got `str`"),  # was ValueError from float()
+    ("glm5-tp8", "routed_scaling_factor = nan", "Expected `float` > 0.0"),
+    ("glm5-tp8", "routed_scaling_factor = inf", "Expected `float` <= 1e+300"),
+    ("glm5-tp8", "architecture = 5", "Expected `str`, got `int`"),
+    ("glm5-tp8", 'hidden_size = "6144"', "Expected `int`, got `str`"),  # was taken under --shrink ([shrink] replaced it)
+    ("glm5-tp8", "topk_group = 0", "Expected `int` >= 1"),
+    ("shrink", "hidden_size = 200", "must divide by 128"),  # was named [glm5-tp8].hidden_size
+    ("shrink", 'num_layers = "3"', "Expected `int`, got `str`"),
+    ("shrink", "n_routed_experts = true", "Expected `int`, got `bool`"),
+])
+@pytest.mark.parametrize("shrink", [False, True])
+def test_model_toml_fields_are_checked_each_named_in_its_own_table(tmp_path, table, line, message, shrink):
+    """Each field of both tables is type- and bound-checked, with --shrink or not: one error naming the file and
+    [table].field (before: a traceback, NaN or an int architecture taken, a [shrink] value's error named the preset's
+    table, a preset's value [shrink] replaces never checked). Twin: an integer routed_scaling_factor is a float."""
+    path = _models_toml(tmp_path, table, line)
+    with pytest.raises(HarnessError) as err:
+        load_shape("glm5-tp8", shrink=shrink, path=path)
+    assert str(err.value) == f"{path}: [{table}].{line.split(' = ')[0]}: {message}"
+    shape = load_shape("glm5-tp8", shrink=shrink, path=_models_toml(tmp_path, "glm5-tp8", "routed_scaling_factor = 2"))
+    assert shape.routed_scaling_factor == 2.0 and isinstance(shape.routed_scaling_factor, float)
+
+
 # ---- FP8 block weights ----------------------------------------------------------------------
 
 

@@ -4,15 +4,21 @@ GPU, or nothing (CPU, or when no table is given — then TPOT excludes communica
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import torch
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
 from harness.measure.timing import event_time_ms
+from harness.results.schema import validate
+
+# One all-reduce of a decode step's message takes µs: a second (1e6 µs) is no measurement, and the latency model's spin
+# kernel takes its cycle count as a 64-bit integer (torch.cuda._sleep(us x cycles per µs): us = 1e300 overflows it).
+MAX_US = 1e6
 
 
 @dataclass(frozen=True)
@@ -33,27 +39,23 @@ class LatencyTable:
         return u0 + (u1 - u0) * (nbytes - s0) / (s1 - s0)
 
 
+class _Point(msgspec.Struct, forbid_unknown_fields=True):
+    bytes: Annotated[int, msgspec.Meta(ge=1)]
+    us: Annotated[float, msgspec.Meta(gt=0, le=MAX_US)]  # NaN fails both bounds
+
+
+class _Table(msgspec.Struct, forbid_unknown_fields=True):
+    point: Annotated[list[_Point], msgspec.Meta(min_length=1)]
+    source: str | None = None
+
+
 def load_table(path: Path) -> LatencyTable:
-    """A table TOML: `source = "..."` and [[point]] rows with `bytes` and `us`, sizes increasing."""
-    data = read_toml(path)
-    points = data.get("point")
-    if not isinstance(points, list) or not points:
-        raise HarnessError(f"{path}: point", "needs [[point]] rows with bytes and us")
-    sizes, micros = [], []
-    for i, p in enumerate(points):
-        where = f"{path}: point[{i}]"
-        if not isinstance(p, dict) or not {"bytes", "us"} <= set(p):
-            raise HarnessError(where, "every [[point]] needs bytes and us")
-        size, us = p["bytes"], p["us"]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise HarnessError(f"{where}.bytes", f"must be an integer >= 1, got {size!r}")
-        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < math.inf:  # nan fails too
-            raise HarnessError(f"{where}.us", f"must be a finite latency >= 0, got {us!r}")
-        if sizes and size <= sizes[-1]:
-            raise HarnessError(f"{where}.bytes", f"must be larger than the point before ({sizes[-1]}): sizes increase strictly")
-        sizes.append(size)
-        micros.append(float(us))
-    return LatencyTable(str(data.get("source", path)), tuple(sizes), tuple(micros))
+    """A table TOML: `source = "..."` and [[point]] rows with `bytes` and `us`, sizes increasing; nothing else."""
+    table = validate(read_toml(path), _Table, path, "all-reduce table")
+    for i, (before, p) in enumerate(zip(table.point, table.point[1:]), 1):
+        if p.bytes <= before.bytes:
+            raise HarnessError(f"{path}: point[{i}].bytes", f"must be larger than the point before ({before.bytes}): sizes increase strictly")
+    return LatencyTable(table.source or str(path), tuple(p.bytes for p in table.point), tuple(p.us for p in table.point))
 
 
 DEFAULT_TABLE = Path(__file__).with_name("allreduce_h200_tp2.toml")  # copy of docs/h200/2026-11-30/phase2/tp2/

@@ -3,11 +3,15 @@ of the model as data (models.toml, keyed by preset name), and the per-rank sizes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from harness.datafiles import read_toml
 from harness.errors import HarnessError
+from harness.results.schema import BOUND
 from harness.spec.presets import ModelPreset, get_preset
 
 MODELS_FILE = Path(__file__).resolve().parent / "models.toml"
@@ -84,14 +88,44 @@ class ModelShape:
         return self.with_layers(num_layers) if num_layers < self.num_layers else self
 
 
-_INT_FIELDS = [f.name for f in fields(ModelShape) if f.type == "int"]
+Size = Annotated[int, msgspec.Meta(ge=1)]
+Unset, UNSET = msgspec.UnsetType, msgspec.UNSET  # a field the table leaves out
+
+
+class _Table(msgspec.Struct):
+    """The types and bounds of a models.toml table's fields: a preset's table holds each but num_layers (its preset's),
+    [shrink] any of them and num_layers."""
+
+    source: str | Unset = UNSET
+    hidden_size: Size | Unset = UNSET
+    num_layers: Size | Unset = UNSET
+    first_k_dense: Annotated[int, msgspec.Meta(ge=0)] | Unset = UNSET
+    q_lora_rank: Size | Unset = UNSET
+    v_head_dim: Size | Unset = UNSET
+    n_routed_experts: Size | Unset = UNSET
+    num_experts_per_tok: Size | Unset = UNSET
+    n_shared_experts: Size | Unset = UNSET
+    moe_intermediate_size: Size | Unset = UNSET
+    intermediate_size: Size | Unset = UNSET
+    vocab_size: Size | Unset = UNSET
+    n_group: Size | Unset = UNSET
+    topk_group: Size | Unset = UNSET
+    routed_scaling_factor: Annotated[float, msgspec.Meta(gt=0, le=BOUND)] | Unset = UNSET  # finite (NaN fails gt)
+    architecture: str | Unset = UNSET
+    model_type: str | Unset = UNSET
+
+
+def _given(values: dict, where: str) -> dict:
+    """The fields of one table, each checked against _Table: a wrong type or bound is one error naming `where`.field."""
+    try:
+        table = msgspec.convert(values, _Table)
+    except msgspec.ValidationError as exc:
+        message, _, field = str(exc).rpartition(" - at `$")
+        raise HarnessError(f"{where}{field.rstrip('`')}", message) from None
+    return {k: v for k, v in msgspec.structs.asdict(table).items() if v is not UNSET}
 
 
 def _validate(shape: ModelShape, where: str) -> ModelShape:
-    for name in _INT_FIELDS:
-        value = getattr(shape, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "first_k_dense" else 1):
-            raise HarnessError(f"{where}.{name}", f"must be a positive integer, got {value!r}")
     rules = (
         (shape.moe_intermediate_size % (shape.tp * BLOCK) == 0, "moe_intermediate_size", f"must divide by tp x {BLOCK}"),
         (shape.intermediate_size % (shape.tp * BLOCK) == 0, "intermediate_size", f"must divide by tp x {BLOCK}"),
@@ -113,7 +147,7 @@ def _validate(shape: ModelShape, where: str) -> ModelShape:
 def load_shape(preset_name: str, shrink: bool = False, path: Path | None = None) -> ModelShape:
     """The shape of `preset_name`: its preset's attention shape and layer count, and the rest from
     models.toml (`path`, default MODELS_FILE); with `shrink`, the [shrink] fields replace the file's
-    own (and the layer count)."""
+    own (and the layer count). Both tables are checked, with `shrink` or not; each error names its own table."""
     preset = get_preset(preset_name)
     path = MODELS_FILE if path is None else path
     data = read_toml(path)
@@ -124,7 +158,7 @@ def load_shape(preset_name: str, shrink: bool = False, path: Path | None = None)
     shrunk = data.get("shrink", {})
     if not isinstance(shrunk, dict):
         raise HarnessError(f"{path}: shrink", "must be a table")
-    known = {f.name for f in fields(ModelShape)} - {"name", "preset", "num_layers"}
+    known = set(_Table.__struct_fields__) - {"num_layers"}
     for where, values, allowed in ((f"[{preset_name}]", entry, known), ("[shrink]", shrunk, known | {"num_layers"})):
         unknown = sorted(set(values) - allowed)
         if unknown:
@@ -134,6 +168,7 @@ def load_shape(preset_name: str, shrink: bool = False, path: Path | None = None)
     missing = sorted(known - set(entry))
     if missing:
         raise HarnessError(f"{path}: [{preset_name}]", f"missing field(s) {missing}")
-    values = {**entry, "num_layers": preset.num_layers, **(shrunk if shrink else {})}
-    values["routed_scaling_factor"] = float(values["routed_scaling_factor"])
-    return _validate(ModelShape(name=preset_name, preset=preset, **values), f"{path}: [{preset_name}]")
+    own, small = _given(entry, f"{path}: [{preset_name}]"), _given(shrunk, f"{path}: [shrink]")
+    shape = _validate(ModelShape(name=preset_name, preset=preset, num_layers=preset.num_layers, **own), f"{path}: [{preset_name}]")
+    shrunk_shape = _validate(replace(shape, **small), f"{path}: [shrink]")
+    return shrunk_shape if shrink else shape
