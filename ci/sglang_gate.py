@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -308,11 +309,24 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
                 return 1
             return code
         why = unchecked_sglang(results) if code == 0 else None
-        write_bytes(args.json, results.read_bytes(), "--json")  # check_out found it free (or --force): kept if one appeared since
+        doc = json.loads(results.read_bytes())  # the child's repro names this private file and install: the gate's instead
+        doc["repro"] = gate_repro(repo, commit, args.json, extra)
+        write_bytes(args.json, (json.dumps(doc, indent=1) + "\n").encode(), "--json")  # check_out found it free (or --force)
     if why:
         print(f"sglang-gate: FAILURE: {args.json}: {ref} ({commit[:8]}): {why}", file=sys.stderr)
         return BAD_INPUT
     return code
+
+
+def gate_repro(repo: Path, commit: str, out: Path, extra: list[str]) -> str:
+    """The command that writes these results again: this gate on the same commit (its full hash) from this checkout,
+    with the variables of harness.results.document.REPRO_ENV that are set (paths absolute)."""
+    from harness.results.document import PATH_ENV, REPRO_ENV
+
+    env = [f"{k}={shlex.quote(_joined(v) if k in PATH_ENV else v)}" for k in REPRO_ENV if (v := os.environ.get(k)) is not None]
+    command = [sys.executable, "-m", "ci.sglang_gate", "--sglang-repo", os.path.abspath(repo), "--json", os.path.abspath(out),
+               commit, "--", *absolute_paths(extra)]
+    return " ".join(["cd", shlex.quote(str(ROOT)), "&&", "/usr/bin/env", *env, f"PYTHONPATH={shlex.quote(str(ROOT))}", shlex.join(command)])
 
 
 def unchecked_sglang(path: Path) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -609,6 +610,14 @@ def start_gate(tmp_path: Path, out: str, sleep: float, text: str = '{"ok": 1}', 
                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
+def gates_copy(written: str, ran: str, out) -> bool:
+    """Whether `written` (OUT) is the child's results `ran` with its repro the gate's own, writing OUT again."""
+    written, ran = json.loads(written), json.loads(ran)
+    repro = shlex.split(written.pop("repro").split(" && ", 1)[1])
+    ran.pop("repro")
+    return written == ran and "ci.sglang_gate" in repro and repro[repro.index("--json") + 1] == os.path.abspath(out)
+
+
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c", None])
 def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, sglang_results, how):
     """A cancelled job's SIGTERM to the gate (passed on to `harness run`) or Ctrl-C to the process group: exit 130, one
@@ -624,7 +633,7 @@ def test_an_interrupted_json_run_stops_its_harness_run_and_exits_130(tmp_path, s
     site = Path(re.search(r"installed in (\S+) ", stdout).group(1))
     assert not site.parent.exists(), "the temporary install was left behind"
     if not how:
-        assert proc.returncode == 0 and out.read_text() == sglang_results["ran"], stderr
+        assert proc.returncode == 0 and gates_copy(out.read_text(), sglang_results["ran"], out), stderr
         return
     child = int((tmp_path / "mark").read_text())
     with pytest.raises(ProcessLookupError):  # stopped, and reaped by the gate
@@ -677,7 +686,7 @@ def test_json_to_stdout_is_the_results_alone_and_checked(tmp_path, sglang_result
     test_json_mode_exits_with_harness_runs_status."""
     proc = start_gate(tmp_path, "/dev/stdout", 0, sglang_results[writes])
     stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
-    assert proc.returncode == want and stdout == sglang_results[writes], stdout + stderr
+    assert proc.returncode == want and gates_copy(stdout, sglang_results[writes], "/dev/stdout"), stdout + stderr
     assert "running -m harness run --json " in stderr and "the run's console" in stderr
     assert ("sglang-gate: FAILURE: /dev/stdout: a (" in stderr) is (want == 2), stderr
 
@@ -716,7 +725,7 @@ def test_an_out_harness_run_would_refuse_is_refused_before_the_install(tmp_path,
     before = out.read_bytes() if out.exists() else None
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--json", str(out), "a", "--", *extra)
     if case == "free":
-        assert code == 0 and any("clone" in cmd for cmd in ran) and out.read_text() == sglang_results["ran"]
+        assert code == 0 and any("clone" in cmd for cmd in ran) and gates_copy(out.read_text(), sglang_results["ran"], out)
         return
     assert code == 2 and len(lines) == 1 and lines[0].startswith("sglang-gate: --json: ") and str(out) in lines[0], lines
     assert not any("clone" in cmd or "--target" in cmd for cmd in ran) and (out.read_bytes() if out.exists() else None) == before
@@ -748,5 +757,10 @@ def test_json_mode_paths_after_the_dashes_name_the_users_files(tmp_path, capsys,
     assert code == 0, child[0].stdout[-2000:] + child[0].stderr[-2000:]
     results = json.loads((user / "r.json").read_text())
     assert results["case"]["scenario"] == "mine" and f"MLA_HARNESS_GOLDEN_DIR={user / 'gold'}" in results["repro"]
+    # the repro is this gate's, on the commit's full hash, writing OUT again: not the child's private file and install
+    repro = shlex.split(results["repro"].split(" && ", 1)[1])
+    assert repro[repro.index("-m") + 1] == "ci.sglang_gate" and "results.json" not in results["repro"]
+    assert repro[repro.index("--json") + 1] == str(user / "r.json") and repro[repro.index("--") - 1] == sglang_gate.resolve(repo, "COMMIT", "a")
+    assert f"--scenario-file={user / 'mysc.toml'}" in repro
     assert sorted(p.name for p in (user / "dumps").iterdir()) == [f"glm5-tp8.ci.mine.{s}.safetensors" for s in ("gather_cast", "stock")]
     assert not (ROOT / "dumps").exists()
