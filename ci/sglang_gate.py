@@ -320,13 +320,12 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
 
 def gate_repro(repo: Path, commit: str, out: Path, extra: list[str]) -> str:
     """The command that writes these results again: this gate on the same commit (its full hash) from this checkout,
-    with the variables of harness.results.document.REPRO_ENV that are set (paths absolute)."""
-    from harness.results.document import PATH_ENV, REPRO_ENV
+    its variables as a run's repro sets them (harness.results.document.repro_env)."""
+    from harness.results.document import repro_env
 
-    env = [f"{k}={shlex.quote(_joined(v) if k in PATH_ENV else v)}" for k in REPRO_ENV if (v := os.environ.get(k)) is not None]
     command = [sys.executable, "-m", "ci.sglang_gate", "--sglang-repo", os.path.abspath(repo), "--json", os.path.abspath(out),
                commit, "--", *absolute_paths(extra)]
-    return " ".join(["cd", shlex.quote(str(ROOT)), "&&", "/usr/bin/env", *env, f"PYTHONPATH={shlex.quote(str(ROOT))}", shlex.join(command)])
+    return " ".join(["cd", shlex.quote(str(ROOT)), "&&", *repro_env([str(ROOT)]), shlex.join(command)])
 
 
 def unchecked_sglang(path: Path) -> str | None:

@@ -18,7 +18,7 @@ def command(args, console: Console) -> int:
     from harness.inputs.cases import refuse_clobbering
     from harness.inputs.export import export_inputs
     from harness.measure.environment import environment
-    from harness.results.document import pin_options, repro_command
+    from harness.results.document import pin_case, repro_command
 
     if args.out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
@@ -26,9 +26,7 @@ def command(args, console: Console) -> int:
     case = case_from(args, device, console)  # the same default scale as `run` on this machine
     refuse_clobbering([("--out", args.out)], inputs_of(case))
     check_writable(args.out, "--out", args.force)
-    pinned = pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
-                                     "--out": str(Path.cwd() / args.out)})  # as run pins them; --out from any folder
-    path = export_inputs(case, args.step, args.layer, args.out, repro_command(pinned), environment(device))
+    path = export_inputs(case, args.step, args.layer, args.out, repro_command(pin_case(args.argv, device, case)), environment(device))
     console.print(f"wrote {path}", markup=False)
     return 0
 

@@ -22,7 +22,7 @@ def command(args, console: Console) -> int:
     from harness.inputs.cases import refuse_clobbering
     from harness.measure.environment import environment
     from harness.render.table import results_table
-    from harness.results.document import case_record, pin_options, repro_command, write_results
+    from harness.results.document import case_record, pin_case, repro_command, write_results
     from harness.spec.faults import parse_faults
     from harness.spec.scenario import check_repeats
     from harness.strategies import BASELINE, RUN_DEFAULT
@@ -66,8 +66,7 @@ def command(args, console: Console) -> int:
             env["copy_gbps"] = control.value  # the device copy bandwidth the control just measured
         env["reference"] = outcome.reference
         rows = to_rows(case, outcome) + roofline.rows(case, outcome, env.get("copy_gbps")) + [control]
-        pinned = pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
-                                         "--backend": backend_family(outcome.backend), "--repeats": str(repeats)})
+        pinned = pin_case(args.argv, device, case, {"--backend": backend_family(outcome.backend), "--repeats": str(repeats)})
         planted = {"faults": sorted(f.value for f in faults)} if faults else None  # another workload than a clean run's
         write_results(args.json, rows, env, repro_command(pinned), case_record(case, outcome.backend, args.kernel, extra=planted))
         console.print(f"results written to {args.json}", markup=False)

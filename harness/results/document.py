@@ -21,11 +21,11 @@ from harness.fsio import write_text
 from harness.results.metrics import METRICS, validate_rows
 from harness.results.schema import CASE_FIELDS, ROW_CASE_FIELDS, SCHEMA, Case, Command, Row, parse_results
 
-__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "pin_options", "repro_command", "workload_digest", "write_results"]
+__all__ = ["SCHEMA", "Case", "Row", "case_record", "document", "pin_case", "pin_options", "repro_command", "repro_env", "workload_digest", "write_results"]
 
 
 PATH_OPTIONS = ("--scenario-file", "--json", "--dump-outputs", "--golden-dir", "--allreduce-table", "--sglang-workdir",
-                "--sglang-python")
+                "--sglang-python", "--out")  # --out: export-inputs' bundle
 COMMAND_OPTIONS = ("--sglang-python",)  # a path when it has a "/", else a command the rerun's PATH finds
 NOT_REPEATED = ("--force",)  # a rerun never replaces the results it reproduces (it asks for a new --json)
 REPRO_ENV = ("MLA_HARNESS_GOLDEN_DIR", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")  # set ones change what a run does
@@ -52,12 +52,18 @@ def repro_command(argv: list[str] | None = None) -> str:
         elif word in PATH_OPTIONS:
             option = word
         args.append(word)
-    env = [f"{k}={shlex.quote(_absolute(os.environ[k], k) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
     paths = [str(CHECKOUT), *(_absolute(p, "PYTHONPATH") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    env.append(f"PYTHONPATH={shlex.quote(os.pathsep.join(dict.fromkeys(paths)))}")
+    return " ".join([*repro_env(paths), shlex.join([sys.executable, "-P", "-m", "harness", *args])])
+
+
+def repro_env(python_path: list[str]) -> list[str]:
+    """The words a rerun's interpreter comes after: the unset variables of REPRO_UNSET kept unset (env -u), the set ones
+    of REPRO_ENV (paths absolute) and PYTHONPATH=`python_path`."""
+    env = [f"{k}={shlex.quote(_absolute(os.environ[k], k) if k in PATH_ENV else os.environ[k])}" for k in REPRO_ENV if k in os.environ]
+    env.append(f"PYTHONPATH={shlex.quote(os.pathsep.join(dict.fromkeys(python_path)))}")
     unset = [f"-u {k}" for k in REPRO_UNSET if k not in os.environ]
     env_command = "/usr/bin/env" if os.path.exists("/usr/bin/env") else "env"  # not another `env` first on PATH
-    return " ".join([*([env_command, *unset] if unset else []), *env, shlex.join([sys.executable, "-P", "-m", "harness", *args])])
+    return [*([env_command, *unset] if unset else []), *env]
 
 
 def pin_options(argv: list[str], resolved: dict[str, str]) -> list[str]:
@@ -74,6 +80,12 @@ def pin_options(argv: list[str], resolved: dict[str, str]) -> list[str]:
         elif word.partition("=")[0] not in resolved:
             out.append(word)
     return [*out, *(w for option, value in resolved.items() for w in (option, value))]
+
+
+def pin_case(argv: list[str], device, case, more: dict[str, str] | None = None) -> list[str]:
+    """`argv` with what every command's case resolved on this machine pinned (pin_options): the device, the scale and
+    the slots (a CPU pool grown to fit), and `more` (the command's own)."""
+    return pin_options(argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots), **(more or {})})
 
 
 def _absolute(path: str, option: str) -> str:

@@ -60,7 +60,7 @@ def refuse_other_engines_options(args) -> None:
 
 def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.measure.environment import environment
-    from harness.results.document import case_record, repro_command, write_results
+    from harness.results.document import case_record, pin_case, repro_command, write_results
     from harness.spec.scenario import check_repeats
     from harness.strategies import BENCHMARKED, select
     from harness.tpot.allreduce import AllReduce, LatencyAllReduce, load_table
@@ -136,21 +136,13 @@ def cmd_tpot(args, console: Console, device, case) -> int:
                     "allreduce_table": getattr(allreduce, "table", None)}
         # the machine-dependent defaults as they ran here; the default all-reduce table follows the pinned --device
         # (naming its path would record another workload: "--allreduce-table" given)
-        pinned = pinned_argv(args, device, case, {"--backend": backend_family(ctx.backend.name), "--repeats": str(repeats),
-                                                  **({"--allreduce-table": "none"} if allreduce.mode == "none" else {})})
+        pinned = pin_case(args.argv, device, case, {"--backend": backend_family(ctx.backend.name), "--repeats": str(repeats),
+                                                    **({"--allreduce-table": "none"} if allreduce.mode == "none" else {})})
         write_results(args.json, rows + [control], env, repro_command(pinned),
                       case_record(case, ctx.backend.name, "auto", "tpot", workload))
         console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
 
-
-def pinned_argv(args, device, case, engine_options: dict | None = None) -> list[str]:
-    """args.argv with the defaults that depend on the machine pinned as `run` pins them (results.document.pin_options):
-    the device, the scale and the slots it resolved (a CPU pool grown to fit), and `engine_options` (this engine's own)."""
-    from harness.results.document import pin_options
-
-    return pin_options(args.argv, {"--device": str(device), "--scale": case.scale.name, "--slots": str(case.scale.slots),
-                                   **(engine_options or {})})
 
 
 def _layers_option(args) -> str:
@@ -195,7 +187,7 @@ def _sglang(args, console: Console, device, case, shape, names, software: dict) 
     from harness.measure.control import control_row
     from harness.measure.environment import environment
     from harness.measure.timing import Samples
-    from harness.results.document import Row, case_record, repro_command, write_results
+    from harness.results.document import Row, case_record, pin_case, repro_command, write_results
     from harness.tpot import sglang_driver
     from harness.tpot.sglang_plugin import SUPPORTED
 
@@ -223,7 +215,7 @@ def _sglang(args, console: Console, device, case, shape, names, software: dict) 
         control = control_row(ident, gpu)  # as native tpot records it: compare's environment check
         workload = {"engine": "sglang", "model": shape, "output_len": args.sglang_output_len, "full_tp": args.sglang_full_tp}
         env = environment(gpu) | software  # the software SGLang ran with is --sglang-python's
-        write_results(args.json, rows + [control], env, repro_command(pinned_argv(args, device, case)),
+        write_results(args.json, rows + [control], env, repro_command(pin_case(args.argv, device, case)),
                       case_record(case, ident["backend"], "auto", "tpot", workload))
         console.print(f"results written to {args.json}", markup=False)
     return timed_or_fail(rows)
