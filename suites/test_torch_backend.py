@@ -53,3 +53,31 @@ def test_a_scale_on_bf16_kv_is_an_error(monkeypatch):
     monkeypatch.setattr(REGISTRY["stock"], "setup", lambda self, schedule: setattr(self, "kv_scale", 2.0))
     with pytest.raises(AssertionError, match=r"^stock did not run \(error: .*kv_scale: only FP8 KV takes a scale; the KV handed is torch\.bfloat16"):
         run_strategies("glm5-tp8.ci.b1-l500", ("stock",), require=True)
+
+
+def test_both_backends_refuse_a_kv_scale_on_bf16_kv_in_the_declared_words():
+    """The torch backend said "the KV handed is torch.bfloat16", FlashInfer's "this plan's KV is torch.bfloat16": one
+    refusal worded twice. Both now raise harness.backends.base.refuse_kv_scale's (no GPU: FlashInfer refuses before
+    it touches its wrapper)."""
+    from harness.backends.flashinfer import FlashInferBackend, FlashInferPlan
+    from harness.errors import HarnessError
+
+    problem = AttnProblem(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32), num_heads=1,
+                          sm_scale=0.1, kv_dtype=torch.bfloat16)
+    q_nope, q_pe = torch.zeros(1, 1, 512, dtype=torch.bfloat16), torch.zeros(1, 1, 64, dtype=torch.bfloat16)
+    ckv, kpe = torch.zeros(2, 1, 512, dtype=torch.bfloat16), torch.zeros(2, 1, 64, dtype=torch.bfloat16)
+    torch_ = torch_backend.TorchBackend(torch.device("cpu"))
+    flashinfer = FlashInferBackend("cpu", "fa2")
+    said = []
+    for backend, plan in ((torch_, torch_.plan(problem)), (flashinfer, FlashInferPlan(None, problem))):
+        with pytest.raises(HarnessError) as refused:
+            backend.run(plan, q_nope, q_pe, ckv, kpe, kv_scale=2.0)
+        said.append(str(refused.value))
+    assert said[0] == said[1], said
+    from harness.backends.base import refuse_kv_scale  # declared once (imported here: absent on the old code)
+
+    with pytest.raises(HarnessError) as declared:
+        refuse_kv_scale(2.0, torch.bfloat16)
+    assert said == [str(declared.value)] * 2
+    refuse_kv_scale(2.0, torch.float8_e4m3fn)  # FP8 KV takes one
+    refuse_kv_scale(None, torch.bfloat16)  # and no scale is no error

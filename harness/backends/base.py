@@ -13,6 +13,8 @@ from typing import Any, Optional, Protocol
 
 import torch
 
+from harness.errors import HarnessError
+
 
 @dataclass(frozen=True)
 class AttnProblem:
@@ -33,6 +35,13 @@ class AttnProblem:
     @property
     def kv_lens(self) -> torch.Tensor:
         return self.kv_indptr[1:] - self.kv_indptr[:-1]
+
+
+def refuse_kv_scale(kv_scale: Optional[float], kv_dtype: torch.dtype) -> None:
+    """Only FP8 KV takes a per-tensor scale: every backend's `run` refuses one handed with KV of another dtype, in
+    these words (SGLang's BF16 pool takes none)."""
+    if kv_scale is not None and kv_dtype != torch.float8_e4m3fn:
+        raise HarnessError("kv_scale", f"only FP8 KV takes a scale; the KV handed is {kv_dtype}")
 
 
 class Backend(Protocol):

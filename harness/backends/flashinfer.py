@@ -35,7 +35,7 @@ from typing import Any, Optional
 import torch
 
 from harness.backends import arch_policy
-from harness.backends.base import AttnProblem
+from harness.backends.base import AttnProblem, refuse_kv_scale
 from harness.errors import HarnessError
 
 FLOAT_WORKSPACE_BYTES = 128 * 1024 * 1024
@@ -142,12 +142,11 @@ class FlashInferBackend:
         kpe: torch.Tensor,
         kv_scale: Optional[float] = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        refuse_kv_scale(kv_scale, plan.problem.kv_dtype)
         scales = {}
         if plan.problem.kv_dtype == torch.float8_e4m3fn:
             scale = 1.0 if kv_scale is None else float(kv_scale)
             scales = dict(ckv_scale=scale, kpe_scale=scale)
-        elif kv_scale is not None:
-            raise HarnessError("kv_scale", f"only FP8 KV takes a scale; this plan's KV is {plan.problem.kv_dtype}")
         return plan.wrapper.run(
             query=(q_nope, q_pe),
             kv_cache=(ckv, kpe),

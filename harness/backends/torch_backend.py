@@ -16,8 +16,7 @@ from typing import Optional
 
 import torch
 
-from harness.backends.base import AttnProblem
-from harness.errors import HarnessError
+from harness.backends.base import AttnProblem, refuse_kv_scale
 
 MATH = torch.float64  # the dtype of every sum (module docstring: why not fp32)
 
@@ -51,8 +50,7 @@ class TorchBackend:
 
     def run(self, plan, q_nope, q_pe, ckv, kpe, kv_scale: Optional[float] = None):
         problem = plan.problem
-        if kv_scale is not None and ckv.dtype != torch.float8_e4m3fn:
-            raise HarnessError("kv_scale", f"only FP8 KV takes a scale; the KV handed is {ckv.dtype}")
+        refuse_kv_scale(kv_scale, ckv.dtype)
         ckv2, kpe2 = ckv.reshape(ckv.shape[0], -1), kpe.reshape(kpe.shape[0], -1)
         scale = 1.0 if kv_scale is None else kv_scale
         outs, lses = [], []

@@ -13,8 +13,10 @@ unmarks the new golden only once it is the case folder; a refresh killed between
 golden in `.<case>.old-*/<case>`, which the next load or refresh puts back (a rename: a load deletes nothing); a
 refresh killed while writing or swapping leaves `.<case>.new-*`, one killed or failed before the first rename a
 `.<case>.old-*` holding only the mark, and one killed after the last rename the mark in the case folder: the next
-refresh removes them. A folder of such a name without the mark, or holding anything a refresh does not write,
-is the user's: no command moves or removes it.
+refresh removes them. A refresh deletes a folder of its own with the mark last, moved beside the emptied folder
+(`.mla-harness-refresh.<case>.new-*` or `.old-*`, still naming it) before that goes (`_discard`): killed at any
+point of a deletion, what remains is still marked, and the next refresh removes it. A folder of such a name without
+the mark, or holding anything a refresh does not write, is the user's: no command moves or removes it.
 
 `run` checks outputs against out_fp32 (the float64 reference rounded once, the tolerances'
 reference); out_bf16 is its BF16 rounding, which verify compares bit for bit.
@@ -223,12 +225,38 @@ def _marked_folder(root: Path, prefix: str) -> Path:
 
 def _marked(folder: Path) -> bool:
     """A folder a refresh made: its MARK, a regular file, names it (a copy under another name is not the refresh's)."""
-    mark = folder / MARK
+    return folder.is_dir() and not folder.is_symlink() and _names(folder / MARK, folder.name)
+
+
+def _names(mark: Path, name: str) -> bool:
+    """A mark, a regular file, naming `name`."""
     try:
-        return (folder.is_dir() and not folder.is_symlink() and mark.is_file() and not mark.is_symlink()
-                and mark.read_text() == folder.name + "\n")
+        return mark.is_file() and not mark.is_symlink() and mark.read_text() == name + "\n"
     except (OSError, ValueError):  # unreadable, or not text
         return False
+
+
+def _aside(folder: Path) -> Path:
+    """Where a deletion moves the mark of a folder it emptied: beside it, named after it (and still naming it)."""
+    return folder.parent / (MARK + folder.name)
+
+
+def _discard(folder: Path, ignore_errors: bool = False) -> None:
+    """Delete a folder a refresh marked, its mark last: killed at any point, what remains is still known as a refresh's
+    own and the next refresh removes it. shutil.rmtree's order is the directory's, so the mark could go first and the
+    remainder be the user's for ever. The emptied folder's mark is renamed beside it before the folder goes: an empty
+    folder without its mark is never left, and a mark left beside no folder (or an empty one) is removed."""
+    try:
+        for p in folder.iterdir():
+            if p.name != MARK:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        aside = _aside(folder)
+        os.rename(folder / MARK, aside)
+        folder.rmdir()
+        aside.unlink()
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def _refresh_made(folder: Path) -> bool:
@@ -256,6 +284,27 @@ def _emptied(case_name: str, root: Path) -> list[Path]:
     return sorted(p for p in root.glob(f".{case_name}.old-*") if _marked(p) and [q.name for q in p.iterdir()] == [MARK])
 
 
+def _marks_aside(case_name: str, root: Path) -> list[Path]:
+    """Marks a deletion killed after emptying its folder left beside it (`_discard`): the folder is gone, or empty."""
+    return sorted(p for kind in ("new", "old") for p in root.glob(f"{MARK}.{case_name}.{kind}-*")
+                  if _names(p, p.name[len(MARK):]))
+
+
+def _emptied_beside(aside: Path) -> Path:
+    return aside.parent / aside.name[len(MARK):]
+
+
+def _empty_folder(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink() and not any(p.iterdir())
+
+
+def _aside_leftover(aside: Path) -> Path:
+    """What a refresh removes of a deletion killed after it moved the mark aside: the emptied folder (with the mark),
+    else the mark alone: a folder the user put a file into since is theirs."""
+    emptied = _emptied_beside(aside)
+    return emptied if _empty_folder(emptied) else aside
+
+
 def _stray_mark(case_name: str, root: Path) -> list[Path]:
     """The mark a refresh killed after its last rename left in the case folder."""
     mark = case_dir(case_name, root) / MARK
@@ -277,21 +326,26 @@ def _put_back(case_name: str, root: Path) -> None:
 def recover(case_name: str, root: Path | None = None) -> None:
     """For a refresh, under refresh_lock: finish an interrupted swap (put the previous golden back), then remove
     what killed refreshes left, each in a folder marked as a refresh's own: older goldens, half-written or unswapped
-    new folders, emptied old ones; and a mark left in the case folder."""
+    new folders, emptied old ones, what a deletion killed midway left (still marked: `_discard`); and a mark left in
+    the case folder."""
     _put_back(case_name, _root(root))
     for old in _stranded(case_name, _root(root)):
-        shutil.rmtree(old.parent, ignore_errors=True)
+        _discard(old.parent, ignore_errors=True)
     for new in _half_written(case_name, _root(root)):
-        shutil.rmtree(new, ignore_errors=True)
+        _discard(new, ignore_errors=True)
     for empty in _emptied(case_name, _root(root)):
-        (empty / MARK).unlink()
-        empty.rmdir()
+        _discard(empty)
+    for aside in _marks_aside(case_name, _root(root)):
+        if _empty_folder(emptied := _emptied_beside(aside)):  # one the user put a file into since is theirs
+            emptied.rmdir()
+        aside.unlink()  # last: until the folder is gone, the mark beside it names it
     for mark in _stray_mark(case_name, _root(root)):
         mark.unlink()
 
 
 def _leftovers(case_name: str, root: Path) -> list[Path]:
     return [*_half_written(case_name, root), *(p.parent for p in _stranded(case_name, root)), *_emptied(case_name, root),
+            *map(_aside_leftover, _marks_aside(case_name, root)),
             *_stray_mark(case_name, root)]
 
 
@@ -316,7 +370,8 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
             _put_back(case_name, _root(root))
     manifest_path, outputs_path = folder / MANIFEST, folder / OUTPUTS
     if not manifest_path.is_file():
-        mine = [p.name for p in _named_like_leftovers(case_name, _root(root)) if not _marked(p)]
+        mine = [p.name for p in _named_like_leftovers(case_name, _root(root))
+                if not _marked(p) and not (_empty_folder(p) and _names(_aside(p), p.name))]
         why = (NOT_REGULAR if os.path.lexists(manifest_path)
                else "missing from an existing case folder" if os.path.lexists(folder)
                else "missing, its case folder too" + f" ({', '.join(mine)} left alone: not a refresh's own)" * bool(mine)
@@ -516,11 +571,12 @@ def write(data: GoldenData, case_name: str, root: Path | None = None) -> None:
                     os.replace(new, folder)
                 except OSError as exc:
                     os.replace(old / case_name, folder)
-                    shutil.rmtree(old)
+                    _discard(old)
                     raise HarnessError(str(folder), f"swap failed ({exc.strerror or exc}); the previous golden is kept") from None
-                shutil.rmtree(old)
+                _discard(old)
             else:
                 os.replace(new, folder)
             (folder / MARK).unlink()  # only now: until the swap is done, its new golden is known as a refresh's own
         finally:
-            shutil.rmtree(new, ignore_errors=True)
+            if os.path.lexists(new):  # the swap did not take it: a failed refresh leaves nothing
+                _discard(new, ignore_errors=True)
