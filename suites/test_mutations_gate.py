@@ -62,6 +62,9 @@ MUTATIONS = [
      [f"{COMPARE}::test_only_a_throttle_that_started_during_the_block_disturbs_it"]),
     ("control-move-unsaid", "harness/gate/compare.py", "    if comparison.control_moved:", "    if False:",
      [f"{COMPARE}::test_a_control_moved_within_the_tolerance_is_said"]),
+    ("control-sides-swapped", "harness/gate/compare.py",  # the one decision of the controls, the guard's and the note's
+     'decision.decide(_samples(bc), _samples(hc), "higher", f)', 'decision.decide(_samples(hc), _samples(bc), "higher", f)',
+     [f"{COMPARE}::test_a_control_moved_within_the_tolerance_is_said"]),
     ("one-sided-control-unchecked", "harness/gate/compare.py", "    if (bc is None) != (hc is None):", "    if False:",
      [f"{COMPARE}::test_a_control_in_one_file_only_cannot_judge"]),
     ("unknown-device-is-cpu", "harness/gate/compare.py",
@@ -281,7 +284,7 @@ MUTATIONS = [
     ("audit-undersampled-one-side-judged", "harness/gate/decision.py", "if min(len(base), len(head)) < MIN_SAMPLES:",
      "if max(len(base), len(head)) < MIN_SAMPLES:", [f"{COMPARE}::test_too_few_samples_cannot_be_judged"]),
     ("audit-environment-guard-skipped", "harness/gate/compare.py",
-     "differs = device_differs or environment_difference(base, head, max_regression)", "differs = device_differs",
+     "differs = device_differs or environment_difference(base, head, max_regression, controls)", "differs = device_differs",
      [f"{COMPARE}::test_differing_controls_cannot_judge_exit_2"]),
     ("audit-base-only-rows-unseen", "harness/gate/compare.py", "for key in sorted(b.keys() | h.keys())]",
      "for key in sorted(h.keys())]", [f"{INPUT}::test_head_without_its_verdict_rows_fails_naming_them"]),

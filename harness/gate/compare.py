@@ -365,11 +365,18 @@ def _same_case(base: ResultsFile, head: ResultsFile, names: tuple[str, str]) -> 
             raise HarnessError(f"{names[1]}: case.{name}", f"{h!r} is not the base's {b!r} ({names[0]}): {why}")
 
 
-def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> str | None:
+def control_decision(base: ResultsFile, head: ResultsFile, f: float) -> decision.Decision | None:
+    """The decision rule on the two files' controls (a copy bandwidth: higher is better), None unless both carry one.
+    compare_results decides it once for the environment guard and the control-moved note."""
+    bc, hc = control(base), control(head)
+    return decision.decide(_samples(bc), _samples(hc), "higher", f) if bc is not None and hc is not None else None
+
+
+def environment_difference(base: ResultsFile, head: ResultsFile, f: float, d: decision.Decision | None) -> str | None:
     """Why base and head were measured in environments too different to compare timings, or None:
     another GPU, a GPU named in one file only, TRITON_INTERPRET on one side only (other kernels ran), a control in
     one file only, controls apart by the decision rule (the head's copy bandwidth lower or higher) or with too few
-    samples to tell."""
+    samples to tell. d: the controls' decision (control_decision(base, head, f))."""
     bgpu, hgpu = (env_value(r.environment, "gpu") for r in (base, head))
     named = [r.environment.gpu if r.environment else None for r in (base, head)]
     if bgpu and hgpu and bgpu != hgpu:
@@ -384,7 +391,6 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
         return f"control {CONTROL} only in the {'base' if bc else 'head'}"
     if bc is None:
         return None
-    d = decision.decide(_samples(bc), _samples(hc), "higher", f)
     if d.status == decision.UNDERSAMPLED:
         return f"control {CONTROL} cannot be checked: {d.note}"
     if d.status == decision.INCONCLUSIVE and d.low is None:
@@ -395,11 +401,11 @@ def environment_difference(base: ResultsFile, head: ResultsFile, f: float) -> st
     return None
 
 
-def control_moved(base: ResultsFile, head: ResultsFile, f: float) -> str | None:
+def control_moved(base: ResultsFile, head: ResultsFile, f: float, d: decision.Decision | None) -> str | None:
     """The controls' ratio and interval where it excludes 1 but stays within the tolerance (the machine moved by less
-    than the guard judges, which a timing's status may owe to), else None."""
+    than the guard judges, which a timing's status may owe to), else None. d: the controls' decision
+    (control_decision(base, head, f)), None when a file has no control."""
     bc, hc = control(base), control(head)
-    d = decision.decide(_samples(bc), _samples(hc), "higher", f) if bc is not None and hc is not None else None
     if d is None or d.low is None or d.low <= 1 <= d.high or not 1 / (1 + f) <= d.low <= d.high <= 1 + f:
         return None
     return (f"control {CONTROL} {bc.value:.4g} -> {hc.value:.4g} GB/s ({d.ratio:.3f}x, 99% CI {d.low:.3f}-{d.high:.3f}): "
@@ -500,9 +506,10 @@ def compare_results(base, head, max_regression: float, inconclusive: str = "pass
         status = WORSE if change.status == REGRESSED and not gating else change.status
         changes.append(Change(change.key, change.base, change.head, status, change.ratio, change.decision, gating,
                               change.note))
-    differs = device_differs or environment_difference(base, head, max_regression)
+    controls = control_decision(base, head, max_regression)  # decided once: the guard's and the note's
+    differs = device_differs or environment_difference(base, head, max_regression, controls)
     return Comparison(changes, max_regression, differs, inconclusive, device_differs,
-                      control_moved(base, head, max_regression))
+                      control_moved(base, head, max_regression, controls))
 
 
 def _fmt(row: Row | None) -> str:

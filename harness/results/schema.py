@@ -4,7 +4,8 @@ manifests), checked with msgspec: types, bounded numbers, required fields. The s
 fields are allowed (newer writers may add some); everything a reader uses is declared here.
 
 Results files carry a schema version; an older version is upgraded on read (MIGRATIONS, one
-function per version step, as asv's results files do).
+function per version step, as asv's results files do). Each version is declared once, in VERSIONS
+(its name, the field it added, its upgrade to the next), from which MIGRATIONS and INTRODUCED derive.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numbers
 import re
 import shlex
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -402,8 +404,25 @@ def _v4_to_v5(doc: dict, where: str) -> dict:
     return {**doc, "schema": SCHEMA, "case": case}
 
 
-MIGRATIONS = {SCHEMA_V1: _v1_to_v2, SCHEMA_V2: _v2_to_v3, SCHEMA_V3: _v3_to_v4, SCHEMA_V4: _v4_to_v5}  # schema version -> its upgrade to the next version
-INTRODUCED = {SCHEMA_V2: "case", SCHEMA_V3: "case.command", SCHEMA_V4: "case.workload", SCHEMA: "case.workload_v4"}  # version -> the field it added
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One results schema version: its name, the field it added (None for the first) and its upgrade to the next
+    version (None for the current one, SCHEMA)."""
+
+    name: str
+    introduced: str | None
+    upgrade: Callable[[dict, str], dict] | None
+
+
+VERSIONS = (  # oldest first, SCHEMA last: a new version is one line here (and the upgrade of the one before it)
+    SchemaVersion(SCHEMA_V1, None, _v1_to_v2),
+    SchemaVersion(SCHEMA_V2, "case", _v2_to_v3),
+    SchemaVersion(SCHEMA_V3, "case.command", _v3_to_v4),
+    SchemaVersion(SCHEMA_V4, "case.workload", _v4_to_v5),
+    SchemaVersion(SCHEMA, "case.workload_v4", None),
+)
+MIGRATIONS = {v.name: v.upgrade for v in VERSIONS if v.upgrade is not None}  # schema version -> its upgrade to the next version
+INTRODUCED = {v.name: v.introduced for v in VERSIONS if v.introduced is not None}  # version -> the field it added
 
 
 def _carries(doc: dict, name: str) -> bool:
@@ -417,8 +436,9 @@ def _check_relabelled(doc, where: str) -> None:
     declared = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(declared, str) or declared not in MIGRATIONS:
         return
-    for version, name in list(INTRODUCED.items())[list(MIGRATIONS).index(declared):]:
-        if _carries(doc, name):
+    order = [v.name for v in VERSIONS]
+    for version, name in INTRODUCED.items():
+        if order.index(version) > order.index(declared) and _carries(doc, name):
             raise HarnessError(f"{where}: schema", f"{declared!r} has no {name} ({version!r} added it): "
                                                    "a newer file relabelled is not read")
 
