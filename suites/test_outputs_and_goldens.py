@@ -146,13 +146,13 @@ def test_outputs_never_replace_the_harness_own_tables_even_with_force(command, t
 
 
 def test_tpot_report_keeps_an_earlier_report(tmp_path):
-    """python -m harness.tpot.report --out: a tpot.md already there is kept (exit 2) unless --force."""
+    """python -m harness.tpot.report --out: a folder already holding a tpot.md is refused (exit 2), the file kept."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "tpot.md").write_text("mine")
     proc = subprocess.run([sys.executable, "-m", "harness.tpot.report", str(tmp_path / "t.json"), "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
-    _one_error_line(proc, "--out", "tpot.md", "exists")
+    _one_error_line(proc, "--out", str(out), "already holds files", "--force")
     assert (out / "tpot.md").read_text() == "mine" and os.listdir(out) == ["tpot.md"]
 
 

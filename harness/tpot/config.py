@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_type_hints
 
 import msgspec
 
@@ -16,6 +16,7 @@ from harness.spec.presets import ModelPreset, get_preset
 
 MODELS_FILE = Path(__file__).resolve().parent / "models.toml"
 BLOCK = 128  # FP8 block-quantization tile (128 x 128 weight blocks, 1 x 128 activation groups)
+Size = Annotated[int, msgspec.Meta(ge=1)]
 
 
 class _FromPreset(property):
@@ -33,21 +34,22 @@ class ModelShape:
 
     name: str
     preset: ModelPreset
+    # the fields of models.toml's tables (_Table), their types and bounds checked as declared here
     source: str
-    hidden_size: int
-    num_layers: int
-    first_k_dense: int
-    q_lora_rank: int
-    v_head_dim: int
-    n_routed_experts: int
-    num_experts_per_tok: int
-    n_shared_experts: int
-    moe_intermediate_size: int
-    intermediate_size: int
-    vocab_size: int
-    n_group: int
-    topk_group: int
-    routed_scaling_factor: float
+    hidden_size: Size
+    num_layers: Size
+    first_k_dense: Annotated[int, msgspec.Meta(ge=0)]
+    q_lora_rank: Size
+    v_head_dim: Size
+    n_routed_experts: Size
+    num_experts_per_tok: Size
+    n_shared_experts: Size
+    moe_intermediate_size: Size
+    intermediate_size: Size
+    vocab_size: Size
+    n_group: Size
+    topk_group: Size
+    routed_scaling_factor: Annotated[float, msgspec.Meta(gt=0, le=BOUND)]  # finite (NaN fails gt)
     architecture: str  # the architecture and model_type SGLang serves the checkpoint with (sglang 0.5.23 srt/models)
     model_type: str
 
@@ -88,31 +90,11 @@ class ModelShape:
         return self.with_layers(num_layers) if num_layers < self.num_layers else self
 
 
-Size = Annotated[int, msgspec.Meta(ge=1)]
 Unset, UNSET = msgspec.UnsetType, msgspec.UNSET  # a field the table leaves out
-
-
-class _Table(msgspec.Struct):
-    """The types and bounds of a models.toml table's fields: a preset's table holds each but num_layers (its preset's),
-    [shrink] any of them and num_layers."""
-
-    source: str | Unset = UNSET
-    hidden_size: Size | Unset = UNSET
-    num_layers: Size | Unset = UNSET
-    first_k_dense: Annotated[int, msgspec.Meta(ge=0)] | Unset = UNSET
-    q_lora_rank: Size | Unset = UNSET
-    v_head_dim: Size | Unset = UNSET
-    n_routed_experts: Size | Unset = UNSET
-    num_experts_per_tok: Size | Unset = UNSET
-    n_shared_experts: Size | Unset = UNSET
-    moe_intermediate_size: Size | Unset = UNSET
-    intermediate_size: Size | Unset = UNSET
-    vocab_size: Size | Unset = UNSET
-    n_group: Size | Unset = UNSET
-    topk_group: Size | Unset = UNSET
-    routed_scaling_factor: Annotated[float, msgspec.Meta(gt=0, le=BOUND)] | Unset = UNSET  # finite (NaN fails gt)
-    architecture: str | Unset = UNSET
-    model_type: str | Unset = UNSET
+# The types and bounds of a models.toml table's fields: ModelShape's but name and preset (load_shape's). A preset's table
+# holds each but num_layers (its preset's), [shrink] any of them and num_layers.
+_Table = msgspec.defstruct("_Table", [(name, kind | Unset, UNSET) for name, kind in get_type_hints(ModelShape, include_extras=True).items()
+                                      if name not in ("name", "preset")])
 
 
 def _given(values: dict, where: str) -> dict:

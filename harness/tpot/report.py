@@ -178,14 +178,17 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
         # the attention share only where the doc calls it one (CUDA graphs): on CPU attn_path_ms and tpot_ms are host
         # times of separate runs, as the breakdown's parts are, and their ratio can pass 100%
         split = device == "cuda"
-        d = next(iter(steps.values()))
+        # the header's step: the first strategy that ran (one that did not carries only why: no layers, sets or kernels)
+        d = next((step for step in steps.values() if step.unsupported is None), None)
         title = f"{preset} · {scale} · {scenario} ({fname})"
         copy = next((_val(m, "control_copy_gbps") for m in strategies.values() if "control_copy_gbps" in m), None)
-        reuse = d.reuse_distance_over_l2
-        reuse_text = "no set is reused" if reuse is None or reuse < 0 else f"reuse distance {reuse:.1f}x L2"
-        if d.engine is not None:  # --engine sglang: SGLang's own benchmark, none of the harness's model
+        if d is None:
+            what = "Layer count unknown: no strategy ran (each one's reason is in the table)."
+        elif d.engine is not None:  # --engine sglang: SGLang's own benchmark, none of the harness's model
             what = f"SGLang's own {d.engine} (--engine sglang), each timed decode step a sample: `{' '.join(d.command)}`."
         else:
+            reuse = d.reuse_distance_over_l2
+            reuse_text = "no set is reused" if reuse is None or reuse < 0 else f"reuse distance {reuse:.1f}x L2"
             what = (f"{d.layers} layers, {d.weight_sets} rotated weight sets ({reuse_text}), mean active experts "
                     f"{_fmt(d.mean_active_experts, '.1f')}; pool {_fmt(d.pool_bytes / 1e9, '.1f')} GB; all-reduce: {d.allreduce}.")
         if copy is not None:  # the control row: the copy compare's environment check reads, not a strategy
@@ -213,7 +216,7 @@ def render(paths: list[Path], tp2: Path | None) -> tuple[str, list[tuple[str, di
             case_bars[name] = (None, tpot) if whole else (attn, tpot - attn)
         lines.append(f"| article (GLM-5-NVFP4, 8x RTX PRO 6000, stock) | {ARTICLE['tpot_ms']} | cast alone {ARTICLE['cast_ms']} | cast {ARTICLE['cast_share']:.0%} | | | | |")
         lines.append(f"| article, BF16 shadow buffer | {ARTICLE['tpot_after_fix_ms']} | | | | | | |")
-        lines += ["", "Kernels: " + "; ".join(f"{k} = {v}" for k, v in d.kernels.items()), ""]
+        lines += ["", "Kernels: " + ("; ".join(f"{k} = {v}" for k, v in d.kernels.items()) if d else "-"), ""]
         for name, step in steps.items():
             prof = step.eager_kernels
             if prof is None:
@@ -306,13 +309,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.tpot.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--tp2", type=Path, help="tp2_check.json from python -m ci.experiments.tp2_allreduce")
-    ap.add_argument("--out", type=Path, required=True, help="folder for tpot.md and tpot.png")
-    ap.add_argument("--force", action="store_true", help="replace tpot.md / tpot.png already in --out (else exit 2; a link there: exit 2; "
-                                                         "without matplotlib the old tpot.png is removed)")
+    ap.add_argument("--out", type=Path, required=True, help="folder for tpot.md and tpot.png (new or empty, unless --force)")
+    ap.add_argument("--force", action="store_true", help="--out: write into a folder that already holds files (else exit 2), replacing "
+                                                         "tpot.md / tpot.png there (a link there: exit 2; without matplotlib the old tpot.png is removed)")
     args = ap.parse_args(argv)
     try:
         outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
         refuse_clobbering(outputs, [("a results file", p) for p in (*args.results, *([args.tp2] if args.tp2 else []))])
+        # new or empty unless --force, as `harness report`'s --out (render.report.check_out_dir, a layer tpot can't import)
+        if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+            raise HarnessError("--out", f"{args.out} already holds files; --force writes tpot.md and tpot.png into it")
         for flag, path in outputs:
             refuse_link(path, flag)
             check_writable(path, flag, args.force)
