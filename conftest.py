@@ -1,7 +1,9 @@
 """Top-level pytest configuration: GPU tests skip on CPU with a reason; per-GPU binding under xdist;
 one xdist group per case pool (suites/plugins/pool_groups.py);
 in CI (MLA_HARNESS_STRICT_SKIPS=1, set by .ci/run) a skipped test that is neither GPU- nor
-sglang-marked fails the session unless it passed elsewhere (the Triton interpreter child)."""
+sglang-marked fails the session unless it passed elsewhere (the Triton interpreter child); on a GPU runner
+(--gpu-runner, set by gpu-correctness.yml) a skipped gpu test fails the session unless suites/gpu/expected_skips.toml
+declares it (suites/plugins/gpu_skips.py)."""
 
 import json
 import os
@@ -15,11 +17,12 @@ import torch
 from harness import envvars
 from harness.errors import HarnessError
 
-pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.pool_groups", "suites.plugins.triton_interpreter"]
+pytest_plugins = ["suites.plugins.gpu_binding", "suites.plugins.gpu_skips", "suites.plugins.pool_groups",
+                  "suites.plugins.triton_interpreter"]
 
 STRICT = False  # MLA_HARNESS_STRICT_SKIPS, read in pytest_configure
 PASSED_ELSEWHERE = "MLA_HARNESS_PASSED_ELSEWHERE"  # folder where child pytest runs list what passed
-ALLOWED_SKIP_MARKERS = ("gpu", "sglang")
+ALLOWED_SKIP_MARKERS = ("gpu", "sglang")  # gpu: skips on CPU by design; on a GPU runner gpu_skips accounts for them
 _skipped: dict[str, str] = {}
 _passed: list[str] = []
 _role = {"top": False}

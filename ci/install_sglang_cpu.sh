@@ -16,6 +16,10 @@
 # torchgen, functorch and its dist-info; nothing else of TORCH_VENV becomes visible). The
 # link waits for an flock on TORCH_VENV.lock, which a caller still installing that torch
 # holds (.ci/run). Do not pip-uninstall or upgrade torch in such a VENV: it is TORCH_VENV's.
+# A second run into the same VENV (.ci/run run again in one checkout) replaces the links: every
+# link of VENV's site-packages into TORCH_VENV's, and any link where one is to go, is removed,
+# then the current ones are made. A real torch in VENV (installed without TORCH_VENV) is left
+# alone, and the run stops naming it.
 #
 # Usage: bash ci/install_sglang_cpu.sh VENV [TORCH_VENV]
 # Then:  VENV/bin/python -m pytest suites/sglang -m sglang
@@ -37,8 +41,17 @@ import sys
 dist = md.distribution("torch")
 assert dist.version.split("+")[0] == "2.13.0", f"TORCH_VENV has torch {dist.version}, not 2.13.0"
 src, dst = os.path.realpath(dist.locate_file("")), os.path.realpath(sys.argv[1])
+for name in os.listdir(dst):  # an earlier run's links (this torch's, or one since replaced)
+    path = os.path.join(dst, name)
+    if os.path.islink(path) and os.path.normpath(os.path.join(dst, os.readlink(path))).startswith(src + os.sep):
+        os.remove(path)
 for top in sorted({f.parts[0] for f in dist.files if f.parts[0] != ".."}):
-    os.symlink(os.path.relpath(os.path.join(src, top), dst), os.path.join(dst, top))
+    link = os.path.join(dst, top)
+    if os.path.islink(link):  # a link made from another TORCH_VENV
+        os.remove(link)
+    elif os.path.lexists(link):
+        sys.exit(f"{link} is no link: VENV has a torch of its own; remove it or use a fresh VENV")
+    os.symlink(os.path.relpath(os.path.join(src, top), dst), link)
 PY
 else
     "$py" -m pip install --quiet --no-compile torch==2.13.0

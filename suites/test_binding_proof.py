@@ -73,6 +73,17 @@ def test_negative_control_other_binding_faults(records, problem):
     assert problem in verdict.problems
 
 
+def test_a_worker_that_ran_no_gpu_test_fails_on_a_gpu_runner():
+    """On a GPU runner (--gpu-runner) a bound worker that ran no gpu test (its GPU unusable, every test skipped) is a
+    problem; elsewhere (a CPU machine, a developer's box) it stays a note."""
+    records = [rec("gw0", "0", ["aaaa-01"], ["aaaa-01"]), rec("gw1", "1", [], [])]
+    expected = expected_uuids({"gw0": "0", "gw1": "1"}, GPUS)
+    verdict = check(records, expected, GPUS.values(), require_gpu_tests=True)
+    assert verdict.problems == ["gw1: ran no gpu test"] and not verdict.ok
+    verdict = check(records, expected, GPUS.values())
+    assert verdict.ok and verdict.notes == ["gw1: ran no gpu test"]
+
+
 def test_more_workers_than_gpus_share_as_planned():
     assignment = {"gw0": "0", "gw1": "1", "gw2": "0"}
     records = [rec("gw0", "0", ["aaaa-01"]), rec("gw1", "1", ["bbbb-02"]), rec("gw2", "0", ["aaaa-01"])]

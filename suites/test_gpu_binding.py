@@ -132,6 +132,65 @@ def test_negative_control_different_gpus_do_not_block(tmp_path):
     assert second["got"] < first["released"]
 
 
+LOCK_CONFTEST = """
+import types
+
+import torch
+
+pytest_plugins = ["suites.plugins.gpu_binding"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+    torch.cuda.is_available = lambda: True  # a GPU of UUID GPU-FA4E-0001 (nothing here touches CUDA)
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(uuid="GPU-FA4E-0001")
+"""
+
+LOCK_TESTS = """
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = (
+    "import sys\\nfrom pathlib import Path\\nimport filelock\\nfrom suites.plugins.gpu_binding import exclusive_gpu\\n"
+    "try:\\n    with exclusive_gpu('fa4e-0001', Path(sys.argv[1]), timeout=0):\\n        print('free')\\n"
+    "except filelock.Timeout:\\n    print('held')\\n"
+)
+
+
+def _lock_state():
+    return subprocess.run([sys.executable, "-c", PROBE, os.environ["MLA_HARNESS_LOCK_DIR"]], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+@pytest.mark.gpu
+def test_gpu_test_holds_its_gpus_lock():
+    assert _lock_state() == "held"
+
+
+def test_other_test_leaves_it_free():
+    assert _lock_state() == "free"
+"""
+
+
+def test_every_gpu_test_holds_its_gpus_machine_wide_lock(tmp_path):
+    """The lock is taken, not only defined: a gpu test runs holding the lock of its GPU's UUID (another process cannot
+    take it), a test that is not gpu-marked does not. Before, `gpu_lock` was a fixture no test requested: timing
+    tests of two workers (or sessions) on one GPU overlapped."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(LOCK_CONFTEST)
+    (tmp_path / "test_lock.py").write_text(LOCK_TESTS)
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    env.update(MLA_HARNESS_LOCK_DIR=str(tmp_path / "locks"), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path / "test_lock.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "locks" / "gpu-fa4e-0001.lock").exists()
+
+
 INNER_TEST = """
 import os
 from pathlib import Path

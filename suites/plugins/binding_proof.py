@@ -9,7 +9,7 @@ first test, session end) that shows what start-up costs, and the pools it built 
 (harness.execute.prepared.PreparedCase.builds). After the workers finish, the
 controller runs `check` over the records: every worker ran on the GPU its binding names, two
 workers never share one GPU unless there are more workers than GPUs, and no worker holds a
-context on a GPU it does not own. Problems fail the session; the verdict lands in ``DIR/check.json``.
+context on a GPU it does not own; on a GPU runner (--gpu-runner) every test process ran a gpu test. Problems fail the session; the verdict lands in ``DIR/check.json``.
 
 GPU enumeration goes through `PROBE` (an `NvmlProbe`), which tests replace with a fake.
 """
@@ -185,9 +185,12 @@ class Verdict:
         return not self.problems
 
 
-def check(records: Sequence[Record], expected: Mapping[str, str | None], visible: Iterable[str]) -> Verdict:
+def check(records: Sequence[Record], expected: Mapping[str, str | None], visible: Iterable[str],
+          require_gpu_tests: bool = False) -> Verdict:
     """Workers against their binding. `expected`: worker -> UUID its binding names (None: unknown or
-    not bound; every worker of the run must be a key); `visible`: UUIDs of the parent's GPUs."""
+    not bound; every worker of the run must be a key); `visible`: UUIDs of the parent's GPUs.
+    `require_gpu_tests` (a GPU runner, --gpu-runner): a test process that ran no gpu test is a problem (its GPU
+    unusable, or every test it got skipped), not a note."""
     visible = set(visible)
     problems, notes, ran = [], [], {}
     by_worker = {r.worker: r for r in records}
@@ -197,7 +200,7 @@ def check(records: Sequence[Record], expected: Mapping[str, str | None], visible
         ran[r.worker] = gpus[0] if len(gpus) == 1 else None
         own = expected.get(r.worker)
         if not gpus:
-            notes.append(f"{r.worker}: ran no gpu test")
+            (problems if require_gpu_tests else notes).append(f"{r.worker}: ran no gpu test")
         elif len(gpus) > 1:
             problems.append(f"{r.worker}: ran gpu tests on {len(gpus)} GPUs: {', '.join(gpus)}")
         elif own is not None and gpus[0] != own:

@@ -1,17 +1,20 @@
-"""pytest plugin: one GPU per xdist worker, and an exclusive per-GPU lock for timings.
+"""pytest plugin: one GPU per xdist worker, and one gpu test at a time on each GPU.
 
 Under ``pytest -n N`` the controller lists the GPUs once (the parent's
 CUDA_VISIBLE_DEVICES entries, else ``MLA_HARNESS_NUM_GPUS``, else the GPUs NVML or
 nvidia-smi list, without importing torch or initialising CUDA) and hands the list to every worker; worker gwK then sets
 CUDA_VISIBLE_DEVICES to entry K % len(list) in its pytest_configure, before any
 test module can touch CUDA. Tests use the ``gpu_device`` fixture (always cuda:0
-of what the worker sees). With more workers than GPUs two workers share a GPU;
-tests that time kernels take ``gpu_lock``, a file lock per physical GPU in
-``MLA_HARNESS_LOCK_DIR`` (default <tmp>/mla-harness-gpu-locks, shared by every
-worker and every pytest session on the machine), so timings never overlap.
-Lock names are the parent's CUDA_VISIBLE_DEVICES entries (indices or UUIDs):
-sessions with different masks on one machine should use UUIDs. Workers also get
-CUDA_DEVICE_ORDER=PCI_BUS_ID (unless set), so an index means what nvidia-smi and NVML say.
+of what the worker sees). Workers also get CUDA_DEVICE_ORDER=PCI_BUS_ID (unless set),
+so an index means what nvidia-smi and NVML say.
+
+Every ``gpu`` test runs (setup, call, teardown) holding its GPU's lock: a file lock named by
+the physical GPU's UUID (torch's cuda:0, whatever the mask) in ``MLA_HARNESS_LOCK_DIR``
+(default <tmp>/mla-harness-gpu-locks), shared by every worker and every pytest session on the
+machine. So a gpu test that times kernels (test_perf.py, the all-reduce stand-in's latency) never
+overlaps another harness gpu test on its GPU: not another worker's when there are more workers
+than GPUs, nor another session's. With one worker per GPU (CI) the lock is never contended.
+GPU work outside these pytest sessions (asv, a `harness run`) does not take it.
 
 ``--binding-proof DIR`` proves the binding on real GPUs: every test process records
 what it ran on, and the controller checks the records after the workers finish
@@ -20,6 +23,7 @@ what it ran on, and the controller checks the records after the workers finish
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -97,7 +101,7 @@ def lock_dir() -> Path:
 
 @contextmanager
 def exclusive_gpu(device: str, directory: Path | None = None, timeout: float = -1) -> Iterator[Path]:
-    """Hold the machine-wide lock of GPU `device` (a CUDA_VISIBLE_DEVICES entry); yields the lock path."""
+    """Hold the machine-wide lock of GPU `device` (its UUID: gpu_lock_key); yields the lock path."""
     directory = lock_dir() if directory is None else Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', device)}.lock"
@@ -197,11 +201,30 @@ def _bind(config: pytest.Config, workerinput) -> None:
         config.stash[_THREADS] = cpu_affinity.share_cpus(int(workerinput.get("workercount", 1)))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> None:
+@functools.cache
+def gpu_lock_key() -> str | None:
+    """The UUID of the GPU this process's gpu tests run on (torch's cuda:0), None without a usable GPU."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return None
+        return binding_proof.normalize_uuid(torch.cuda.get_device_properties(0).uuid)
+    except Exception:  # a GPU that fails here fails (or skips) its tests by itself: nothing to serialise
+        return None
+
+
+@pytest.hookimpl(tryfirst=True, wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item):
+    """Every test: the proof's first-test time. A gpu test: hold its GPU's machine-wide lock while it runs."""
     record = item.config.stash.get(_RECORD, None)
     if record is not None:
         record.timeline.setdefault("first_test", time.time())
+    key = gpu_lock_key() if "gpu" in item.keywords else None
+    if key is None:
+        return (yield)
+    with exclusive_gpu(key):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -248,7 +271,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     expected = binding_proof.expected_uuids(assignment, gpus)
     visible = {u for u in (binding_proof.resolve(d, gpus) for d in devices) if u is not None}
     records = binding_proof.load_records(proof)
-    verdict = binding_proof.check(records, expected, visible)
+    verdict = binding_proof.check(records, expected, visible, require_gpu_tests=config.getoption("gpu_runner", False))
     start = binding_proof.process_start_time()
     timeline = binding_proof.timeline_summary(records, start, time.time())
     binding_proof.write_check(proof, verdict, expected, visible, timeline)
@@ -282,12 +305,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         return "gpu_binding: no GPU visible, workers are not bound"
     assignment = plan(workers, devices)
     line = "gpu_binding: " + ", ".join(f"{w}->{d}" for w, d in assignment.items())
-    return line + (" (more workers than GPUs: gpu_lock serialises timings)" if shared_gpus(assignment) else "")
-
-
-def _lock_key(config: pytest.Config) -> str:
-    bound = config.stash.get(BOUND, None)
-    return bound if bound is not None else (visible_devices(os.environ.get(CUDA_VISIBLE), 1) or ["0"])[0]
+    return line + (" (more workers than GPUs: gpu tests on a shared GPU take turns)" if shared_gpus(assignment) else "")
 
 
 @pytest.fixture(scope="session")
@@ -298,10 +316,3 @@ def gpu_device():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False")
     return torch.device("cuda", 0)
-
-
-@pytest.fixture
-def gpu_lock(pytestconfig, gpu_device):
-    """Hold this GPU's machine-wide lock for the test (for timings); yields the device."""
-    with exclusive_gpu(_lock_key(pytestconfig)):
-        yield gpu_device
