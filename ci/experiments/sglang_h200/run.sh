@@ -4,7 +4,7 @@
 #   bash ci/experiments/sglang_h200/run.sh OUT [env|tests|suite|runs|fused]...   (default: env tests runs)
 # env    the environment: GPU, torch, the time `import flashinfer_mla_backend` takes, the sgl_kernel stand-in
 # tests  python -m pytest suites/gpu -m gpu -k sglang  (junit: OUT/gpu-sglang-junit.xml)
-# suite  the whole GPU suite, SGLang-backed tests included, in one process (no xdist: one worker per GPU is the
+# suite  the whole GPU suite as a GPU runner runs it (--gpu-runner: an undeclared skip fails), SGLang-backed tests included, in one process (no xdist: one worker per GPU is the
 #        rule, and on one GPU several workers each building a production pool ran out of memory; junit:
 #        OUT/gpu-junit.xml; a suite past SUITE_TIMEOUT is interrupted, so its junit still holds what ran). JIT_TAR= / TRITON_TAR= name packed FlashInfer JIT and Triton caches (cold: minutes)
 # runs   python -m ci.experiments.sglang_h200 OUT/runs  (8 prod runs: stock, sglang_flashinfer, sglang_fa3; RUNS= and
@@ -33,7 +33,7 @@ print('sglang', runtime.version(), 'sgl_kernel stand-in:', stand_in.is_stand_in(
 print('fa3 backend:', runtime.import_reason(runtime.FA3_BACKEND))"; } 2>&1 | tee "$OUT/env.txt" ;;
     tests) timeout -s INT -k 20 "${TESTS_TIMEOUT:-300}" python3 -m pytest suites/gpu -m gpu -k sglang -q -rs -p no:cacheprovider \
              --junitxml="$OUT/gpu-sglang-junit.xml" 2>&1 | tee "$OUT/gpu-sglang-pytest.log" | tail -40 ;;
-    suite) timeout -s INT -k 20 "${SUITE_TIMEOUT:-480}" python3 -m pytest suites/gpu -m gpu -q -rfEs -p no:cacheprovider \
+    suite) timeout -s INT -k 20 "${SUITE_TIMEOUT:-480}" python3 -m pytest suites/gpu -m gpu --gpu-runner -q -rfEs -p no:cacheprovider \
              --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-pytest.log" | tail -40 ;;
     runs) timeout -k 5 "${RUNS_TIMEOUT:-500}" python3 -m ci.experiments.sglang_h200 /tmp/sglang-runs --repeats "${REPEATS:-20}" \
              ${RUNS:+--runs $RUNS} 2>&1 | tee "$OUT/runs.log" | grep -v '^\s*$' | tail -60
