@@ -15,10 +15,12 @@ one commit the same way (into a temporary folder put first on PYTHONPATH) and ru
 `python -m harness run --json` with it into a private file, copied to OUT (a file or a stream such as /dev/stdout),
 so `python -m harness compare BASE.json HEAD.json` gates two commits (a run that checked none of the commit's SGLang,
 every SGLang-backed strategy unsupported, exits 2 with one line naming why). --sglang-repo defaults to $MLA_SGLANG_REPO; the checkout's Python project is
-its python/ folder (SGLang's layout) or its root. Bad input (not a git repository, an unknown
-commit, no SGLang project at a commit, an OUT `harness run` would refuse) is one line and exit 2, before anything
-runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary install (pip's
-temporary folders with it), says 'interrupted' and exits 130.
+its python/ folder (SGLang's layout) or its root, which the gate only reads (each commit is built in a clone). Bad input
+(not a git repository, an unknown commit, BASE and HEAD one commit, no SGLang project at a commit, an OUT `harness run`
+would refuse, an output inside the SGLang checkout, a --work folder that holds files and is not the gate's or has a link
+where the gate writes, a --bench that is no regex, a gate option with --json, a usage error) is one line and exit 2,
+before anything runs; Ctrl-C or SIGTERM (a cancelled job) stops the `harness run` it started, removes the temporary
+install (pip's temporary folders with it), says 'interrupted' and exits 130.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -39,6 +42,8 @@ from harness.fsio import check_writable, write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]  # the harness checkout: benchmarks and harness come from here
 BAD_INPUT = 2
+DEFAULT_WORK = ROOT / ".asv" / "sglang"
+WORK_OUTPUTS = ("asv.conf.json", "env", "results", "html")  # what the gate and asv write in --work
 DEFAULT_SCENARIOS = "b32-l4096"  # MLA_ASV_SCENARIOS unless given
 INSTALL = "python -m pip install --no-deps --no-build-isolation --no-index --no-compile --ignore-installed --quiet"
 # SGLang's own switch (python/setup.py) for a build without its Rust extension modules (gRPC server, multimodal,
@@ -84,6 +89,21 @@ def check_repo(path: str | None) -> Path:
     if top.returncode != 0:
         raise BadInput(f"--sglang-repo {path}: not a git repository")
     return Path(top.stdout.strip()).resolve()
+
+
+def checkout_folders(repo: Path) -> list[Path]:
+    """The checkout's work tree and its git folders (a worktree's lie elsewhere), links resolved."""
+    out = git(repo, "rev-parse", "--git-dir", "--git-common-dir").stdout.splitlines()
+    return list(dict.fromkeys([repo, *((repo / p).resolve() for p in out)]))
+
+
+def refuse_inside_checkout(repo: Path, outputs: list[tuple[str, Path | None]]) -> None:
+    """BadInput when an output (option, path; None: not given) lies in the SGLang checkout, which the gate only reads."""
+    folders = checkout_folders(repo)
+    for flag, path in ((flag, path) for flag, path in outputs if path is not None):
+        real = Path(os.path.realpath(path))
+        if any(real == f or f in real.parents for f in folders):
+            raise BadInput(f"{flag}: {path} lies inside your SGLang checkout {repo}: the gate never writes there")
 
 
 def resolve(repo: Path, what: str, ref: str) -> str:
@@ -139,14 +159,28 @@ def _starts_with_made_by(path: Path) -> bool:
         return f.read(len(MADE_BY.encode())) == MADE_BY.encode()
 
 
+def check_work(repo: Path, work: Path) -> None:
+    """--work is new, empty or the gate's own (its asv.conf.json), outside the SGLang checkout, the goldens and the
+    harness's code, with no link where the gate or asv writes: nothing of yours there is replaced or written through."""
+    from harness.inputs.cases import refuse_clobbering
+
+    path = work / "asv.conf.json"
+    if path.exists() and not _starts_with_made_by(path):
+        raise BadInput(f"--work: {path} exists and is not the gate's: it is kept (choose another --work folder)")
+    if link := next((work / n for n in WORK_OUTPUTS if (work / n).is_symlink()), None):
+        raise BadInput(f"--work: {link} is a link to {os.path.realpath(link)}: the gate never writes through one")
+    refuse_inside_checkout(repo, [("--work", work)])
+    refuse_clobbering([("--work", work)], [])
+    if work.is_dir() and not path.exists() and any(work.iterdir()):
+        raise BadInput(f"--work: {work} holds files and is not the gate's folder: they are kept (choose a new or empty one)")
+
+
 def write_config(repo: Path, subdir: str, work: Path) -> Path:
-    """The gate's asv configuration in `work`; a file there that the gate did not write (an asv.conf.json of
-    yours) is kept: bad input."""
+    """The gate's asv configuration in `work` (`check_work`: a folder or file of yours there is bad input)."""
     path = work / "asv.conf.json"
     try:
+        check_work(repo, work)
         work.mkdir(parents=True, exist_ok=True)
-        if path.exists() and not _starts_with_made_by(path):
-            raise BadInput(f"--work: {path} exists and is not the gate's: it is kept (choose another --work folder)")
         path.write_text(MADE_BY + json.dumps(asv_config(repo, subdir, work), indent=2) + "\n")
     except OSError as exc:
         raise BadInput(f"--work: {work}: {exc.strerror or exc}") from None
@@ -176,6 +210,8 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     subdirs = {project_subdir(repo, c, ref) for c, ref in ((base, args.commits[0]), (head, args.commits[1]))}
     if len(subdirs) != 1:
         raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
+    if base == head:  # asv_gate refuses it too, but after the configuration and the machine file are written
+        raise BadInput(f"HEAD {args.commits[1]!r} is the same commit as BASE {args.commits[0]!r} ({base[:12]}): the gate needs two")
     config = write_config(repo, subdirs.pop(), args.work)
     for name, value in BUILD_ENV.items():  # asv's install_command inherits this environment
         os.environ.setdefault(name, value)
@@ -247,16 +283,18 @@ def _joined(path: str) -> str:
     return os.path.join(os.getcwd(), path)
 
 
-def check_out(out: Path, extra: list[str]) -> None:
+def check_out(out: Path, extra: list[str], repo: Path) -> None:
     """The checks `harness run --json OUT` makes (harness/cli/run.py), before the install (the child writes a private
     file, which the gate copies to OUT): OUT is none of its inputs (the --scenario-file, the harness's own files, a golden
-    file), not inside a golden folder (--golden-dir's too), not the --dump-outputs folder or a dump there, and writable."""
+    file), not inside a golden folder (--golden-dir's too), not the --dump-outputs folder or a dump there, and writable;
+    neither OUT nor the --dump-outputs folder lies inside the SGLang checkout `repo`."""
     from types import SimpleNamespace
 
     from harness.cli.common import inputs_of
     from harness.inputs.cases import refuse_clobbering, use_golden_dir
 
     given, _ = run_parser().parse_known_args(extra)
+    refuse_inside_checkout(repo, [("--json", out), ("--dump-outputs", given.dump_outputs)])
     use_golden_dir(given.golden_dir)
     try:
         refuse_clobbering([("--json", out)], inputs_of(SimpleNamespace(scenario=SimpleNamespace(source=given.scenario_file))))
@@ -281,7 +319,7 @@ def run_harness(cmd: list[str], **kwargs) -> int:
 def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
     """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
     (ref,) = args.commits
-    check_out(args.json, extra)
+    check_out(args.json, extra, repo)
     from harness.cli import writes_stdout
 
     console = sys.stderr if writes_stdout(args) else sys.stdout  # --json /dev/stdout: the results alone go there
@@ -353,15 +391,29 @@ def unchecked(verdicts: dict[str, tuple[str, str | None]]) -> str | None:
     return "no SGLang-backed strategy ran: " + "; ".join(f"{s} {status}: {reason}" for s, (status, reason) in sglang.items())
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the usage first)
+        self.exit(BAD_INPUT, f"sglang-gate: {message}\n")
+
+
+def bench_arg(text: str) -> str:
+    """--bench as asv reads it: a Python regex (else asv fails only after building both commits)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression ({exc})") from None
+    return text
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m ci.sglang_gate", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m ci.sglang_gate", description=__doc__.splitlines()[0])
     parser.add_argument("--sglang-repo", help="your SGLang git checkout (default: $MLA_SGLANG_REPO)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="run `harness run --json OUT` for ONE commit instead of the gate")
-    parser.add_argument("--factor", type=asv_gate.factor_arg, default=1.05, help="the asv gate's factor, in (1, 2) (default 1.05; 5%% is 1.05)")
-    parser.add_argument("--bench", help="regex selecting asv benchmarks")
+    parser.add_argument("--factor", type=asv_gate.factor_arg, help="the asv gate's factor, in (1, 2) (default 1.05; 5%% is 1.05)")
+    parser.add_argument("--bench", type=bench_arg, help="regex selecting asv benchmarks")
     parser.add_argument("--machine", help="asv machine name")
-    parser.add_argument("--work", type=Path, default=ROOT / ".asv" / "sglang",
-                        help="asv's configuration, environments and results (default .asv/sglang)")
+    parser.add_argument("--work", type=Path, help="asv's configuration, environments and results: a new or empty folder, "
+                                                  "or one the gate made (default .asv/sglang)")
     parser.add_argument("commits", nargs="+", metavar="COMMIT", help="BASE HEAD (gate), or COMMIT (--json)")
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -369,6 +421,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     want = 1 if args.json else 2
     if len(args.commits) != want:
         parser.error(f"{'--json takes one COMMIT' if args.json else 'the gate takes BASE and HEAD'}, got {len(args.commits)}")
+    if args.json and (given := [f"--{n}" for n in ("factor", "bench", "machine", "work") if getattr(args, n) is not None]):
+        parser.error(f"{given[0]} is an option of the gate (BASE HEAD), not of --json")
+    args.factor = 1.05 if args.factor is None else args.factor
+    args.work = DEFAULT_WORK if args.work is None else args.work
     return args, extra
 
 

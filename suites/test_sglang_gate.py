@@ -533,7 +533,8 @@ def test_base_and_head_with_the_project_in_other_folders_is_bad_input(tmp_path, 
     git(repo, "tag", "root")
     code, lines = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work"), "a", "root")
     assert code == 2 and len(lines) == 1 and "different folders" in lines[0] and no_asv["gate"] == []
-    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work2"), "root", "root")  # twin
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "root2"], check=True, env=env)
+    code, _ = run_main(capsys, "--sglang-repo", str(repo), "--work", str(tmp_path / "work2"), "root", "HEAD")  # twin
     assert code == 0 and len(no_asv["gate"]) == 1
 
 
