@@ -31,6 +31,7 @@ from harness import datafiles
 from harness.errors import HarnessError
 from suites.hang_guard import HANG_GUARD_S
 from suites.helpers import interrupt_when_marked
+from suites.workflow_files import GIT_ENV
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -105,8 +106,6 @@ CONF = {
 MACHINE = "gate-test"
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
 
 def _git(cwd: Path, *args: str) -> None:

@@ -11,42 +11,26 @@ repository standing in for GitHub's.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from suites.hang_guard import HANG_GUARD_S
+from suites.workflow_files import GIT_ENV, WORKFLOWS
+from suites.workflow_files import load as _load
+from suites.workflow_files import triggers as _triggers
+from suites.workflow_files import workflows as _workflows
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOWS = REPO / ".github" / "workflows"
 PUBLISH = WORKFLOWS / "asv-publish.yml"
 PR_TRIGGERS = {"pull_request", "pull_request_target"}
 MACHINE = "gpu-8x-sm120"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 # a path every job on the runner shares: the runner user's home, its caches, a cache GitHub restores across runs
 SHARED_PATH = re.compile(r"\$HOME\b|\$\{HOME\}|(?<![\w.-])~(?=/|\s|$)|/home/|\.cache/|XDG_\w+|actions/cache\b|"
                          r"\bhashFiles\(")
-
-
-def _load(path: Path) -> dict:
-    doc = yaml.safe_load(path.read_text())
-    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
-    return doc
-
-
-def _workflows() -> dict[str, dict]:
-    return {p.name: _load(p) for p in sorted(WORKFLOWS.glob("*.yml"))}
-
-
-def _triggers(doc: dict) -> set[str]:
-    on = doc["on"]
-    return {on} if isinstance(on, str) else set(on)
 
 
 def _self_hosted(job: dict) -> bool:

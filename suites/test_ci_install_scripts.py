@@ -12,19 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from suites.hang_guard import HANG_GUARD_S
+from suites.workflow_files import workflow as _workflow
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOWS = REPO / ".github" / "workflows"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def _workflow(name: str) -> dict:
-    doc = yaml.safe_load((WORKFLOWS / name).read_text())
-    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
-    return doc
 
 
 # --- D: ci/install_sglang_cpu.sh VENV TORCH_VENV, twice ----------------------------------------------------------------

@@ -27,26 +27,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from suites.hang_guard import HANG_GUARD_S
+from suites.workflow_files import GIT_ENV
+from suites.workflow_files import workflows as _workflows
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOWS = REPO / ".github" / "workflows"
 PERF = ("perf-gate.yml", "asv-publish.yml", "sglang-gate.yml")
 PER_PR_OR_REF = "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}"
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def _load(path: Path) -> dict:
-    doc = yaml.safe_load(path.read_text())
-    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
-    return doc
-
-
-def _workflows() -> dict[str, dict]:
-    return {p.name: _load(p) for p in sorted(WORKFLOWS.glob("*.yml"))}
 
 
 def _git(repo: Path, *args: str) -> str:

