@@ -87,7 +87,9 @@ def check_repo(path: str | None) -> Path:
         raise BadInput(f"--sglang-repo {path}: no such folder")
     top = git(repo, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
-        raise BadInput(f"--sglang-repo {path}: not a git repository")
+        bare = git(repo, "rev-parse", "--is-bare-repository").stdout.strip() == "true"
+        raise BadInput(f"--sglang-repo {path}: " + ("a bare repository: give a checkout of SGLang (git clone it)" if bare
+                                                    else "not a git repository"))
     return Path(top.stdout.strip()).resolve()
 
 

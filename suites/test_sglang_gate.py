@@ -110,7 +110,7 @@ def no_asv(monkeypatch, tmp_path_factory):
     return calls
 
 
-@pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given",
+@pytest.mark.parametrize("case", ["no-such-folder", "not-a-repo", "bare-repo", "unknown-base", "unknown-head", "no-project", "no-repo-given",
                                   "work-is-a-file", "work-holds-your-config", "env-repo-empty", "env-repo-missing", "no-asv"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv, case):
     repo = fake_sglang(tmp_path)
@@ -118,6 +118,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
     argv, names = {
         "no-such-folder": (["--sglang-repo", str(tmp_path / "nope"), "a", "b"], "no such folder"),
         "not-a-repo": (["--sglang-repo", str(tmp_path / "plain"), "a", "b"], "not a git repository"),
+        "bare-repo": (["--sglang-repo", str(tmp_path / "bare.git"), "a", "b"], "a bare repository: give a checkout"),
         "unknown-base": (["--sglang-repo", str(repo), "nope", "b"], "BASE 'nope': unknown commit"),
         "unknown-head": (["--sglang-repo", str(repo), "a", "v9.9"], "HEAD 'v9.9': unknown commit"),
         "no-project": (["--sglang-repo", str(tmp_path), "a", "b"], "no SGLang project"),
@@ -134,6 +135,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, no_asv,
     if case.startswith("env-repo"):  # the checkout named by the variable instead of --sglang-repo
         monkeypatch.setenv("MLA_SGLANG_REPO", "" if case == "env-repo-empty" else str(tmp_path / "nope"))
     (tmp_path / "plain").mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "bare.git")], check=True)
     (tmp_path / "plain" / "f").write_text("a file")
     (tmp_path / "plain" / "asv.conf.json").write_text('{"my": "config"}')  # the user's: never replaced
     if case == "no-project":  # a git repo whose commits hold no SGLang project
