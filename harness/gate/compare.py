@@ -269,6 +269,10 @@ def _known_device(results: ResultsFile, where: str) -> str:
         i, row = telling[0]
         raise HarnessError(f"{where}: rows[{i}].gating", f"{row.gating}, as every row that tells, was written on another "
                                                          f"device than environment.device {device!r}: a relabelled file is not judged")
+    # a run records environment.gpu on CUDA only: beside cpu (its rows' gating edited too, or none), relabelled
+    if kind == "cpu" and results.environment.gpu:
+        raise HarnessError(f"{where}: environment.gpu", f"{results.environment.gpu!r}, which a run records on CUDA only, beside "
+                                                        f"environment.device {device!r}: a relabelled file is not judged")
     return kind or "cpu"
 
 
