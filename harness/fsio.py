@@ -167,6 +167,13 @@ def refuse_overwriting_inputs(outputs, inputs, protected) -> None:
                 raise HarnessError(flag, f"{out} is {what} {path}: outputs never overwrite inputs")
 
 
+def refuse_filled_dir(folder: Path, flag: str, force: bool, writes: str) -> None:
+    """An output folder is new or empty unless `force`, which writes `writes` into it: a folder that already holds
+    files is never written into unasked."""
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise HarnessError(flag, f"{folder} already holds files; --force writes {writes} into it")
+
+
 def check_new_dir(folder: str | Path, flag: str) -> Path:
     """Fail unless `folder` is a writable folder or can be created (nothing is created); the folder, or its
     nearest existing ancestor."""

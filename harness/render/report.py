@@ -24,7 +24,7 @@ from rich.text import Text
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError
-from harness.fsio import check_new_dir, check_writable, refuse_link, write_files
+from harness.fsio import check_new_dir, check_writable, refuse_filled_dir, refuse_link, write_files
 from harness.gate.compare import env_value, index_rows, is_number, load_results, short_commit
 from harness.render.table import STATUS_STYLE
 from harness.results.metrics import METRICS, readable
@@ -467,8 +467,7 @@ REPORT_FILES = ("report.md", "step_ms.png", "cast_us.png", "trend_step_ms.png", 
 def check_out_dir(out_dir: Path, force: bool) -> None:
     """Before rendering: --out is a folder, new or empty unless `force`; never a file. Each file the report may
     write is checked as every output is (fsio.check_writable): one made there while the report renders is kept."""
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise HarnessError("--out", f"{out_dir} already holds files; --force writes report.md and plots into it")
+    refuse_filled_dir(out_dir, "--out", force, "report.md and plots")
     check_new_dir(out_dir, "--out")
     for name in REPORT_FILES:
         refuse_link(out_dir / name, "--out")

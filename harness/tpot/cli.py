@@ -144,7 +144,6 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     return timed_or_fail(rows)
 
 
-
 def _layers_option(args) -> str:
     """The option the user gave that set the pool's layer count: --layers, else --scale NAME, else --shrink (the
     default scale's layers against its smaller model)."""

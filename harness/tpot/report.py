@@ -17,7 +17,7 @@ import msgspec
 
 from harness.datafiles import read_json
 from harness.errors import HarnessError, interruptible
-from harness.fsio import check_writable, refuse_link, write_files
+from harness.fsio import check_writable, refuse_filled_dir, refuse_link, write_files
 from harness.gate.compare import device_type, load_results
 from harness.inputs.cases import refuse_clobbering
 from harness.results.metrics import readable
@@ -316,9 +316,7 @@ def main(argv=None) -> int:
     try:
         outputs = [("--out", args.out / name) for name in ("tpot.md", "tpot.png")]
         refuse_clobbering(outputs, [("a results file", p) for p in (*args.results, *([args.tp2] if args.tp2 else []))])
-        # new or empty unless --force, as `harness report`'s --out (render.report.check_out_dir, a layer tpot can't import)
-        if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
-            raise HarnessError("--out", f"{args.out} already holds files; --force writes tpot.md and tpot.png into it")
+        refuse_filled_dir(args.out, "--out", args.force, "tpot.md and tpot.png")  # as `harness report`'s --out
         for flag, path in outputs:
             refuse_link(path, flag)
             check_writable(path, flag, args.force)
