@@ -10,7 +10,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare, parse_factor
 from harness.results.document import Case, Row, document, write_results
-from harness.results.schema import SCHEMA, SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4
+from harness.results.schema import SCHEMA, SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, sample_iqr
 from suites.helpers import nudged
 
 ENV = {"gpu": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0", "git_commit": "abc", "hostname": "ci", "device": "cuda:0"}
@@ -29,7 +29,7 @@ def _samples(median: float, spread: float = 0.01, n: int = 40, seed: int = 0) ->
 def _timed(strategy: str, metric: str, median: float, spread: float = 0.01, seed: int = 0, **extra) -> Row:
     samples = _samples(median, spread, seed=seed)
     return Row(**CASE, strategy=strategy, metric=metric, value=float(np.median(samples)),
-               iqr=float(np.subtract(*np.percentile(samples, [75, 25]))), samples=samples, **extra)
+               iqr=sample_iqr(samples), samples=samples, **extra)
 
 
 def _rows(cast_us: float = 10.4, verdict: str = "pass", spread: float = 0.01, seed: int = 0,
@@ -148,6 +148,7 @@ def test_too_few_samples_cannot_be_judged(write, capsys):
     for base_samples, head_samples, counts in (([10.4] * 3, [20.0] * 3, "3 vs 3"), ([10.4] * 40, [], "40 vs 1")):
         base, head = _rows(), _rows(cast_us=20.0)
         base[0].samples, head[0].samples = base_samples, head_samples
+        base[0].iqr, head[0].iqr = sample_iqr(base_samples), sample_iqr(head_samples)
         change = _change(compare_results(_doc(base), _doc(head), 0.05), "gather_cast", "cast_us")
         assert change.status == "undersampled" and "too few samples" in change.note
         assert main_compare(write("base.json", base), write("head.json", head), "5%") == 2
@@ -158,6 +159,7 @@ def test_too_few_samples_cannot_be_judged(write, capsys):
         assert "CANNOT JUDGE (exit 2)" in said
     base, head = _rows(), _rows(cast_us=20.0)
     base[0].samples, head[0].samples = [10.4] * 5, [20.0] * 5
+    base[0].iqr = head[0].iqr = 0.0
     assert main_compare(write("base.json", base), write("head.json", head), "5%") == 1
 
 

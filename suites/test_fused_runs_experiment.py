@@ -38,6 +38,7 @@ def scale_attention(factor: float):
     def change(doc):
         row = fused_row(doc, "attn_us")
         row["samples"] = [s * factor for s in row["samples"]]
+        row["iqr"] *= factor
         row["value"] = statistics.median(row["samples"])
     return change
 

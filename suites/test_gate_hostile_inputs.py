@@ -20,6 +20,7 @@ def _doc(n: int) -> dict:
 def _slower(doc: dict, factor: float) -> dict:
     row = next(r for r in doc["rows"] if r["strategy"] == "fused_fp8" and r["metric"] == "attn_us")
     row["samples"] = [v * factor for v in row["samples"]]
+    row["iqr"] *= factor
     row["value"] = statistics.median(row["samples"])
     return doc
 

@@ -20,7 +20,7 @@ import pytest
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
-from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results
+from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results, sample_iqr
 from suites.hang_guard import HANG_GUARD_S
 from suites.helpers import another_run, nudged
 
@@ -65,8 +65,8 @@ def _set_verdict(doc: dict, strategy: str, value: str) -> None:
 
 
 def _set_samples(row: dict, samples: list[float]) -> None:
-    """Timing samples edited as a writer would record them: the value is their median."""
-    row.update(samples=samples, value=statistics.median(samples))
+    """Timing samples edited as a writer would record them: the value is their median, the iqr theirs."""
+    row.update(samples=samples, value=statistics.median(samples), iqr=sample_iqr(samples))
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
@@ -289,8 +289,7 @@ def test_gpu_base_against_cpu_head_cannot_judge_both_ways(a, tmp_path, capsys):
     gpu = _on_gpu(a)
     slower = copy.deepcopy(a)
     for row in (r for r in _rows(slower, "cast_us") if r["value"] is not None):
-        row["samples"] = [v * 1.2 for v in row["samples"]]
-        row["value"] *= 1.2
+        _set_samples(row, [v * 1.2 for v in row["samples"]])
     for base, head in ((gpu, slower), (slower, gpu), (gpu, a), (a, gpu)):
         code, out, _ = _compare(tmp_path, base, head, capsys)
         assert code == 2 and "ENVIRONMENTS DIFFER: device" in out and "CANNOT JUDGE" in out
@@ -405,7 +404,9 @@ def test_a_malformed_clock_guard_is_bad_input(a, tmp_path, capsys, guard, field)
 def test_a_unit_change_is_bad_input(a, tmp_path, capsys, metric, unit, factor):
     head = copy.deepcopy(a)
     row = _rows(head, metric, "gather_cast")[0]
-    row.update(unit=unit, value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
+    row.update(unit=unit, value=row["value"] * factor)
+    if row["samples"]:
+        _set_samples(row, [v * factor for v in row["samples"]])
     code, out, err = _compare(tmp_path, a, head, capsys)
     assert code == 2 and out == ""
     _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit), "is not the metric table's")
@@ -531,7 +532,7 @@ def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys
     math domain error traceback)."""
     base, head = _on_gpu(a), _on_gpu(a)
     for doc, scale in ((base, 1e-200), (head, 1e200)):
-        _rows(doc, "cast_us", "stock")[0].update(value=scale * 1.045, samples=[scale * (1 + i / 100) for i in range(10)])
+        _set_samples(_rows(doc, "cast_us", "stock")[0], [scale * (1 + i / 100) for i in range(10)])
     code, out, err = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "stock/cast_us regressed" in out and "inf" in out and err == ""
     code, out, err = _compare(tmp_path, head, base, capsys)
@@ -544,7 +545,7 @@ def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys
 def _shift(doc: dict, metric: str, strategy: str, factor: float) -> dict:
     doc = copy.deepcopy(doc)
     row = _rows(doc, metric, strategy)[0]
-    row.update(value=row["value"] * factor, samples=[v * factor for v in row["samples"]])
+    _set_samples(row, [v * factor for v in row["samples"]])
     return doc
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.results.schema import SCHEMA, SCHEMA_V3, SCHEMA_V4, read_results
+from harness.results.schema import SCHEMA, SCHEMA_V3, SCHEMA_V4, Row, read_results, sample_iqr
 from suites.helpers import another_run, nudged
 
 SMALL = ("--device", "cpu", "--slots", "2048", "--repeats", "1")
@@ -149,11 +149,19 @@ def _samples_not_the_value(row) -> bool:
     return False
 
 
+def _iqr_not_the_samples(row) -> bool:
+    if row["metric"] == "cast_us" and row["iqr"]:
+        row["iqr"] /= 4  # whiskers a quarter as wide as the samples' spread: `report` draws them
+        return True
+    return False
+
+
 @pytest.mark.parametrize("edit, field, words", [(_verdict_says_fail, "detail.status", "contradicts the verdict 'pass'"),
                                                (_more_mismatches_than_values, "detail.stats.mismatches", "more than total"),
-                                               (_samples_not_the_value, "value", "is not the median of its samples")])
+                                               (_samples_not_the_value, "value", "is not the median of its samples"),
+                                               (_iqr_not_the_samples, "iqr", "is not the interquartile range of its 4 samples")])
 def test_a_row_that_contradicts_itself_is_bad_input(tmp_path, capsys, edit, field, words):
-    good = _run(tmp_path, "r.json", "--scenario", "b1-l500", "--repeats", "3")
+    good = _run(tmp_path, "r.json", "--scenario", "b1-l500", "--repeats", "4")
     bad, index = _edited(tmp_path, good, edit)
     capsys.readouterr()
     assert main(["compare", str(good), str(bad)]) == 2
@@ -161,3 +169,16 @@ def test_a_row_that_contradicts_itself_is_bad_input(tmp_path, capsys, edit, fiel
     assert line.startswith(f"error: {bad}: ") and f"rows[{index}].{field}" in line and words in line, line
     twin, _ = _edited(tmp_path, good, lambda row: row["metric"] == "verdict")  # twin: the same copy, unedited
     assert main(["compare", str(good), str(twin)]) == 0
+
+
+def test_a_rows_iqr_is_its_samples_spread():
+    """The iqr `report` draws must be the samples' (sample_iqr); under 4 samples none is told, and the 0 that `tpot`
+    recorded there before is still read. Twins: a spread no sample backs, and one told of 3 samples, are refused."""
+    case = dict(preset="glm5-tp8", scale="ci", scenario="b1-l500", strategy="stock", backend="torch", metric="cast_us")
+    four = [1.0, 2.0, 3.0, 4.0]
+    assert Row(**case, value=2.5, iqr=sample_iqr(four), samples=four).iqr == 2.5
+    for iqr in (None, 0.0):
+        Row(**case, value=2.0, iqr=iqr, samples=[1.0, 2.0, 3.0])
+    for iqr, samples, value in ((0.6, four, 2.5), (None, four, 2.5), (0.5, [1.0, 2.0, 3.0], 2.0)):
+        with pytest.raises(ValueError, match=r"^iqr: .* is not the interquartile range of its \d samples"):
+            Row(**case, value=value, iqr=iqr, samples=samples)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.results.schema import sample_iqr
+
 GRAPH_ROUNDS = 3  # separately captured benchmark calls per single-kernel timing
 
 
@@ -29,11 +31,8 @@ class Samples:
 
     @property
     def iqr(self) -> float | None:
-        """The interquartile range; None under 4 samples (no spread to tell, not a spread of zero)."""
-        if len(self.values) < 4:
-            return None
-        q = statistics.quantiles(self.values, n=4)
-        return q[2] - q[0]
+        """The interquartile range; None under 4 samples (results.schema.sample_iqr)."""
+        return sample_iqr(self.values)
 
 
 @contextmanager

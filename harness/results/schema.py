@@ -95,6 +95,23 @@ class Case(msgspec.Struct, forbid_unknown_fields=True):
     workload_v4: Sha256 | None
 
 
+def sample_iqr(values) -> float | None:
+    """What a row's `iqr` is: its samples' interquartile range (statistics.quantiles, n=4); None under 4
+    samples (no spread to tell, not a spread of zero)."""
+    if len(values) < 4:
+        return None
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
+def _same_spread(recorded: float | None, spread: float | None, samples: list[float]) -> bool:
+    """A recorded iqr is `spread`, the samples' own, up to rounding (relative to the samples' size: identical samples'
+    quantiles may differ in their last bits); under 4 samples, null or the 0 `tpot` recorded before this rule."""
+    if spread is None:
+        return recorded is None or recorded == 0
+    return recorded is not None and math.isclose(recorded, spread, rel_tol=1e-9, abs_tol=1e-9 * max(samples))
+
+
 def _number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -107,7 +124,8 @@ class Row:
     """One (case, strategy, metric) result. Unit and direction come from the metric table
     (harness/results/metrics.py) when not given. Checked on construction and on read: a verdict is one
     of VERDICTS; a numeric metric's value is a finite number >= 0 (a timing's value and every
-    sample > 0) and, with samples, their median (what every writer records); a verdict's detail
+    sample > 0) and, with samples, their median and its iqr theirs (sample_iqr: what every writer records, and
+    what `report` draws as whiskers); a verdict's detail
     matches Detail (its statistics non-negative, mismatches <= total) and its status is the verdict."""
 
     preset: str
@@ -144,6 +162,8 @@ class Row:
                     raise ValueError(f"{name}: {self.metric} must be a finite number {least}, got {v!r}")
             if self.samples and not math.isclose(self.value, median := statistics.median(self.samples), rel_tol=1e-9):
                 raise ValueError(f"value: {self.value!r} is not the median of its samples ({median!r})")
+            if self.samples and not _same_spread(self.iqr, spread := sample_iqr(self.samples), self.samples):
+                raise ValueError(f"iqr: {self.iqr!r} is not the interquartile range of its {len(self.samples)} samples ({spread!r})")
         if self.detail is not None:
             try:
                 detail = msgspec.convert(self.detail, Detail)

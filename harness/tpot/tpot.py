@@ -32,6 +32,7 @@ from harness.inputs.pool import KVPool, PoolGeometry
 from harness.measure import collect
 from harness.measure.timing import event_time_ms, host_time_ms
 from harness.results.document import Row
+from harness.results.schema import sample_iqr
 from harness.strategies import REGISTRY
 from harness.tpot import bytes as nbytes
 from harness.tpot.allreduce import AllReduce
@@ -304,11 +305,10 @@ def to_rows(ctx: TpotContext, results: list[TpotResult], backend_name: str, copy
             **fit_note(ctx, r.strategy), **r.extra, "guard": r.guards["tpot_ms"],
         }
         med = lambda v: statistics.median(v)  # noqa: E731
-        iqr = lambda v: (lambda q: q[2] - q[0])(statistics.quantiles(v, n=4)) if len(v) >= 4 else 0.0  # noqa: E731
         rows += [
-            Row(strategy=r.strategy, metric="tpot_ms", value=r.tpot, unit="ms", better="lower", iqr=iqr(r.tpot_ms), samples=list(r.tpot_ms),
+            Row(strategy=r.strategy, metric="tpot_ms", value=r.tpot, unit="ms", better="lower", iqr=sample_iqr(r.tpot_ms), samples=list(r.tpot_ms),
                 detail=detail, **ident),
-            Row(strategy=r.strategy, metric="attn_path_ms", value=med(r.attn_path_ms), unit="ms", better="lower", iqr=iqr(r.attn_path_ms),
+            Row(strategy=r.strategy, metric="attn_path_ms", value=med(r.attn_path_ms), unit="ms", better="lower", iqr=sample_iqr(r.attn_path_ms),
                 samples=list(r.attn_path_ms), detail={"guard": r.guards["attn_path_ms"]}, **ident),
             attn_share_row(ctx, r, ident),
             Row(strategy=r.strategy, metric="step_weight_bytes", value=sb.weights, unit="B", **ident),
