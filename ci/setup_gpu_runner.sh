@@ -4,8 +4,10 @@
 # installed, and FlashInfer at the exact version ci/gpu-constraints.txt pins (a bundle's too: checked below).
 # Under GitHub Actions the venv's bin/ (and PYTHONPATH, for a bundle) reach later steps, and so do the
 # variables that keep a job off the state earlier jobs (pull requests' code among them) left on the runner:
-# no user site-packages (PYTHONNOUSERSITE=1: a --system-site-packages venv would import ~/.local's), and
-# Triton's, FlashInfer's and the CUDA driver's JIT caches in this job's own $RUNNER_TEMP (emptied after each job).
+# no user site-packages (PYTHONNOUSERSITE=1: a --system-site-packages venv would import ~/.local's), a home of
+# the job's own ($RUNNER_TEMP/home: pip's download cache and asv's ~/.asv-machine.json lived in the runner user's
+# home, where an earlier job could leave a wheel or a machine entry the next one used), and Triton's, FlashInfer's
+# and the CUDA driver's JIT caches in this job's own $RUNNER_TEMP (emptied after each job).
 #
 # env: MLA_HARNESS_OFFLINE_BUNDLE  path of an archive made by ci/build_offline_bundle.sh,
 #      for runners without a package index: flashinfer comes from it instead of pip.
@@ -18,10 +20,11 @@ job_env() {  # NAME VALUE: set here and, under GitHub Actions, for the job's lat
 }
 job_env PYTHONNOUSERSITE 1
 if [ -n "${RUNNER_TEMP:-}" ]; then
+    job_env HOME "$RUNNER_TEMP/home"
     job_env TRITON_CACHE_DIR "$RUNNER_TEMP/triton-cache"
     job_env FLASHINFER_WORKSPACE_BASE "$RUNNER_TEMP/flashinfer-workspace"
     job_env CUDA_CACHE_PATH "$RUNNER_TEMP/cuda-cache"
-    mkdir -p "$TRITON_CACHE_DIR" "$FLASHINFER_WORKSPACE_BASE" "$CUDA_CACHE_PATH"
+    mkdir -p "$HOME" "$TRITON_CACHE_DIR" "$FLASHINFER_WORKSPACE_BASE" "$CUDA_CACHE_PATH"
 fi
 
 # The venv: in the job's $RUNNER_TEMP under GitHub Actions (outside the checkout, fresh each job), else .venv

@@ -427,7 +427,7 @@ def _setup(tmp_path: Path, flashinfer: str) -> tuple[subprocess.CompletedProcess
     fakes = {  # python3 -m venv --system-site-packages VENV: the venv; python -m pip ...: recorded; python -: the check
         "python3": 'for a; do v=$a; done; mkdir -p "$v/bin" && : > "$v/bin/activate"',
         "python": f'if [ "$1" = - ]; then PYTHONPATH={stubs} exec "{sys.executable}" "$@"; fi\n'
-                  f'echo "$* | PYTHONNOUSERSITE=${{PYTHONNOUSERSITE:-}}" >> {log}',
+                  f'echo "$* | PYTHONNOUSERSITE=${{PYTHONNOUSERSITE:-}} HOME=$HOME" >> {log}',
     }
     for name, body in fakes.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -450,21 +450,22 @@ def _pinned_flashinfer() -> str | None:
 
 def test_the_runner_set_up_keeps_each_job_off_earlier_jobs_state(tmp_path):
     """A --system-site-packages venv imports the runner user's ~/.local site-packages, and Triton's and FlashInfer's JIT
-    caches defaulted to ~/.triton and ~/.cache/flashinfer: a pull request's job could leave compiled kernels or
-    packages that main's next job used. The set-up exports PYTHONNOUSERSITE=1 (pip too runs under it) and puts the
-    caches and the venv in the job's $RUNNER_TEMP."""
+    caches defaulted to ~/.triton and ~/.cache/flashinfer, pip's download cache and asv's machine file were the runner
+    user's home's: a pull request's job could leave compiled kernels, wheels, packages or a machine entry that main's
+    next job used. The set-up exports PYTHONNOUSERSITE=1 and a home in the job's $RUNNER_TEMP (pip too runs under
+    both) and puts the caches and the venv there."""
     proc, log = _setup(tmp_path, _pinned_flashinfer() or "0.7.2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     temp = tmp_path / "runner-temp"
     github_env = tmp_path / "github_env"
     exported = dict(line.split("=", 1) for line in (github_env.read_text() if github_env.exists() else "").splitlines())
     assert exported.get("PYTHONNOUSERSITE") == "1", exported
-    for name in ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+    for name in ("HOME", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
         assert name in exported and Path(exported[name]).is_relative_to(temp), (name, exported)
         assert Path(exported[name]).is_dir()
     assert (tmp_path / "github_path").read_text().splitlines() == [str(temp / "venv" / "bin")]
     pips = log.read_text().splitlines()
-    assert pips and all(line.endswith("PYTHONNOUSERSITE=1") for line in pips), pips
+    assert pips and all(line.endswith(f"PYTHONNOUSERSITE=1 HOME={exported['HOME']}") for line in pips), pips
 
 
 def test_the_runner_set_up_installs_one_pinned_flashinfer(tmp_path):
