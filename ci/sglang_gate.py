@@ -78,19 +78,21 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
 
 
-def check_repo(path: str | None) -> Path:
-    """The checkout's top-level folder, or BadInput."""
+def check_repo(path: str | None) -> tuple[Path, str]:
+    """The checkout's top-level folder and where the given folder lies in it ('' at the top, else 'a/b/': SGLang kept
+    in a folder of a larger repository), or BadInput."""
     if not path:
         raise BadInput("--sglang-repo: not given (nor MLA_SGLANG_REPO)")
     repo = Path(path).expanduser()
     if not repo.is_dir():
         raise BadInput(f"--sglang-repo {path}: no such folder")
-    top = git(repo, "rev-parse", "--show-toplevel")
+    top = git(repo, "rev-parse", "--show-toplevel", "--show-prefix")
     if top.returncode != 0:
         bare = git(repo, "rev-parse", "--is-bare-repository").stdout.strip() == "true"
         raise BadInput(f"--sglang-repo {path}: " + ("a bare repository: give a checkout of SGLang (git clone it)" if bare
                                                     else "not a git repository"))
-    return Path(top.stdout.strip()).resolve()
+    toplevel, prefix = (top.stdout.splitlines() + [""])[:2]
+    return Path(toplevel).resolve(), prefix.strip()
 
 
 def checkout_folders(repo: Path) -> list[Path]:
@@ -116,14 +118,16 @@ def resolve(repo: Path, what: str, ref: str) -> str:
     return out.stdout.strip()
 
 
-def project_subdir(repo: Path, commit: str, ref: str) -> str:
-    """Where the commit's SGLang Python project is: 'python' (SGLang's layout) or '' (the root)."""
-    for sub in ("python", ""):
+def project_subdir(repo: Path, commit: str, ref: str, folder: str = "") -> str:
+    """Where the commit's SGLang Python project is, relative to the repository's top: `folder`python (SGLang's layout)
+    or `folder` itself ('' the top, else check_repo's 'a/b/')."""
+    for sub in (f"{folder}python", folder.rstrip("/")):
         prefix = f"{sub}/" if sub else ""
         files = [f"{commit}:{prefix}pyproject.toml", f"{commit}:{prefix}sglang/__init__.py"]
         if all(git(repo, "cat-file", "-e", f).returncode == 0 for f in files):
             return sub
-    raise BadInput(f"{ref!r} in {repo}: no SGLang project (pyproject.toml beside sglang/) at python/ or the root")
+    where = f"{folder}python/ or {folder}" if folder else "python/ or the root"
+    raise BadInput(f"{ref!r} in {repo}: no SGLang project (pyproject.toml beside sglang/) at {where}")
 
 
 def asv_config(repo: Path, subdir: str, work: Path) -> dict:
@@ -201,7 +205,7 @@ def known_machine() -> bool:
     return True
 
 
-def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
+def gate(args: argparse.Namespace, extra: list[str], repo: Path, folder: str) -> int:
     """asv continuous BASE HEAD through ci/asv_gate.py, on the SGLang checkout."""
     try:
         import asv  # noqa: F401  (the runner's asv: machine file, environments, benchmarks)
@@ -209,7 +213,7 @@ def gate(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
         raise BadInput(f"{sys.executable} cannot import asv, which the gate runs (pip install 'asv>=0.6,<0.7', in the harness's "
                        "test extra); --json OUT COMMIT needs no asv") from None
     base, head = (resolve(repo, what, ref) for what, ref in (("BASE", args.commits[0]), ("HEAD", args.commits[1])))
-    subdirs = {project_subdir(repo, c, ref) for c, ref in ((base, args.commits[0]), (head, args.commits[1]))}
+    subdirs = {project_subdir(repo, c, ref, folder) for c, ref in ((base, args.commits[0]), (head, args.commits[1]))}
     if len(subdirs) != 1:
         raise BadInput(f"BASE and HEAD keep SGLang's project in different folders ({sorted(subdirs)}) in {repo}")
     if base == head:  # asv_gate refuses it too, but after the configuration and the machine file are written
@@ -318,7 +322,7 @@ def run_harness(cmd: list[str], **kwargs) -> int:
     return asv_gate.run_supervised(cmd, **kwargs)
 
 
-def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
+def json_run(args: argparse.Namespace, extra: list[str], repo: Path, folder: str) -> int:
     """`harness run --json OUT` with one commit's SGLang installed in front of the runner's packages."""
     (ref,) = args.commits
     check_out(args.json, extra, repo)
@@ -326,7 +330,7 @@ def json_run(args: argparse.Namespace, extra: list[str], repo: Path) -> int:
 
     console = sys.stderr if writes_stdout(args) else sys.stdout  # --json /dev/stdout: the results alone go there
     commit = resolve(repo, "COMMIT", ref)
-    subdir = project_subdir(repo, commit, ref)
+    subdir = project_subdir(repo, commit, ref, folder)
     if not any(a == "--strategy" or a.startswith("--strategy=") for a in extra):
         extra = [*extra, *(x for s in sglang_strategies() for x in ("--strategy", s))]
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
@@ -434,8 +438,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     try:
-        repo = check_repo(args.sglang_repo or envvars.read("MLA_SGLANG_REPO"))
-        return json_run(args, extra, repo) if args.json else gate(args, extra, repo)
+        repo, folder = check_repo(args.sglang_repo or envvars.read("MLA_SGLANG_REPO"))
+        return (json_run if args.json else gate)(args, extra, repo, folder)
     except (BadInput, HarnessError) as exc:
         print(f"sglang-gate: {exc}", file=sys.stderr)
         return BAD_INPUT

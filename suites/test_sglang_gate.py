@@ -767,3 +767,17 @@ def test_json_mode_paths_after_the_dashes_name_the_users_files(tmp_path, capsys,
     assert f"--scenario-file={user / 'mysc.toml'}" in repro
     assert sorted(p.name for p in (user / "dumps").iterdir()) == [f"glm5-tp8.ci.mine.{s}.safetensors" for s in ("gather_cast", "stock")]
     assert not (ROOT / "dumps").exists()
+
+
+def test_sglang_in_a_folder_of_a_larger_repository_is_found_there(tmp_path, capsys, no_asv):
+    """--sglang-repo naming SGLang's folder inside a larger repository (a monorepo's vendor/sglang): the gate used the
+    repository's top and found no project there. The project is now looked for under the folder given; a folder
+    without it is one line naming where it looked (the twin)."""
+    repo = fake_sglang(tmp_path, subdir="vendor/sglang/python")
+    (repo / "vendor" / "other").mkdir()
+    assert run_main(capsys, "--sglang-repo", str(repo / "vendor" / "sglang"), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
+    conf = json5.loads((tmp_path / "w" / "asv.conf.json").read_text())
+    assert conf["repo"] == str(repo.resolve()) and conf["repo_subdir"] == "vendor/sglang/python"
+    code, lines = run_main(capsys, "--sglang-repo", str(repo / "vendor" / "other"), "--work", str(tmp_path / "w2"), "a", "b")
+    assert code == 2 and lines == [f"sglang-gate: 'a' in {repo.resolve()}: no SGLang project (pyproject.toml beside sglang/) "
+                                   "at vendor/other/python/ or vendor/other/"], lines
