@@ -120,13 +120,14 @@ def resolve(repo: Path, what: str, ref: str) -> str:
 
 def project_subdir(repo: Path, commit: str, ref: str, folder: str = "") -> str:
     """Where the commit's SGLang Python project is, relative to the repository's top: `folder`python (SGLang's layout)
-    or `folder` itself ('' the top, else check_repo's 'a/b/')."""
-    for sub in (f"{folder}python", folder.rstrip("/")):
+    or `folder` itself (check_repo's 'a/b/'), else python/ or the top."""
+    places = list(dict.fromkeys((f"{folder}python", folder.rstrip("/"), "python", "")))
+    for sub in places:
         prefix = f"{sub}/" if sub else ""
         files = [f"{commit}:{prefix}pyproject.toml", f"{commit}:{prefix}sglang/__init__.py"]
         if all(git(repo, "cat-file", "-e", f).returncode == 0 for f in files):
             return sub
-    where = f"{folder}python/ or {folder}" if folder else "python/ or the root"
+    where = ", ".join(f"{sub}/" for sub in places[:-1]) + " or the root"
     raise BadInput(f"{ref!r} in {repo}: no SGLang project (pyproject.toml beside sglang/) at {where}")
 
 

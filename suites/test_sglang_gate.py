@@ -771,8 +771,9 @@ def test_json_mode_paths_after_the_dashes_name_the_users_files(tmp_path, capsys,
 
 def test_sglang_in_a_folder_of_a_larger_repository_is_found_there(tmp_path, capsys, no_asv):
     """--sglang-repo naming SGLang's folder inside a larger repository (a monorepo's vendor/sglang): the gate used the
-    repository's top and found no project there. The project is now looked for under the folder given; a folder
-    without it is one line naming where it looked (the twin)."""
+    repository's top and found no project there. The project is now looked for under the folder given first; a folder
+    without it is one line naming where it looked (the twin), and a folder of SGLang's own checkout still finds its
+    python/."""
     repo = fake_sglang(tmp_path, subdir="vendor/sglang/python")
     (repo / "vendor" / "other").mkdir()
     assert run_main(capsys, "--sglang-repo", str(repo / "vendor" / "sglang"), "--work", str(tmp_path / "w"), "a", "b")[0] == 0
@@ -780,4 +781,7 @@ def test_sglang_in_a_folder_of_a_larger_repository_is_found_there(tmp_path, caps
     assert conf["repo"] == str(repo.resolve()) and conf["repo_subdir"] == "vendor/sglang/python"
     code, lines = run_main(capsys, "--sglang-repo", str(repo / "vendor" / "other"), "--work", str(tmp_path / "w2"), "a", "b")
     assert code == 2 and lines == [f"sglang-gate: 'a' in {repo.resolve()}: no SGLang project (pyproject.toml beside sglang/) "
-                                   "at vendor/other/python/ or vendor/other/"], lines
+                                   "at vendor/other/python/, vendor/other/, python/ or the root"], lines
+    sglang = fake_sglang(tmp_path / "plain-layout")
+    assert run_main(capsys, "--sglang-repo", str(sglang / "python" / "sglang"), "--work", str(tmp_path / "w3"), "a", "b")[0] == 0
+    assert json5.loads((tmp_path / "w3" / "asv.conf.json").read_text())["repo_subdir"] == "python"
