@@ -354,5 +354,5 @@ def test_the_docs_say_where_the_history_lives():
     text = (REPO / "docs" / "ci-runners.md").read_text()
     assert "~/.cache/mla-harness/asv-results" not in text
     assert re.search(r"^.*results history.*`asv-results` branch.*$", text, re.M), "docs/ci-runners.md: no history line"
-    home = re.search(r"What still lives in the runner user's home[^.]*\.", text)
+    home = re.search(r"`HOME` is the job's own `\$RUNNER_TEMP/home`[^;]*;", text)  # nothing is kept in the runner user's
     assert home and "history" not in home.group(0) and "asv-results" not in home.group(0), home
