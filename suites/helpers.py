@@ -28,6 +28,7 @@ from harness.backends import make_backend
 from harness.errors import HarnessError
 from harness.inputs.cases import load_case
 from harness.results.metrics import METRICS
+from harness.results.schema import sample_iqr
 from suites.hang_guard import HANG_GUARD_S
 
 
@@ -129,6 +130,11 @@ def nudged(doc: dict, ulps: int = 1) -> dict:
             else:
                 row["value"] = math.nextafter(row["value"], math.inf)
     return {**doc, "rows": rows}
+
+
+def set_samples(row: dict, samples: list[float]) -> None:
+    """A results row's timing samples edited as a writer would record them: the value is their median, the iqr theirs."""
+    row.update(samples=samples, value=statistics.median(samples), iqr=sample_iqr(samples))
 
 
 def another_run(doc: dict) -> dict:

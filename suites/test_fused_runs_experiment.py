@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ci.experiments.fused_runs import fused_runs as exp
+from suites.helpers import set_samples
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "fused" / "runs-afa7656-h100"
 
@@ -37,9 +38,7 @@ def fused_row(doc: dict, metric: str) -> dict:
 def scale_attention(factor: float):
     def change(doc):
         row = fused_row(doc, "attn_us")
-        row["samples"] = [s * factor for s in row["samples"]]
-        row["iqr"] *= factor
-        row["value"] = statistics.median(row["samples"])
+        set_samples(row, [s * factor for s in row["samples"]])
     return change
 
 

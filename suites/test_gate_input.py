@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +19,9 @@ import pytest
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.gate.compare import compare_results, load_results, main_compare
-from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results, sample_iqr
+from harness.results.schema import SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, read_results
 from suites.hang_guard import HANG_GUARD_S
-from suites.helpers import another_run, nudged
+from suites.helpers import another_run, nudged, set_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,11 +61,6 @@ def _set_verdict(doc: dict, strategy: str, value: str) -> None:
     """A verdict edited as a writer would record it: its detail's status says the same."""
     row = _rows(doc, "verdict", strategy)[0]
     row["value"], row["detail"]["status"] = value, value
-
-
-def _set_samples(row: dict, samples: list[float]) -> None:
-    """Timing samples edited as a writer would record them: the value is their median, the iqr theirs."""
-    row.update(samples=samples, value=statistics.median(samples), iqr=sample_iqr(samples))
 
 
 def test_the_real_file_carries_its_case_and_compares_clean(a, tmp_path, capsys):
@@ -260,9 +254,9 @@ def test_a_key_given_twice_is_bad_input(a, tmp_path, capsys):
     last (json keeps it) and passed the gate; a key given twice is bad input naming it."""
     base, head = _on_gpu(a), _on_gpu(a)
     for row in (r for r in _rows(base, "cast_us") if r["value"] is not None):
-        _set_samples(row, [100.0 + i for i in range(5)])
+        set_samples(row, [100.0 + i for i in range(5)])
     for row in (r for r in _rows(head, "cast_us") if r["value"] is not None):
-        _set_samples(row, [150.0 + i for i in range(5)])
+        set_samples(row, [150.0 + i for i in range(5)])
     bp, hp = _write(tmp_path / "base.json", base), tmp_path / "head.json"
     text = json.dumps(_rerun(head))
     hp.write_text(text[:-1] + ', "rows": ' + json.dumps(base["rows"]) + "}")
@@ -289,7 +283,7 @@ def test_gpu_base_against_cpu_head_cannot_judge_both_ways(a, tmp_path, capsys):
     gpu = _on_gpu(a)
     slower = copy.deepcopy(a)
     for row in (r for r in _rows(slower, "cast_us") if r["value"] is not None):
-        _set_samples(row, [v * 1.2 for v in row["samples"]])
+        set_samples(row, [v * 1.2 for v in row["samples"]])
     for base, head in ((gpu, slower), (slower, gpu), (gpu, a), (a, gpu)):
         code, out, _ = _compare(tmp_path, base, head, capsys)
         assert code == 2 and "ENVIRONMENTS DIFFER: device" in out and "CANNOT JUDGE" in out
@@ -338,11 +332,11 @@ def test_a_control_with_too_few_samples_cannot_judge(a, tmp_path, capsys):
     at half the copy bandwidth had its timings judged (exit 0 for the unchanged head)."""
     base, head = _on_gpu(a), _rerun(_on_gpu(a))
     (control,) = _rows(base, "control_copy_gbps")
-    _set_samples(control, control["samples"][:3])
-    _set_samples(_rows(head, "control_copy_gbps")[0], [v / 2 for v in control["samples"]])
+    set_samples(control, control["samples"][:3])
+    set_samples(_rows(head, "control_copy_gbps")[0], [v / 2 for v in control["samples"]])
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 2 and "control control_copy_gbps cannot be checked: too few samples (3 vs 3" in out and "CANNOT JUDGE" in out
-    _set_samples(_rows(head, "control_copy_gbps")[0], control["samples"])  # equal medians: still too few to test
+    set_samples(_rows(head, "control_copy_gbps")[0], control["samples"])  # equal medians: still too few to test
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 2 and "control control_copy_gbps cannot be checked: too few samples (3 vs 3" in out
     base, head = _on_gpu(a), _rerun(_on_gpu(a))  # twin: the controls as measured
@@ -356,12 +350,12 @@ def test_a_control_filed_under_another_strategy_is_still_the_control(a, tmp_path
     base, head = _on_gpu(a), _rerun(_on_gpu(a))
     (control,) = _rows(head, "control_copy_gbps")
     gbps = [3000.0 + 3 * k for k in range(10)]  # a GPU's copy bandwidth, not this CPU's (a loaded CPU's spread can
-    _set_samples(_rows(base, "control_copy_gbps")[0], gbps)  # reach 2x, and then half of it is no clear drop)
-    _set_samples(control, [v / 2 for v in gbps])
+    set_samples(_rows(base, "control_copy_gbps")[0], gbps)  # reach 2x, and then half of it is no clear drop)
+    set_samples(control, [v / 2 for v in gbps])
     control["strategy"] = "ctrl"
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 2 and "ENVIRONMENTS DIFFER: control control_copy_gbps" in out and "CANNOT JUDGE" in out
-    _set_samples(control, gbps)  # twin: the same control under that name
+    set_samples(control, gbps)  # twin: the same control under that name
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "ENVIRONMENTS DIFFER" not in out
 
@@ -374,7 +368,7 @@ def test_two_control_rows_are_bad_input(a, tmp_path, capsys):
     (control,) = _rows(head, "control_copy_gbps")
     second = copy.deepcopy(control)
     second["strategy"] = "ctrl"
-    _set_samples(second, [v / 2 for v in control["samples"]])
+    set_samples(second, [v / 2 for v in control["samples"]])
     head["rows"].append(second)
     code, out, err = _compare(tmp_path, base, head, capsys)
     assert code == 2 and out == ""
@@ -406,7 +400,7 @@ def test_a_unit_change_is_bad_input(a, tmp_path, capsys, metric, unit, factor):
     row = _rows(head, metric, "gather_cast")[0]
     row.update(unit=unit, value=row["value"] * factor)
     if row["samples"]:
-        _set_samples(row, [v * factor for v in row["samples"]])
+        set_samples(row, [v * factor for v in row["samples"]])
     code, out, err = _compare(tmp_path, a, head, capsys)
     assert code == 2 and out == ""
     _one_error_line(err, f"gather_cast/{metric}.unit", repr(unit), "is not the metric table's")
@@ -417,14 +411,14 @@ def test_a_unit_the_metric_table_does_not_declare_is_bad_input(a, tmp_path, caps
     resolution was applied to milliseconds. A unit other than the table's is one error line naming the field."""
     base, head = _on_gpu(a), _rerun(_on_gpu(a))
     for doc, scale in ((base, 1.0), (head, 1.5)):
-        _set_samples(_rows(doc, "cast_us", "stock")[0], [0.020 * scale * (1 + i / 1000) for i in range(10)])
+        set_samples(_rows(doc, "cast_us", "stock")[0], [0.020 * scale * (1 + i / 1000) for i in range(10)])
         _rows(doc, "cast_us", "stock")[0]["unit"] = "ms"
     code, out, err = _compare(tmp_path, base, head, capsys)
     assert code == 2 and out == ""
     _one_error_line(err, "base.json: stock/cast_us.unit", "'ms'", "'us'")
     for doc in (base, head):  # twin: the same timings in the table's unit regress
         row = _rows(doc, "cast_us", "stock")[0]
-        _set_samples(row, [v * 1000 for v in row["samples"]])
+        set_samples(row, [v * 1000 for v in row["samples"]])
         row["unit"] = "us"
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "stock/cast_us regressed" in out
@@ -514,7 +508,7 @@ def test_a_million_samples_compare_in_bounded_memory(a, tmp_path):
     base, head = copy.deepcopy(a), copy.deepcopy(a)
     for doc, scale in ((base, 1.0), (head, 1.01)):
         row = _rows(doc, "cast_us", "stock")[0]
-        _set_samples(row, [row["value"] * scale * (1 + (i % 1000) / 1e5) for i in range(1_000_000)])
+        set_samples(row, [row["value"] * scale * (1 + (i % 1000) / 1e5) for i in range(1_000_000)])
     bp, hp = _write(tmp_path / "base.json", base), _write(tmp_path / "head.json", head)
     limit = 1 << 30  # 1 GiB of address space: the old 2000 x n int64 draw needs 16 GB
 
@@ -532,7 +526,7 @@ def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys
     math domain error traceback)."""
     base, head = _on_gpu(a), _on_gpu(a)
     for doc, scale in ((base, 1e-200), (head, 1e200)):
-        _set_samples(_rows(doc, "cast_us", "stock")[0], [scale * (1 + i / 100) for i in range(10)])
+        set_samples(_rows(doc, "cast_us", "stock")[0], [scale * (1 + i / 100) for i in range(10)])
     code, out, err = _compare(tmp_path, base, head, capsys)
     assert code == 1 and "stock/cast_us regressed" in out and "inf" in out and err == ""
     code, out, err = _compare(tmp_path, head, base, capsys)
@@ -545,7 +539,7 @@ def test_timings_at_the_ends_of_the_schemas_range_are_judged(a, tmp_path, capsys
 def _shift(doc: dict, metric: str, strategy: str, factor: float) -> dict:
     doc = copy.deepcopy(doc)
     row = _rows(doc, metric, strategy)[0]
-    _set_samples(row, [v * factor for v in row["samples"]])
+    set_samples(row, [v * factor for v in row["samples"]])
     return doc
 
 
@@ -562,7 +556,7 @@ def test_a_faster_head_is_never_slower(a, tmp_path, capsys):
 
 def test_informational_metrics_never_print_regressed(a, tmp_path, capsys):
     base = _on_gpu(a)  # on CUDA too: step_ms, step_eager_ms inform only
-    _set_samples(_rows(base, "step_ms", "stock")[0], [10.0 + 0.01 * (i % 7) for i in range(40)])
+    set_samples(_rows(base, "step_ms", "stock")[0], [10.0 + 0.01 * (i % 7) for i in range(40)])
     head = _shift(base, "step_ms", "stock", 1.68)  # the H200 A/A pair's 1.68x
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "regressed" not in out and "worse" in out
@@ -571,10 +565,10 @@ def test_informational_metrics_never_print_regressed(a, tmp_path, capsys):
 def test_the_below_resolution_note_is_shown(a, tmp_path, capsys):
     base = _on_gpu(a)
     for row in _rows(base, "cast_us"):
-        _set_samples(row, [2.0 + 0.01 * (i % 7) for i in range(40)])
+        set_samples(row, [2.0 + 0.01 * (i % 7) for i in range(40)])
     head = copy.deepcopy(base)
     for row in _rows(head, "cast_us"):
-        _set_samples(row, [2.3 + 0.01 * (i % 7) for i in range(40)])  # +15%, but 0.3 us < 0.5 us
+        set_samples(row, [2.3 + 0.01 * (i % 7) for i in range(40)])  # +15%, but 0.3 us < 0.5 us
     code, out, _ = _compare(tmp_path, base, head, capsys)
     assert code == 0 and "below the metric's resolution 0.5" in out and "regressed" not in out
 
@@ -664,7 +658,7 @@ def _slower(doc: dict, strategy: str, factor: float) -> dict:
     doc = copy.deepcopy(doc)
     for row in doc["rows"]:
         if row["strategy"] == strategy and row.get("samples"):
-            _set_samples(row, [row["value"] * factor * (1 + 0.001 * i) for i in range(10)])
+            set_samples(row, [row["value"] * factor * (1 + 0.001 * i) for i in range(10)])
     return doc
 
 
@@ -689,7 +683,7 @@ def test_a_base_that_passed_a_strategy_but_holds_no_timing_of_it_cannot_judge(a,
     assert code == 0 and "NO BASE VALUE" not in out
     shadow = _on_gpu(a)
     (cast,) = _rows(shadow, "cast_us", "shadow")
-    _set_samples(cast, [5.0 + 0.01 * i for i in range(10)])
+    set_samples(cast, [5.0 + 0.01 * i for i in range(10)])
     code, out, _ = _compare(tmp_path, _on_gpu(a), shadow, capsys)
     assert code == 0 and "NO BASE VALUE" not in out, out
 
