@@ -441,30 +441,13 @@ __device__ __forceinline__ void qk_chunk(const u8* rows_g, const u16* q_g, int c
   }
 }
 
-// Four e4m3 bytes {b0, b1, b2, b3} (b0 the lowest) -> fp16x2 {b0, b2} (ev) and {b1, b3} (od), each value times 2^-8,
-// in integer instructions: a byte's sign goes to bit 15 of its half and its exponent and mantissa bits to 13 .. 7 (fp16's
-// exponent bias is 15, e4m3's 7: exact for every finite code, subnormals included). A NaN code becomes 480 * 2^-8; phase
-// A's cvt of the same bytes makes that token's logits NaN, and with them the output. Where the tile math was bound by the
-// conversion unit (cvt.rn.f16x2.e4m3x2), this moves phase C's half of the conversions to the integer pipes.
-__device__ __forceinline__ void e4m3x4_to_f16_scaled(u32 x, u32& ev, u32& od) {
-  ev = (byte_perm(x, 0xA280) << 7) & 0xBF80BF80u;  // bytes b0, sign(b0), b2, sign(b2)
-  od = (byte_perm(x, 0xB391) << 7) & 0xBF80BF80u;  // bytes b1, sign(b1), b3, sign(b3)
-}
-
-#ifndef V_ALU
-#define V_ALU 1  // phase C's e4m3 -> fp16 by e4m3x4_to_f16_scaled (0: by cvt, as phase A; ci/experiments/fused_variants)
-#endif
-
 // V^T fragments of 8 tokens x 4 channel words: lane (g, t)'s 128-bit load of token row g (bytes
 // 16t .. 16t+15 of the warp's 64 channels) is four 8x8 b16 matrices (matrix m: word m of each lane),
-// transposed in registers, then split into even / odd channels over token pairs (times 2^-8 with V_ALU).
+// transposed in registers; byte_perm + cvt split each into even / odd channels over token pairs.
 __device__ __forceinline__ void v_fragments(uint4 w, u32 (&ev)[4], u32 (&od)[4]) {
   const u32 in[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    if constexpr (V_ALU) e4m3x4_to_f16_scaled(movmatrix_t(in[m]), ev[m], od[m]);
-    else e4m3x4_to_f16(byte_perm(movmatrix_t(in[m]), 0x3120), ev[m], od[m]);
-  }
+  for (int m = 0; m < 4; ++m) e4m3x4_to_f16(byte_perm(movmatrix_t(in[m]), 0x3120), ev[m], od[m]);
 }
 
 // f(x, k) for each of a thread's O^T accumulators o[p][e][jn][c], k = ((2p + e) NT + jn) 4 + c: the order in
@@ -869,7 +852,6 @@ fused_mla_decode(const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, c
     }
   }
 
-  if constexpr (V_ALU) for_each_acc(o, [](float& x, int) { x *= 256.f; });  // phase C's 2^-8 undone (exact)
   if (DIAG_CLOCK && tid == 0) {
     clk.loop = clock64() - clk.loop;
     clk.mark(5);
