@@ -37,11 +37,17 @@ class Build:
     resources: dict[str, Resources]  # lowered name -> ptxas's report (empty without ptxas_info)
 
 
-def _wheel_libraries() -> list[Path]:
-    """libnvrtc.so.N of the installed nvidia-cuda-nvrtc wheels (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib), newest first."""
+def wheel_files(pattern: str) -> list[Path]:
+    """The files of the installed NVIDIA CUDA wheels (under the `nvidia` namespace package: nvidia/cu13/lib,
+    nvidia/cuda_nvrtc/lib, nvidia/cu13/bin, ...) that match the glob `pattern`, relative to that package."""
     spec = importlib.util.find_spec("nvidia")
     roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    found = [p for root in roots for p in root.glob("*/lib/libnvrtc.so.*") if p.name.split(".so.")[1].isdigit()]
+    return [p for root in roots for p in root.glob(pattern)]
+
+
+def _wheel_libraries() -> list[Path]:
+    """libnvrtc.so.N of the installed nvidia-cuda-nvrtc wheels (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib), newest first."""
+    found = [p for p in wheel_files("*/lib/libnvrtc.so.*") if p.name.split(".so.")[1].isdigit()]
     return sorted(found, key=lambda p: int(p.name.split(".so.")[1]), reverse=True)
 
 

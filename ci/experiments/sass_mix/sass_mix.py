@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import importlib.util
 import json
 import re
 import shutil
@@ -47,11 +46,8 @@ class LoopMix:
 
 def nvdisasm() -> str:
     """The nvdisasm of an installed nvidia-cuda-nvdisasm wheel (nvidia/<name>/bin), else the one on PATH."""
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(root).glob("*/bin/nvdisasm"))
-        if found:
-            return str(found[-1])
+    if found := sorted(nvrtc.wheel_files("*/bin/nvdisasm")):
+        return str(found[-1])
     if path := shutil.which("nvdisasm"):
         return path
     raise SystemExit("sass_mix: no nvdisasm: `pip install nvidia-cuda-nvdisasm` (the test extra has it) or a CUDA toolkit")
