@@ -47,7 +47,8 @@ bootstrap interval on the ratio of medians, tolerance factor - 1), and that rule
 `harness compare`: `regressed` fails the gate, also where asv called it unchanged (asv's test misses real
 slowdowns: docs/evidence/gate/gate-noise.md); `inconclusive` prints a loud INCONCLUSIVE line and fails only
 with `--inconclusive fail`; anything else passes, and a row asv flagged is then listed as cleared (asv's test
-cries wolf on two-state clocks). Benchmarks with fewer samples, and `track_` ones, keep asv's verdict.
+cries wolf on two-state clocks). Benchmarks with fewer samples, and `track_` ones, keep asv's verdict, unless
+asv's test cannot flag them either (NO_TEST: 3 samples against 30, say): then the gate cannot judge (exit 2).
 
 Which test decided (asv/commands/compare.py `_is_result_better`, asv/_stats.py
 `is_different`): when both commits have stats from more than one repeat, asv first
@@ -183,15 +184,24 @@ def classify(returncode: int, output: str) -> Outcome:
 MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY = ("Mann-Whitney U (p < 0.002) on recorded samples, then the factor",
                                          "non-overlapping 99% CIs of asv's stats, then the factor",
                                          "the factor alone (one value per commit: no spread to test)")
+NO_TEST = "none: Mann-Whitney U cannot reach p < 0.002 with these sample counts, so asv flags no slowdown"
+P_THRESHOLD = 0.002  # asv's is_different
 
 
 def deciding_test(base: tuple, head: tuple) -> str:
-    """Which test asv 0.6 applies to one benchmark; base/head are its (stats, samples) per commit."""
+    """Which test asv 0.6 applies to one benchmark; base/head are its (stats, samples) per commit. asv picks Mann-Whitney
+    U when its exact test's smallest p is below the threshold, but past 20 samples at a commit it computes p by the
+    normal approximation, whose smallest p can stay above it (3 samples against 30: 0.0048): NO_TEST, a benchmark asv
+    calls unchanged however much slower."""
+    from asv._stats import mann_whitney_u
+
     (stats_a, samples_a), (stats_b, samples_b) = base, head
     if not (stats_a and stats_b) or 1 in (stats_a.get("repeat", 0), stats_b.get("repeat", 0)):
         return FACTOR_ONLY
-    if samples_a and samples_b and 1 / math.comb(len(samples_a) + len(samples_b), min(len(samples_a), len(samples_b))) < 0.002:
-        return MANN_WHITNEY  # asv's p_min check: the test can reach p < 0.002 with this many samples
+    if samples_a and samples_b and 1 / math.comb(len(samples_a) + len(samples_b), min(len(samples_a), len(samples_b))) < P_THRESHOLD:
+        # asv's p_min check passed: the test decides, if it can reach the threshold at all (two samples apart)
+        _, p = mann_whitney_u([0.0] * len(samples_a), [1.0] * len(samples_b))
+        return MANN_WHITNEY if p < P_THRESHOLD else NO_TEST
     return CI_OVERLAP
 
 
@@ -216,13 +226,16 @@ def _results_file(path: Path, machine: str) -> dict:
 
 
 def _checked(path: Path, name: str, value, samples) -> tuple:
-    """(value, samples) of one benchmark, refused unless the value is None (failed), NaN (skipped) or a finite number,
-    and the samples none or finite numbers, positive where the harness rule takes their ratio (`harness_rule`)."""
+    """(value, samples) of one benchmark, refused unless the value is None (failed), NaN (skipped) or a finite number
+    (positive for a time_ benchmark), and the samples none or finite numbers, positive where the harness rule takes
+    their ratio (`harness_rule`)."""
     from harness.gate.compare import is_number
     from harness.results.metrics import METRICS
 
     if value is not None and not (is_number(value) or _skipped(value)):
         raise HarnessError(f"{path}: results.{name}", f"value {value!r} is no number, failure (null) or skip (NaN)")
+    if is_number(value) and value <= 0 and name.split("(")[0].split(".")[-1].startswith("time_"):
+        raise HarnessError(f"{path}: results.{name}", f"value {value!r}: a time asv measured is positive")
     if samples is None:
         return value, samples
     metric = METRICS.get(metric_of(name))
@@ -436,6 +449,21 @@ def _benchmark_of(item: str) -> str:
     return item.split(" (")[0]
 
 
+def _ruled_metric(name: str) -> bool:
+    """Whether a benchmark's metric gates with a direction (an unknown one: yes, as in `gates`)."""
+    from harness.results.metrics import METRICS
+
+    metric = METRICS.get(metric_of(name))
+    return metric is None or (metric.gates("cuda") and metric.better in ("lower", "higher"))
+
+
+def untestable(base: dict, head: dict, rule: dict, tests: dict[str, str]) -> list[str]:
+    """Gating benchmarks measured at both commits that neither the harness rule (too few samples) nor asv's test
+    (NO_TEST) can judge: a slowdown of any size would pass."""
+    return [f"{n} ({len(base[n][2])} vs {len(head[n][2])} samples)" for n in measured(base, head)
+            if n not in rule and tests.get(n) == NO_TEST and _ruled_metric(n)]
+
+
 def harness_rule(base: dict, head: dict, factor: float) -> dict:
     """{benchmark: `harness compare`'s Decision} on both commits' recorded samples, for every benchmark that gates
     (by the metric table; an unknown one gates, lower better, as in `gates`) with at least MIN_SAMPLES samples at
@@ -446,7 +474,7 @@ def harness_rule(base: dict, head: dict, factor: float) -> dict:
     out = {}
     for name in sorted(base.keys() & head.keys()):
         metric, (a, b) = METRICS.get(metric_of(name)), (base[name][2], head[name][2])
-        if metric is not None and not (metric.gates("cuda") and metric.better in ("lower", "higher")):
+        if not _ruled_metric(name):
             continue
         if not (a and b) or min(len(a), len(b)) < MIN_SAMPLES:
             continue
@@ -487,7 +515,7 @@ def judged(outcome: Outcome, rule: dict, inconclusive: str) -> Outcome:
 
 def print_decided_by(tests: dict[str, str], outcome: Outcome) -> None:
     """One line per test used (with its benchmark count), and the test behind each regression."""
-    for test in (MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY):
+    for test in (MANN_WHITNEY, CI_OVERLAP, FACTOR_ONLY, NO_TEST):
         names = [n for n, t in tests.items() if t == test]
         if names:
             print(f"asv-gate: decided by {test}: {len(names)} benchmark(s)")
@@ -513,9 +541,15 @@ def check_stored(args: argparse.Namespace, outcome: Outcome) -> Outcome:
               f"{len(neither)} benchmark(s): {', '.join(neither)}")
     if not measured(base, head):
         return Outcome(FAILURE, "no benchmark was measured at both commits: nothing was judged", outcome.regressions)
-    print_decided_by(decided_by(base, head), outcome)
+    tests = decided_by(base, head)
+    print_decided_by(tests, outcome)
     rule = harness_rule(base, head, args.factor)
     print(f"asv-gate: the harness rule (99% bootstrap interval, tolerance {args.factor - 1:.0%}) judged {len(rule)} benchmark(s)")
+    if blind := untestable(base, head, rule, tests):
+        from harness.gate.decision import MIN_SAMPLES
+
+        return Outcome(FAILURE, f"cannot judge: too few samples at a commit for the harness rule (it needs {MIN_SAMPLES} at "
+                                "each) and for asv's test: re-run both commits with as many repeats", outcome.regressions, blind)
     return judged(outcome, rule, args.inconclusive)
 
 

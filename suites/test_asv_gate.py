@@ -208,6 +208,9 @@ def test_gate_names_the_test_that_decided(runs):
     (({"repeat": 10}, [1.0] * 10), ({"repeat": 10}, [1.0] * 10), "MANN_WHITNEY"),
     (({"repeat": 10}, [1.0] * 3), ({"repeat": 10}, [1.0] * 3), "CI_OVERLAP"),  # too few for p < 0.002
     (({"repeat": 10}, None), ({"repeat": 10}, None), "CI_OVERLAP"),
+    (({"repeat": 10}, [1.0] * 3), ({"repeat": 10}, [1.0] * 30), "NO_TEST"),  # normal approximation past 20: p >= 0.0048
+    (({"repeat": 10}, [1.0] * 30), ({"repeat": 10}, [1.0] * 3), "NO_TEST"),
+    (({"repeat": 10}, [1.0] * 4), ({"repeat": 10}, [1.0] * 30), "MANN_WHITNEY"),  # 4 against 30 reaches p = 0.0014
     (({"repeat": 1}, [1.0]), ({"repeat": 10}, [1.0] * 10), "FACTOR_ONLY"),
     ((None, None), (None, None), "FACTOR_ONLY"),
 ])
@@ -869,6 +872,19 @@ def test_too_few_samples_keep_asvs_verdict(tmp_path, monkeypatch, asv_said):
     assert outcome.code == asv_said.code and not outcome.inconclusive and not outcome.cleared
 
 
+@pytest.mark.parametrize("counts, code", [((3, 30), asv_gate.FAILURE), ((30, 3), asv_gate.FAILURE), ((4, 30), asv_gate.CLEAN)])
+def test_too_few_samples_at_one_commit_for_either_test_cannot_pass(tmp_path, monkeypatch, counts, code):
+    """3 samples against 30: the harness rule needs 5 at each commit, and asv's Mann-Whitney U (its normal
+    approximation past 20) cannot reach p < 0.002, so asv called a 2x slowdown unchanged and the gate passed it. Now the
+    gate cannot judge it (exit 2), naming the benchmark and its counts. Twin: 4 against 30, which asv's test can flag,
+    keeps asv's verdict."""
+    base, head = _noisy(2.5e-3, 0.01, counts[0]), _noisy(5e-3, 0.01, counts[1], seed=1)
+    outcome = _judge(tmp_path, monkeypatch, {STEP: base, HOST: base}, {STEP: head, HOST: head}, ASV_CLEAN)
+    assert outcome.code == code, outcome
+    if code == asv_gate.FAILURE:
+        assert outcome.failures == [f"{STEP} ({counts[0]} vs {counts[1]} samples)"] and "cannot judge" in outcome.reason
+
+
 def test_the_inconclusive_option_is_the_gates_not_asvs():
     args, extra = asv_gate.parse_args(["base", "head", "--inconclusive", "fail"])
     assert args.inconclusive == "fail" and "--inconclusive" not in asv_gate.asv_command(args, extra)
@@ -897,6 +913,28 @@ def test_stored_samples_asv_could_not_have_written_are_one_failure_line(tmp_path
     assert outcome.code == asv_gate.FAILURE and f"{path}: results.{STEP}.samples" in outcome.reason and words in outcome.reason, outcome
     _sampled(tmp_path / "results", "b" * 40, {STEP: good})
     assert asv_gate.check_stored(args, ASV_CLEAN).code == asv_gate.CLEAN
+
+
+@pytest.mark.parametrize("value, code", [(0.0, asv_gate.FAILURE), (-2.5e-3, asv_gate.FAILURE), (2.5e-3, asv_gate.CLEAN)])
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_stored_time_of_zero_or_below_is_one_failure_line(tmp_path, monkeypatch, side, value, code):
+    """A time_ benchmark's value of 0 or below with no samples (asv never writes one) read as a number: the head's
+    passed as 'PERFORMANCE INCREASED', the base's failed as a regression. Now a FAILURE naming the file and benchmark;
+    twin: a positive value is judged."""
+    for commit in ("a", "b"):
+        _sampled(tmp_path / "results", commit * 40, {STEP: [2.5e-3] * 3})
+    path = tmp_path / "results" / "gt" / f"{side * 8}-py.json"
+    doc = json.loads(path.read_text())
+    doc["results"][STEP][0], doc["results"][STEP][3] = [value], [None]
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"repo": ".", "results_dir": "results"}')
+    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    outcome = asv_gate.check_stored(args, ASV_CLEAN)
+    assert outcome.code == code, outcome
+    if code == asv_gate.FAILURE:
+        assert f"{path}: results.{STEP}" in outcome.reason and "positive" in outcome.reason
 
 
 @pytest.mark.parametrize("edit, words", [
