@@ -312,3 +312,11 @@ def write_text(path: str | Path, text: str, flag: str | None = None) -> Path:
 def share_folder(folder: str | Path) -> None:
     """Give a folder made by tempfile.mkdtemp (0700) the usual mode, 0777 less the umask."""
     os.chmod(folder, 0o777 & ~umask())
+
+
+def refuse_idle_force(force: bool, *outputs: tuple[str, object]) -> None:
+    """--force names what it may replace: given with none of those `outputs` ((option, value), ...), it would
+    replace nothing, and a user who passed it thinking otherwise gets one line instead of a silent exit 0."""
+    if force and not any(value for _, value in outputs):
+        raise HarnessError("--force", f"replaces only {' / '.join(name for name, _ in outputs)} files that already exist; "
+                                      "none was named")

@@ -234,6 +234,25 @@ def test_refresh_never_replaces_a_corrupt_golden_without_force(tmp_path):
     assert harness("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", **env).returncode == 0
 
 
+@pytest.mark.parametrize("argv, words", [
+    (("run", "--device", "cpu", "--repeats", "0", "--force"), "--json / --dump-outputs"),
+    (("tpot", "--device", "cpu", "--shrink", "--force"), "--json"),
+    (("report", "REPORT_INPUT", "--force"), "--out"),
+    (("golden", "verify", "--case", "glm5-tp8.ci.edge-kv1", "--force"), "only golden refresh reads it"),
+])
+def test_force_that_would_replace_nothing_is_one_error_line(tmp_path, argv, words):
+    """--force without an output it could replace was accepted (exit 0), so a user who thought it repaired or replaced
+    something was not told. Now one line naming --force, before any work; twin: run's --force with a --json it
+    replaces passes."""
+    argv = [str(tmp_path / "r.json") if a == "REPORT_INPUT" else a for a in argv]
+    _one_error_line(harness(*argv), "--force", words)
+    out = tmp_path / "old.json"
+    out.write_text("an earlier run's\n")
+    proc = harness("run", "--device", "cpu", "--repeats", "0", "--scenario", "b1-l500", "--strategy", "gather_cast",
+                   "--json", str(out), "--force")
+    assert proc.returncode == 0 and out.read_text() != "an earlier run's\n", proc.stdout + proc.stderr
+
+
 def test_unwritable_output_fails_before_the_run(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

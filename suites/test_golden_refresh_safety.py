@@ -39,6 +39,37 @@ def test_refresh_keeps_a_case_folder_without_a_manifest(tmp_path):
     assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
 
 
+def test_refresh_force_over_an_unreadable_golden_says_why_not_a_diff_of_every_field(tmp_path):
+    """A golden whose outputs fail their hash cannot be diffed: --force rewrote it listing every field as
+    `None -> ...` and "generator drift". It now names the reason it could not be read; twin: a readable changed golden
+    still lists what changed."""
+    root = _golden_copy(tmp_path, [CASE])
+    outputs = root / CASE / "outputs.safetensors"
+    data = bytearray(outputs.read_bytes())
+    data[-1] ^= 0xFF
+    outputs.write_bytes(bytes(data))
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "overwritten (--force) an unreadable golden" in proc.stdout, proc.stdout + proc.stderr
+    assert "outputs.safetensors" in proc.stdout and "generator drift" not in proc.stdout and "None ->" not in proc.stdout
+    assert harness("golden", "verify", "--case", CASE, golden_dir=root).returncode == 0
+    _resign(root, lambda m: m.update(seed=2))
+    proc = harness("golden", "refresh", "--case", CASE, "--force", golden_dir=root)
+    assert proc.returncode == 0 and "what changed" in proc.stdout and "  seed: 2 -> " in proc.stdout, proc.stdout
+
+
+def test_a_file_where_the_case_folder_should_be_is_named_as_a_file(tmp_path):
+    """verify (and run) called a file at the case folder's path a folder missing its manifest; refresh already named it
+    a file. Twin: a folder without its manifest keeps its words."""
+    root = _golden_copy(tmp_path, [CASE])
+    shutil.rmtree(root / CASE)
+    (root / CASE).write_text("mine\n")
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), "manifest.json", "is a file, not a folder")
+    assert (root / CASE).read_text() == "mine\n"
+    (root / CASE).unlink()
+    (root / CASE).mkdir()
+    _one_error_line(harness("golden", "verify", "--case", CASE, golden_dir=root), "missing from an existing case folder")
+
+
 @pytest.mark.parametrize("field", ["seed", "reference_precision"])
 def test_verify_sees_a_resigned_case_spec_and_refresh_force_repairs_it(tmp_path, field):
     """What `run` refuses as stale (case_mismatch) golden verify must not call ok, nor refresh unchanged."""

@@ -23,6 +23,8 @@ def command(args, console: Console) -> int:
 
     if args.case is not None and not args.case.strip():
         raise HarnessError("--case", "is empty: name one case '<preset>.<scale>.<scenario>', or leave --case out for all")
+    if args.force and args.action == "verify":
+        raise HarnessError("--force", "only golden refresh reads it (it overwrites changed goldens); verify writes nothing")
     names = [args.case] if args.case is not None else golden_case_names()
     cases = [load_case(n) for n in names]
     failures, unreadable = [], []
@@ -64,11 +66,14 @@ def command(args, console: Console) -> int:
                         kept = HarnessError(exc.where, f"{exc.message}; not overwritten (refresh --force replaces it)")
                         unreadable.append(_unreadable(console, case.name, kept))
                         continue
-                    stored = golden.GoldenData({}, {})
-            changes = golden.differences(stored, fresh) if stored is not None else []
+                    stored = exc
+            changes = golden.differences(stored, fresh) if isinstance(stored, golden.GoldenData) else []
             if stored is None:
                 golden.write(fresh, case.name)
                 status = "[green]written[/] (new case)"
+            elif isinstance(stored, HarnessError):  # nothing to diff against: say why, not a change of every field
+                golden.write(fresh, case.name)
+                status = f"[yellow]overwritten (--force)[/] an unreadable golden ({escape(str(stored))})"
             elif not changes:
                 status = "[green]unchanged[/]"
             elif args.force:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.fsio import refuse_idle_force
+
 HELP = "render tables and plots from results JSON files"
 
 
@@ -14,6 +16,7 @@ def command(args, console: Console) -> int:
     from harness.inputs.cases import refuse_clobbering
     from harness.render.report import REPORT_FILES, check_out_dir, render_report
 
+    refuse_idle_force(args.force, ("--out", args.out))
     if args.out is not None:
         refuse_clobbering([("--out", args.out), *(("--out", args.out / name) for name in REPORT_FILES)],
                            [("the results file", path) for path in args.results])

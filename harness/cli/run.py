@@ -12,7 +12,7 @@ from rich.console import Console
 from harness.backends import BACKENDS, KERNEL_CHOICES, backend_family
 from harness.cli.common import LazyHelp, add_case_args, case_from, device_from, fault_help, inputs_of, strategy_help
 from harness.errors import CheckFailed, HarnessError
-from harness.fsio import check_new_dir, check_writable
+from harness.fsio import check_new_dir, check_writable, refuse_idle_force
 
 HELP = "run every strategy on one case, check against golden, time"
 
@@ -35,6 +35,7 @@ def command(args, console: Console) -> int:
     check_repeats("--repeats", repeats, 0)
     faults = parse_faults(args.plant_fault)
     case = case_from(args, device, console)
+    refuse_idle_force(args.force, ("--json", args.json), ("--dump-outputs", args.dump_outputs))
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
     refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
     if args.json and os.path.realpath(args.json) in {os.path.realpath(p) for p in (args.dump_outputs, *dumps) if p}:

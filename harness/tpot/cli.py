@@ -13,7 +13,7 @@ from rich.table import Table
 
 from harness.backends import BACKENDS, backend_family
 from harness.errors import CheckFailed, HarnessError
-from harness.fsio import check_writable
+from harness.fsio import check_writable, refuse_idle_force
 from harness.progress import progress_bar
 
 
@@ -68,6 +68,7 @@ def cmd_tpot(args, console: Console, device, case) -> int:
     from harness.tpot.tpot import build_context, refuse_one_workload_rotation, rotation_check, time_strategy, to_rows
 
     refuse_other_engines_options(args)
+    refuse_idle_force(args.force, ("--json", args.json))
     names = select(args.strategy, BENCHMARKED)
     repeats = args.repeats if args.repeats is not None else (30 if device.type == "cuda" else 3)
     check_repeats("--repeats", repeats, 1)

@@ -373,6 +373,7 @@ def load(case_name: str, root: Path | None = None) -> GoldenData:
         mine = [p.name for p in _named_like_leftovers(case_name, _root(root))
                 if not _marked(p) and not (_empty_folder(p) and _names(_aside(p), p.name))]
         why = (NOT_REGULAR if os.path.lexists(manifest_path)
+               else "missing: the case folder is a file, not a folder" if os.path.lexists(folder) and not folder.is_dir()
                else "missing from an existing case folder" if os.path.lexists(folder)
                else "missing, its case folder too" + f" ({', '.join(mine)} left alone: not a refresh's own)" * bool(mine)
                + "; run `python -m harness golden refresh`")
