@@ -99,6 +99,7 @@ def harness_handoff(case: Case, strategy: str = "stock", pool: KVPool | None = N
     return dict(kv_indptr=plan["metadata"].kv_indptr.tolist(), kv_indices=plan["metadata"].kv_indices.tolist(),
                 num_heads=plan["num_heads"], sm_scale=plan["sm_scale"], q_dtype=(plan["q_data_type"], q_n.dtype),
                 kv_dtype=plan["kv_data_type"], page_size=plan["page_size"], scales=scales(kwargs),
+                head_dims=(plan["head_dim_ckv"], plan["head_dim_kpe"]), causal=plan["causal"],
                 q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
 
 
@@ -161,12 +162,11 @@ def sglang_handoff(case: Case) -> dict:
     wrapper = Recorder()
     backend, batch, kv_indptr = plan_first_step(flashinfer_mla_backend, case, wrapper)
     (_, _, plan_indices, _, heads, ckv_dim, kpe_dim, page_size, causal, sm_scale, q_dtype, kv_dtype), _ = wrapper.plans[0]
-    assert (ckv_dim, kpe_dim, causal) == (512, 64, False)
     decode_first_layer(backend, case, batch, wrapper)
     (q_n, q_p, ckv, kpe), kwargs = wrapper.runs[0]
     return dict(kv_indptr=kv_indptr.tolist(), kv_indices=plan_indices.tolist(), num_heads=heads, sm_scale=sm_scale,
                 q_dtype=(q_dtype, q_n.dtype), kv_dtype=kv_dtype, page_size=page_size, scales=scales(kwargs),
-                q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
+                head_dims=(ckv_dim, kpe_dim), causal=causal, q_nope=q_n, q_pe=q_p, ckv=ckv, kpe=kpe)
 
 
 def whole_layer(ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
@@ -176,7 +176,7 @@ def whole_layer(ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
 
 
 def assert_same_handoff(theirs: dict, ours: dict, layer_rows: int) -> None:
-    for key in ("kv_indptr", "kv_indices", "num_heads", "page_size", "q_dtype", "kv_dtype", "scales"):
+    for key in ("kv_indptr", "kv_indices", "num_heads", "page_size", "causal", "head_dims", "q_dtype", "kv_dtype", "scales"):
         assert theirs[key] == ours[key], f"{key}: SGLang {theirs[key]!r} vs harness {ours[key]!r}"
     assert abs(theirs["sm_scale"] - ours["sm_scale"]) <= 1e-12 * theirs["sm_scale"], (
         f"sm_scale: SGLang {theirs['sm_scale']!r} vs harness {ours['sm_scale']!r}")
@@ -200,7 +200,12 @@ def test_stock_hands_the_backend_what_sglang_hands_flashinfer(preset):
 
 # each planted fault and the comparison's line that must name it
 FAULTS = {"gather_cast": "^kv_indices: ", "page1-pool": "^the BF16 layer buffers differ", "old-sm-scale": "^sm_scale: ",
-          "split-448-128": "^ckv: ", "plan-page-64": "^page_size: SGLang 1 vs harness 64", "stock-kv-scale": "^scales: "}
+          "split-448-128": "^ckv: ", "plan-page-64": "^page_size: SGLang 1 vs harness 64", "stock-kv-scale": "^scales: ",
+          "plan-causal": "^causal: SGLang False vs harness True", "plan-head-dims": r"^head_dims: SGLang \(512, 64\)"}
+
+
+PLAN_FAULTS = {"plan-page-64": {"page_size": 64}, "plan-causal": {"causal": True},  # the pool's 64-token pages; a causal mask
+               "plan-head-dims": {"head_dim_ckv": 448, "head_dim_kpe": 128}}
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -209,9 +214,9 @@ def test_handoff_comparison_catches_planted_faults(fault, monkeypatch):
     theirs = sglang_handoff(case)
     if fault == "gather_cast":  # a compact gathered buffer is not the whole layer
         ours = harness_handoff(case, "gather_cast")
-    elif fault == "plan-page-64":  # the harness's FlashInfer plan with the pool's 64-token pages
-        plan_kwargs = FlashInferBackend._plan_kwargs
-        monkeypatch.setattr(FlashInferBackend, "_plan_kwargs", lambda self, problem: {**plan_kwargs(self, problem), "page_size": 64})
+    elif fault in PLAN_FAULTS:  # the harness's FlashInfer plan with one argument changed
+        plan_kwargs, changed = FlashInferBackend._plan_kwargs, PLAN_FAULTS[fault]
+        monkeypatch.setattr(FlashInferBackend, "_plan_kwargs", lambda self, problem: {**plan_kwargs(self, problem), **changed})
         ours = harness_handoff(case)
     elif fault == "stock-kv-scale":  # stock handing its backend a KV scale, which SGLang never applies
         monkeypatch.setattr(REGISTRY["stock"], "setup", lambda self, schedule: setattr(self, "kv_scale", 2.0))
