@@ -199,6 +199,20 @@ def test_export_inputs_record_the_pool_the_repro_and_the_environment(tmp_path):
         assert f.metadata() == grown and made.keys() == set(f.keys()) and all(torch.equal(f.get_tensor(k), t) for k, t in made.items())
 
 
+def test_export_inputs_plans_memory_for_what_it_builds_not_a_pool(tmp_path, monkeypatch):
+    """export-inputs builds no pool, yet it was refused on a 24 GB CPU for a production-scale case (`needs 20.76 GiB
+    (pool and free list in host memory)`; its bundle takes about 240 MB), with advice to use another --slots (another
+    case). With 2 GiB free it now writes the bundle; twin: `run` of the same case, which builds the pool, is refused."""
+    from harness.inputs import memory
+
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 2 * 2**30)
+    case = ("--device", "cpu", "--scale", "prod", "--scenario", "b1-l500")
+    out = tmp_path / "prod.safetensors"
+    proc = harness("export-inputs", *case, "--layer", "77", "--out", out)
+    assert proc.returncode == 0 and out.is_file(), proc.stdout + proc.stderr
+    _one_error_line(harness("run", *case, "--repeats", "0", "--strategy", "gather_cast"), "memory plan", "pool and free list in host memory")
+
+
 def test_export_inputs_refuses_a_bundle_larger_than_host_memory_before_making_it(tmp_path, monkeypatch):
     """The bundle and its safetensors copies are planned against free host memory (before: a 2000 x 4096 scenario's
     two layers, 27 GiB of peak, were made until the kernel killed the process minutes later: exit 137, no message);
@@ -719,6 +733,20 @@ def test_repro_runs_this_interpreter_on_this_checkout_from_any_folder(tmp_path, 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PATH": f"{decoy}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(["sh", "-c", repro], cwd=decoy, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m harness run"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("given, recorded", [("x:", ["x", "."]), (":x", [".", "x"]), ("x", ["x"]), ("", [])])
+def test_repro_keeps_an_empty_pythonpath_entry_as_the_folder_it_named(tmp_path, monkeypatch, given, recorded):
+    """An empty entry of a non-empty PYTHONPATH (`PYTHONPATH=/x:$PYTHONPATH` with none set) puts the current folder on
+    sys.path: the repro dropped it, so a rerun imported what the run had not. Twins: no empty entry, and an empty
+    PYTHONPATH, which names nothing."""
+    from harness.results.document import repro_command
+
+    folder = Path(os.path.realpath(tmp_path))
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("PYTHONPATH", given.replace(":", os.pathsep))
+    expected = os.pathsep.join([str(ROOT), *(str(folder) if p == "." else str(folder / p) for p in recorded)])
+    assert repro_words(repro_command(["run", "--help"]))[0][-1] == f"PYTHONPATH={expected}"
 
 
 def test_an_abbreviated_option_is_refused(tmp_path):

@@ -203,6 +203,20 @@ def test_a_v1_file_is_upgraded_with_its_command_line(a, tmp_path, capsys):
     _one_error_line(err, "base.json: rows[].scenario", "several cases")
 
 
+@pytest.mark.parametrize("repro, slots, layers", [
+    ("--slots 4096 --slots 16384 --layers 2", 16384, 2),  # argparse keeps the last one
+    ("--slot 16384 --layer=2", 16384, 2),  # and takes an abbreviation that names one option
+    ("--slots=4096 --sl=16384 --layers 3 --layers=2", 16384, 2),
+    ("--slots 4096 --layers 2", 4096, 2),  # twin: one of each, spelled out
+])
+def test_a_v1_case_is_what_its_command_line_ran(a, tmp_path, repro, slots, layers):
+    """A v1 file's case comes from its recorded command line as the v1 CLI parsed it: the first --slots of two, or
+    none for `--slot`, judged a 16,384-slot run as another pool size (compare exit 1 on extra_bytes) or as the default."""
+    v1 = _as_v1(a, f"python -m harness run --scenario b1-l500 {repro} --json a.json")
+    case = load_results(_write(tmp_path / "v1.json", v1)).case
+    assert (case.slots, case.layers) == (slots, layers)
+
+
 @pytest.mark.parametrize("slots", ["²", "9" * 5000])
 def test_a_v1_slot_count_in_other_digits_is_not_recorded(a, tmp_path, capsys, slots):
     """'--slots ²' in a v1 command line: '²'.isdigit() held but int('²') raised, a traceback instead of a case;

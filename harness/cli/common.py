@@ -99,9 +99,10 @@ def add_case_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
 
-def case_from(args, device, console: Console | None = None):
+def case_from(args, device, console: Console | None = None, pool: bool = True):
     """The case to run. On the default CPU scale a scenario larger than its pool gets a pool that
-    fits (said on the console); the pool must fit host memory before its free list is built."""
+    fits (said on the console); the pool (unless `pool` is False: a command that builds none, as export-inputs)
+    and the schedule's free list must fit memory before the free list is built."""
     import torch
 
     from harness.inputs.cases import Case
@@ -126,9 +127,11 @@ def case_from(args, device, console: Console | None = None):
                           markup=False)
     case = Case(preset, scale, scenario)
     row_bytes = case.num_layers * preset.row_width
-    host_per_slot = row_bytes * (device.type == "cpu") + HOST_MEMORY_PER_SLOT
-    MemoryPlan((("pool and free list in host memory", host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"), needed=needed)
-    MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device, needed=needed)
+    host_per_slot = row_bytes * (device.type == "cpu" and pool) + HOST_MEMORY_PER_SLOT
+    what = "pool and free list in host memory" if device.type == "cpu" and pool else "free list in host memory"
+    MemoryPlan(((what, host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"), needed=needed)
+    if pool:
+        MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device, needed=needed)
     return case
 
 

@@ -23,7 +23,7 @@ def command(args, console: Console) -> int:
     if args.out.suffix != ".safetensors":
         raise HarnessError("--out", f"must end in .safetensors, got {args.out.name!r}")
     device = device_from(args.device)
-    case = case_from(args, device, console)  # the same default scale as `run` on this machine
+    case = case_from(args, device, console, pool=False)  # the same default scale as `run` on this machine; no pool is built
     refuse_clobbering([("--out", args.out)], inputs_of(case))
     check_writable(args.out, "--out", args.force)
     path = export_inputs(case, args.step, args.layer, args.out, repro_command(pin_case(args.argv, device, case)), environment(device))

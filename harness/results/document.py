@@ -52,7 +52,8 @@ def repro_command(argv: list[str] | None = None) -> str:
         elif word in PATH_OPTIONS:
             option = word
         args.append(word)
-    paths = [str(CHECKOUT), *(_absolute(p, "PYTHONPATH") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    given = os.environ.get("PYTHONPATH", "")  # an empty entry of a non-empty one is the current folder
+    paths = [str(CHECKOUT), *(_absolute(p, "PYTHONPATH") if p else os.getcwd() for p in (given.split(os.pathsep) if given else []))]
     return " ".join([*repro_env(paths), shlex.join([sys.executable, "-P", "-m", "harness", *args])])
 
 

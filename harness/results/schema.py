@@ -359,14 +359,14 @@ def _words(repro: str) -> list[str]:
 
 
 def _flag(repro: str, name: str) -> str | None:
-    """The value of `--name V` / `--name=V` in a recorded command line, or None."""
-    words = _words(repro)
+    """The value argparse took for `--name V` / `--name=V` in a recorded command line, or None: the last one given, and
+    an abbreviation counts (argparse took one that named a single option)."""
+    words, value = _words(repro), None
     for i, word in enumerate(words):
-        if word == name and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith(name + "="):
-            return word.split("=", 1)[1]
-    return None
+        option, eq, given = word.partition("=")
+        if len(option) > 2 and name.startswith(option):
+            value = given if eq else words[i + 1] if i + 1 < len(words) else value
+    return value
 
 
 def _count(text: str | None) -> int | None:
