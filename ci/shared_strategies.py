@@ -6,7 +6,12 @@ commits would pair the base's results of one strategy with the head's of another
 A strategy the base times and the head does not (removed, or registered with benchmark=False) would go unjudged:
 exit 2 naming it, unless --allow-dropped names it (a deliberate removal).
 
-usage: python -m ci.shared_strategies BASE_CHECKOUT [--allow-dropped NAME[,NAME...]]
+With --presets: the perf gate's MLA_ASV_PRESETS, every preset either checkout declares (the base's order, then the
+head's new ones), less those --allow-dropped names. On a GPU the benchmarks otherwise time both commits on the head's
+list, so a head that drops a preset was never timed on it, nor was its base; given the base's too, the head's n/a there
+fails the gate (ci.asv_gate: lost).
+
+usage: python -m ci.shared_strategies BASE_CHECKOUT [--presets] [--allow-dropped NAME[,NAME...]]
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ LIST = ("import sys; sys.path.insert(0, 'suites/asv'); from benchmarks import be
         "print(','.join(benchmarked())); print(int(hasattr(s, 'BENCHMARKED') or any(hasattr(c, 'benchmark') for c in s.REGISTRY.values())))")
 
 
+PRESETS = "from harness.spec.presets import PRESETS; print(','.join(PRESETS))"
+
+
+def presets(checkout: Path) -> list[str]:
+    """The model presets `checkout`'s harness declares."""
+    return _ask(checkout, PRESETS, "presets").split(",")
+
+
 def benchmarked(checkout: Path) -> list[str]:
     """The strategies the asv benchmarks time by default with `checkout`'s harness (this checkout's benchmark files)."""
     return listing(checkout)[0]
@@ -29,13 +42,18 @@ def benchmarked(checkout: Path) -> list[str]:
 
 def listing(checkout: Path) -> tuple[list[str], bool]:
     """`benchmarked(checkout)`, and whether that harness declares the list (else every strategy is timed by default)."""
-    proc = subprocess.run([sys.executable, "-c", LIST.replace("suites/asv", str(ROOT / "suites" / "asv"))],
-                          cwd=checkout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout)}, capture_output=True, text=True)
+    names, declared = _ask(checkout, LIST.replace("suites/asv", str(ROOT / "suites" / "asv")), "strategies").splitlines()
+    return names.split(","), declared == "1"
+
+
+def _ask(checkout: Path, code: str, what: str) -> str:
+    """What `code` prints in a process that imports `checkout`'s harness."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=checkout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout)},
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise SystemExit(f"shared-strategies: {checkout}: the harness there does not list its strategies ({tail[0]})")
-    names, declared = proc.stdout.strip().splitlines()
-    return names.split(","), declared == "1"
+        raise SystemExit(f"shared-strategies: {checkout}: the harness there does not list its {what} ({tail[0]})")
+    return proc.stdout.strip()
 
 
 def unjudged_drops(base: list[str], head: list[str], allowed: set[str], base_declared: bool = True) -> str | None:
@@ -55,11 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     allowed: set[str] = set()
+    want_presets = "--presets" in args
+    args = [a for a in args if a != "--presets"]
     if len(args) == 3 and args[1] == "--allow-dropped":
         args, allowed = args[:1], set(args[2].split(","))
     if len(args) != 1 or not Path(args[0], "harness").is_dir():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
+    if want_presets:
+        print(",".join(n for n in dict.fromkeys([*presets(Path(args[0]).resolve()), *presets(ROOT)]) if n not in allowed))
+        return 0
     (base, declared), head = listing(Path(args[0]).resolve()), benchmarked(ROOT)
     if why := unjudged_drops(base, head, allowed, declared):
         print(f"shared-strategies: {why}", file=sys.stderr)

@@ -250,7 +250,7 @@ def test_the_perf_gate_times_the_merge_commits_first_parent_not_the_moved_base_b
     base_tree = root / "runner-temp" / "perf-base"
     assert _git(base_tree, "rev-parse", "HEAD") == commits["m1"]  # the strategies are listed from the same base
     shared = [r for r in records if r["who"] == "shared_strategies"]
-    assert [r["argv"][0] for r in shared] == [str(base_tree)]
+    assert [r["argv"] for r in shared] == [[str(base_tree)], [str(base_tree), "--presets"]]  # the strategies, the presets
 
 
 def test_the_perf_gate_refuses_a_head_that_is_no_merge_commit(tmp_path):
@@ -287,7 +287,7 @@ def test_the_perf_gate_judges_a_pull_request_with_the_bases_gate(gate_job):
     assert gate["conf"] == base["asv.conf.json"]
     assert gate["benchmarks"] == {"__init__.py": "", "benchmarks.py": base["suites/asv/benchmarks.py"]}
     assert gate["runner_env"] == 'VERSION = "main1"\n'
-    assert [r["version"] for r in records if r["who"] == "shared_strategies"] == ["base"]
+    assert [r["version"] for r in records if r["who"] == "shared_strategies"] == ["base", "base"]
     printed = [line for p in steps for line in p.stdout.splitlines() if line.startswith("gate files changed by this PR:")]
     assert printed == ["gate files changed by this PR: asv.conf.json, ci/asv_gate.py, harness/gate/decision.py, "
                        "suites/asv/benchmarks.py, suites/asv/new_bench.py; judged with the base's"], _ran(steps)
@@ -311,6 +311,25 @@ def test_a_pull_request_that_leaves_the_gate_alone_prints_no_gate_line(tmp_path)
     steps, records = _run_job("perf-gate.yml", "asv-continuous", repo, tmp_path)
     assert _gate_record(steps, records)["version"] == "base"
     assert not [line for p in steps for line in p.stdout.splitlines() if line.startswith("gate files changed")]
+
+
+def test_a_pull_request_that_edits_the_perf_gate_workflow_is_named(tmp_path):
+    """The workflow holds the factor and --inconclusive, and GitHub runs the pull request's copy of it: a pull request
+    that set --factor 1.5 printed no gate line. Now it is named (a reviewer sees it); twin: the test above."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _write(repo, _project_files("base") | {".github/workflows/perf-gate.yml": "# the base's\n"})
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "B0")
+    _git(repo, "checkout", "-qb", "pr")
+    _write(repo, {".github/workflows/perf-gate.yml": "# --factor 1.5\n"})
+    _git(repo, "commit", "-qam", "pr")
+    _git(repo, "checkout", "-q", "--detach", "main")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "merge", "pr")
+    steps, records = _run_job("perf-gate.yml", "asv-continuous", repo, tmp_path)
+    printed = [line for p in steps for line in p.stdout.splitlines() if line.startswith("gate files changed")]
+    assert printed == ["gate files changed by this PR: .github/workflows/perf-gate.yml; judged with the base's"], _ran(steps)
 
 
 # --- asv's per-commit environment -----------------------------------------------------------------------------------

@@ -59,3 +59,24 @@ def test_a_base_from_before_the_declared_list_is_not_refused(tmp_path):
         'ORDER = ("stock", "stock_vectorized", "retired")\nREGISTRY = {n: type(n, (), {}) for n in ORDER}\n')
     proc = _shared(tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "stock", proc.stderr
+
+
+def _with_presets(base: Path, names: tuple[str, ...]) -> Path:
+    (base / "harness" / "spec").mkdir(parents=True)
+    (base / "harness" / "spec" / "__init__.py").write_text("")
+    (base / "harness" / "spec" / "presets.py").write_text(f"PRESETS = dict.fromkeys({names!r})\n")
+    return base
+
+
+def test_the_presets_are_both_commits_so_a_preset_the_head_drops_is_timed_at_the_base(tmp_path):
+    """On a GPU both commits were timed on the head's presets: a head without deepseek-v3-tp8 timed neither commit on
+    it and the gate passed. Now the list holds the base's too (the head's n/a there fails the gate), less the allowed
+    drops; twin: the same checkout lists its own presets once."""
+    from harness.spec.presets import PRESETS
+
+    base = _with_presets(_base(tmp_path, ("stock",)), ("retired-tp8", *PRESETS))
+    proc = _shared(base, "--presets")
+    assert proc.returncode == 0 and proc.stdout.strip() == ",".join(["retired-tp8", *PRESETS]), proc.stderr
+    proc = _shared(base, "--presets", "--allow-dropped", "retired-tp8")
+    assert proc.returncode == 0 and proc.stdout.strip() == ",".join(PRESETS), proc.stderr
+    assert _shared(ROOT, "--presets").stdout.strip() == ",".join(PRESETS)

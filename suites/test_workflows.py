@@ -276,10 +276,33 @@ def test_the_perf_gate_allows_the_drops_a_pull_request_names_in_a_trailer(tmp_pa
         proc = subprocess.run(["bash", "--noprofile", "--norc", "-e", "-c", script], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert proc.returncode == 0, proc.stderr
-        assert (tmp_path / "env").read_text().endswith("MLA_ASV_STRATEGIES=stock\n")
+        assert (tmp_path / "env").read_text().endswith("MLA_ASV_STRATEGIES=stock\nMLA_ASV_PRESETS=stock\n")
         return (tmp_path / "args").read_text()
 
-    assert run() == f"-m ci.shared_strategies {tmp_path / 'temp' / 'perf-base'} --allow-dropped gather_cast,shadow,fused_fp8\n"
+    tree, drops = tmp_path / "temp" / "perf-base", " --allow-dropped gather_cast,shadow,fused_fp8"
+    assert run() == f"-m ci.shared_strategies {tree}{drops}\n-m ci.shared_strategies {tree} --presets{drops}\n"
     _git(repo, "reset", "-q", "--hard", base)  # the twin: no commit of the pull request names a drop
     _git(repo, "commit", "-q", "--allow-empty", "-m", "no trailer")
-    assert run() == f"-m ci.shared_strategies {tmp_path / 'temp' / 'perf-base'}\n"
+    assert run() == f"-m ci.shared_strategies {tree}\n-m ci.shared_strategies {tree} --presets\n"
+
+
+@pytest.mark.parametrize("workflow, job", [("perf-gate.yml", "asv-continuous"), ("gpu-correctness.yml", "gpu-suites")])
+def test_a_forks_pull_request_fails_the_gpu_check_it_is_not_run_for(workflow, job):
+    """A fork's pull request skips the self-hosted job, and GitHub reports a job skipped by its `if` as success: the
+    gate and the suites were green without running. A job of the same check name runs exactly when the GPU job is
+    skipped for a pull request, on a hosted runner, and fails."""
+    jobs = yaml.safe_load((WORKFLOWS / workflow).read_text())["jobs"]
+    fork = jobs[f"{job}-fork"]
+    assert fork["name"] == job and "self-hosted" not in str(fork["runs-on"])
+    assert fork["steps"][-1]["run"].strip().endswith("exit 1")
+    own, theirs = "github.event.pull_request.head.repo.full_name == github.repository", "head.repo.full_name != github.repository"
+    assert own in jobs[job]["if"] and theirs in fork["if"]
+
+
+def test_the_golden_artifact_keeps_the_golden_folders_dot_files():
+    """upload-artifact@v4 leaves dot-files out by default: golden/.gitignore (tracked) was missing from the artifact
+    the open-pr job restores after `rm -rf golden`, so every refresh proposed deleting it."""
+    steps = yaml.safe_load((WORKFLOWS / "golden-refresh.yml").read_text())["jobs"]["refresh"]["steps"]
+    upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["with"]["path"] == "golden/" and upload["with"]["include-hidden-files"] is True
+    assert (WORKFLOWS.parent.parent / "golden" / ".gitignore").is_file()
