@@ -714,10 +714,7 @@ def test_nothing_measured_at_both_commits_is_a_failure(tmp_path, monkeypatch, ca
     results = tmp_path / "results"
     for commit in ("a" * 40, "b" * 40):
         _results(results, "gt", commit, "py", {"bench.track_cast": float("nan")})
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == asv_gate.FAILURE and "nothing was judged" in outcome.reason
     assert "n/a at both commits" in capsys.readouterr().out
@@ -734,10 +731,7 @@ def test_nothing_measured_at_the_base_is_a_failure(tmp_path, monkeypatch, capsys
     results = tmp_path / "results"
     _results(results, "gt", "a" * 40, "py", {"bench.track_cast": base})
     _results(results, "gt", "b" * 40, "py", {"bench.track_cast": 1.0})
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == code, (outcome, capsys.readouterr().out)
     assert ("nothing was judged" in outcome.reason) == (code == asv_gate.FAILURE)
@@ -775,10 +769,7 @@ def test_a_verdict_that_does_not_pass_in_the_head_fails_whatever_the_base_had(tm
     results = tmp_path / "results"
     _results(results, "gt", "a" * 40, "py", {VERDICT: before, "bench.track_value": 1.0})
     _results(results, "gt", "b" * 40, "py", {VERDICT: after, "bench.track_value": 1.0})
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     outcome = asv_gate.check_stored(args, asv_gate.Outcome(asv_gate.CLEAN, "as asv said"))
     assert outcome.code == code, outcome
     if code == asv_gate.REGRESSION:
@@ -812,15 +803,19 @@ def _sampled(folder: Path, commit: str, samples: dict) -> None:
     _discovered(folder, samples)
 
 
-def _judge(tmp_path, monkeypatch, base: dict, head: dict, asv_said: asv_gate.Outcome, inconclusive: str = "pass"):
-    _sampled(tmp_path / "results", "a" * 40, base)
-    _sampled(tmp_path / "results", "b" * 40, head)
+def _gate_args(tmp_path, monkeypatch, inconclusive: str = "pass") -> argparse.Namespace:
+    """The gate's arguments for commits a and b whose results _sampled stored under tmp_path."""
     monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
     conf = tmp_path / "asv.conf.json"
     conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05,
+    return argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05,
                               inconclusive=inconclusive)
-    return asv_gate.check_stored(args, asv_said)
+
+
+def _judge(tmp_path, monkeypatch, base: dict, head: dict, asv_said: asv_gate.Outcome, inconclusive: str = "pass"):
+    _sampled(tmp_path / "results", "a" * 40, base)
+    _sampled(tmp_path / "results", "b" * 40, head)
+    return asv_gate.check_stored(_gate_args(tmp_path, monkeypatch, inconclusive), asv_said)
 
 
 def _noisy(median: float, spread: float, n: int = 12, seed: int = 0) -> np.ndarray:
@@ -905,10 +900,7 @@ def test_stored_samples_asv_could_not_have_written_are_one_failure_line(tmp_path
     doc = json.loads(path.read_text())
     doc["results"][STEP][3] = [samples]
     path.write_text(json.dumps(doc))
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     outcome = asv_gate.check_stored(args, ASV_CLEAN)
     assert outcome.code == asv_gate.FAILURE and f"{path}: results.{STEP}.samples" in outcome.reason and words in outcome.reason, outcome
     _sampled(tmp_path / "results", "b" * 40, {STEP: good})
@@ -927,10 +919,7 @@ def test_a_stored_time_of_zero_or_below_is_one_failure_line(tmp_path, monkeypatc
     doc = json.loads(path.read_text())
     doc["results"][STEP][0], doc["results"][STEP][3] = [value], [None]
     path.write_text(json.dumps(doc))
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     outcome = asv_gate.check_stored(args, ASV_CLEAN)
     assert outcome.code == code, outcome
     if code == asv_gate.FAILURE:
@@ -948,10 +937,7 @@ def test_a_results_file_asv_would_not_read_is_one_failure_naming_it(tmp_path, mo
     results = tmp_path / "results"
     _results(results, "gt", "a" * 40, "py", {"bench.track_value": 1.0, "bench.track_gone": 1.0})
     _results(results, "gt", "b" * 40, "py", {"bench.track_value": 1.0, "bench.track_gone": 1.0})
-    monkeypatch.setattr(asv_gate, "commit_hashes", lambda base, head, config: ["a" * 40, "b" * 40])
-    conf = tmp_path / "asv.conf.json"
-    conf.write_text('{"repo": ".", "results_dir": "results"}')
-    args = argparse.Namespace(base="base", head="head", machine="gt", config=conf, bench=None, factor=1.05, inconclusive="pass")
+    args = _gate_args(tmp_path, monkeypatch)
     assert asv_gate.check_stored(args, ASV_CLEAN).code == asv_gate.CLEAN
     head = results / "gt" / f"{'b' * 8}-py.json"
     doc = json.loads(head.read_text())

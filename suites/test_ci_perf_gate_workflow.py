@@ -295,19 +295,26 @@ def test_the_perf_gate_judges_a_pull_request_with_the_bases_gate(gate_job):
     assert (Path(commits["repo"]) / "harness" / "strategy.py").read_text() == 'VERSION = "pr"\n'
 
 
-def test_a_pull_request_that_leaves_the_gate_alone_prints_no_gate_line(tmp_path):
-    """The twin of the line above: only a pull request that changes the gate's files is told so."""
+def _one_pr_merged(tmp_path: Path, base: dict[str, str], pr: dict[str, str]) -> Path:
+    """A repository whose main holds the base project (and `base`'s files), with a pull request writing `pr`'s files
+    merged into it: HEAD the merge, detached."""
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
-    _write(repo, _project_files("base"))
+    _write(repo, _project_files("base") | base)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "B0")
     _git(repo, "checkout", "-qb", "pr")
-    _write(repo, {"harness/strategy.py": 'VERSION = "pr"\n'})
+    _write(repo, pr)
     _git(repo, "commit", "-qam", "pr")
     _git(repo, "checkout", "-q", "--detach", "main")
     _git(repo, "merge", "-q", "--no-ff", "-m", "merge", "pr")
+    return repo
+
+
+def test_a_pull_request_that_leaves_the_gate_alone_prints_no_gate_line(tmp_path):
+    """The twin of the line above: only a pull request that changes the gate's files is told so."""
+    repo = _one_pr_merged(tmp_path, {}, {"harness/strategy.py": 'VERSION = "pr"\n'})
     steps, records = _run_job("perf-gate.yml", "asv-continuous", repo, tmp_path)
     assert _gate_record(steps, records)["version"] == "base"
     assert not [line for p in steps for line in p.stdout.splitlines() if line.startswith("gate files changed")]
@@ -316,17 +323,8 @@ def test_a_pull_request_that_leaves_the_gate_alone_prints_no_gate_line(tmp_path)
 def test_a_pull_request_that_edits_the_perf_gate_workflow_is_named(tmp_path):
     """The workflow holds the factor and --inconclusive, and GitHub runs the pull request's copy of it: a pull request
     that set --factor 1.5 printed no gate line. Now it is named (a reviewer sees it); twin: the test above."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    _write(repo, _project_files("base") | {".github/workflows/perf-gate.yml": "# the base's\n"})
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "B0")
-    _git(repo, "checkout", "-qb", "pr")
-    _write(repo, {".github/workflows/perf-gate.yml": "# --factor 1.5\n"})
-    _git(repo, "commit", "-qam", "pr")
-    _git(repo, "checkout", "-q", "--detach", "main")
-    _git(repo, "merge", "-q", "--no-ff", "-m", "merge", "pr")
+    workflow = ".github/workflows/perf-gate.yml"
+    repo = _one_pr_merged(tmp_path, {workflow: "# the base's\n"}, {workflow: "# --factor 1.5\n"})
     steps, records = _run_job("perf-gate.yml", "asv-continuous", repo, tmp_path)
     printed = [line for p in steps for line in p.stdout.splitlines() if line.startswith("gate files changed")]
     assert printed == ["gate files changed by this PR: .github/workflows/perf-gate.yml; judged with the base's"], _ran(steps)
