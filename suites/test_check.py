@@ -211,3 +211,82 @@ def test_every_policy_row_bounds_the_bias():
     from harness.verify.check import default_policy
 
     assert all(t.max_bias <= 1e-3 for t in default_policy().values())
+
+
+# --- each check at its own boundary (a hand mutation audit: a 10x looser tolerance, a NaN or one-request LSE, the
+# bitwise tier's LSE bits and the agreement check all went unnoticed by every test) ---------------------------------
+
+WIDE = Tolerance(atol=1.0, rtol=1.0, max_norm_rel=1.0, lse_atol=1.0)  # every other check passes what one test plants
+
+
+@pytest.mark.parametrize("scale, status", [(2.0, Status.FAIL), (0.5, Status.PASS)])
+@pytest.mark.parametrize("gold_value", [4.0, 0.0])  # rtol's share and atol's alone
+def test_one_element_just_outside_its_tolerance_fails_and_just_inside_passes(scale, status, gold_value):
+    out, lse = _gold()
+    out[1, 2, 3] = gold_value
+    o = out.clone()
+    o[1, 2, 3] += scale * (TOL.atol + TOL.rtol * abs(gold_value))
+    v = check_against_golden(o, lse, out, lse, Tolerance(TOL.atol, TOL.rtol, max_norm_rel=1.0, lse_atol=TOL.lse_atol))
+    assert v.status == status and v.stats.mismatches == (status == Status.FAIL), v.reason
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_lse_fails_with_exact_outputs(bad):
+    out, lse = _gold()
+    bent = lse.clone()
+    bent[1, 3] = bad
+    v = check_against_golden(out, bent, out, lse, WIDE)
+    assert v.status == Status.FAIL and "LSE" in v.reason
+    assert check_against_golden(out, lse.clone(), out, lse, WIDE).passed  # twin
+
+
+@pytest.mark.parametrize("scale, status", [(2.0, Status.FAIL), (0.5, Status.PASS)])
+def test_one_requests_lse_beyond_its_tolerance_fails(scale, status):
+    out, lse = _gold()
+    bent = lse.clone()
+    bent[-1, -1] += scale * TOL.lse_atol
+    assert check_against_golden(out, bent, out, lse, Tolerance(1.0, 1.0, 1.0, TOL.lse_atol)).status == status
+
+
+def test_growth_fails_on_bias_as_shrinking_does():
+    out, lse = _gold()
+    tol = policy("stock", "torch")
+    v = check_against_golden(out * (1 + 3 * tol.max_bias), lse, out, lse, Tolerance(1.0, 1.0, 1.0, tol.lse_atol, tol.max_bias))
+    assert v.status == Status.FAIL and "biased +" in v.reason
+
+
+def test_bitwise_sees_one_ulp_of_the_lse():
+    out, lse = _gold()
+    a, bent = out.to(torch.bfloat16), lse.clone()
+    bent.view(torch.int32)[1, 7] += 1
+    assert not check_bitwise(a, bent, a.clone(), lse, "stock").passed
+    assert check_bitwise(a, lse.clone(), a.clone(), lse, "stock").passed  # twin
+
+
+def test_agreement_tolerance_is_the_triangle_inequalitys():
+    from harness.verify.check import agreement_tolerance
+
+    a, r = Tolerance(1e-3, 1e-2, 5e-3, 1e-4), Tolerance(2e-3, 2e-2, 4e-3, 3e-4)
+    t = agreement_tolerance(a, r)
+    assert math.isclose(t.atol, 3e-3 + 3e-2 * 2e-3 / 0.98) and math.isclose(t.rtol, 3e-2 / 0.98)
+    assert math.isclose(t.max_norm_rel, 9e-3 / 0.996) and math.isclose(t.lse_atol, 4e-4)
+
+
+@pytest.mark.parametrize("scale, status", [(2.0, Status.FAIL), (0.5, Status.PASS)])
+def test_agreement_fails_beyond_each_of_its_bounds_and_passes_within(scale, status):
+    """One element, a uniform scale (norm) and one request's LSE, each at twice or half its bound of the reference."""
+    from harness.verify.check import check_agreement
+
+    ref, lse = _gold()
+    ref[0, 1, 2] = 0.0
+    tol = Tolerance(1e-3, 1e-2, 5e-3, 1e-4)
+    one = ref.clone()
+    one[0, 1, 2] += scale * tol.atol
+    scaled = ref * (1 + scale * tol.max_norm_rel)
+    bent = lse.clone()
+    bent[1, 4] += scale * tol.lse_atol
+    for out, l_, t, words in ((one, lse, Tolerance(tol.atol, 0.0, 1.0, 1.0), "elements outside"),
+                              (scaled, lse, Tolerance(1.0, 1.0, tol.max_norm_rel, 1.0), "norm-relative"),
+                              (ref, bent, Tolerance(1.0, 1.0, 1.0, tol.lse_atol), "(request 1)")):
+        v = check_agreement(out, l_, ref, lse, t, "stock")
+        assert v.status == status and (status == Status.PASS or words in v.reason), (words, v.reason)

@@ -274,3 +274,12 @@ def test_non_finite_samples_are_never_judged_unchanged(where, bad):
     bad_side = [bad, *good[1:]]
     d = decide(bad_side, good, "lower", TOLERANCE) if where == "base" else decide(good, bad_side, "lower", TOLERANCE)
     assert d.status == INCONCLUSIVE and "non-finite" in d.note
+
+
+@pytest.mark.parametrize("base", [[0.0, 1, 1, 1, 1], [-1.0, 1, 1, 1, 1]])
+def test_non_positive_samples_are_inconclusive_never_judged(base):
+    """decide() takes log ratios: a zero or negative sample has none (the readers refuse such files first; this is the
+    rule's own guard, which no test held). Twin: positive samples are judged."""
+    decision = decide(np.array(base), np.ones(5) * 1.5, "lower", 0.1)
+    assert (decision.status, decision.note) == (INCONCLUSIVE, "non-positive samples: no ratio")
+    assert decide(np.ones(5), np.ones(5) * 1.5, "lower", 0.1).status == REGRESSED

@@ -1,11 +1,13 @@
 """Golden files: verify passes as committed; tampering, corruption and drift are caught; refresh never silently overwrites."""
 
 import json
+import math
 import os
 import shutil
 from dataclasses import replace
 
 import pytest
+import torch
 
 from harness.errors import HarnessError
 from harness.inputs.cases import GOLDEN_DIR, golden_case_names, load_case
@@ -104,6 +106,23 @@ def test_tampered_values_with_fixed_hash_are_caught_by_recompute(golden_copy):
     reloaded = golden.load(CASE, golden_copy)
     changes = golden.differences(reloaded, golden.compute(load_case(CASE)))
     assert any(c.startswith(key) for c in changes)
+
+
+@pytest.mark.parametrize("ulps, changed", [(10, True), (1, False)])
+def test_recompute_sees_ten_ulps_of_one_fp32_output_and_allows_one(golden_copy, ulps, changed):
+    """The float64 reference stored as fp32 is recomputed within RECOMPUTE_RTOL (about 2 ulps): a golden re-signed from
+    a reference 10 ulps off (an fp32 reference's error) is a change; 1 ulp (the documented allowance) is not. A 100x
+    looser RECOMPUTE_RTOL passed every test, whose tampering was 4,000x the allowance."""
+    stored = golden.load(CASE, golden_copy)
+    key = "s3.l1.out_fp32"
+    value = stored.tensors[key][0, 0, 0]
+    bent = value
+    for _ in range(ulps):
+        bent = torch.nextafter(bent, torch.tensor(math.inf))
+    stored.tensors[key][0, 0, 0] = bent
+    golden.write(stored, CASE, golden_copy)
+    changes = golden.differences(golden.load(CASE, golden_copy), golden.compute(load_case(CASE)))
+    assert any(c.startswith(key) for c in changes) == changed, changes
 
 
 @pytest.mark.parametrize("name", ["s0.l0.out_bf16", "s0.l0.out_fp32", "s0.l1.out_bf16", "s0.l1.out_fp32"])

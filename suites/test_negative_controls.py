@@ -112,6 +112,9 @@ def test_fault_targets_decide_what_can_fire_and_what_did():
     with pytest.raises(HarnessError, match="did not fire .*fused_fp8 pass"):  # one target that ran stayed green
         did_not_fire({Fault.SCALE_ERROR}, [result("native_fp8", "fail"), result("fused_fp8", "pass")])
     did_not_fire({Fault.NAN_IN_POOL}, [result("stock", "fail"), result("shadow", "pass")])  # shared inputs: any red
+    with pytest.raises(HarnessError, match="did not fire .*gather_cast unsupported"):  # its only target never ran
+        did_not_fire({Fault.REMAP_OFF_BY_ONE}, [result("stock", "pass"), result("gather_cast", "unsupported")])
+    did_not_fire({Fault.REMAP_OFF_BY_ONE}, [result("stock", "pass"), result("gather_cast", "fail")])  # its twin
 
 
 def test_a_fault_the_scenario_can_fire_is_not_refused():
