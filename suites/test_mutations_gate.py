@@ -308,7 +308,7 @@ MUTATIONS = [
     ("asv-inconclusive-fail-ignored", "ci/asv_gate.py", 'if unsure and inconclusive == "fail":', "if False:",
      [f"{ASV}::test_an_inconclusive_benchmark_is_loud_and_fails_only_when_asked"]),
     ("asv-rule-informational-judged", "ci/asv_gate.py",
-     'if metric is not None and not (metric.gates("cuda") and metric.better in ("lower", "higher")):', "if False:",
+     "if not _ruled_metric(name):", "if False:",
      [f"{ASV}::test_a_slowdown_asv_called_unchanged_fails_by_the_harness_rule"]),
 ]
 
