@@ -147,12 +147,30 @@ def test_slots_and_layers_are_part_of_the_case(tmp_path, capsys, a):
     _one_error_line(err, "case.slots", "20000", "16384")
 
 
-def test_a_row_of_another_case_than_its_file_is_bad_input(a, tmp_path, capsys):
+@pytest.mark.parametrize("field, other", [("scenario", "b1-l4096"), ("preset", "deepseek-v3-tp8"), ("scale", "prod"),
+                                          ("backend", "flashinfer")])
+def test_a_row_of_another_case_than_its_file_is_bad_input(a, tmp_path, capsys, field, other):
+    """Every case field a row repeats (a mutation skipping `backend` passed the scenario-only test); twin: the file
+    as written compares."""
     head = copy.deepcopy(a)
-    head["rows"][3]["scenario"] = "b1-l4096"
+    assert head["rows"][3][field] != other
+    head["rows"][3][field] = other
     code, _, err = _compare(tmp_path, a, head, capsys)
     assert code == 2
-    _one_error_line(err, "rows[3].scenario", "case.scenario")
+    _one_error_line(err, f"rows[3].{field}", f"case.{field}")
+    assert _compare(tmp_path, a, copy.deepcopy(a), capsys)[0] != 2
+
+
+def test_a_verdict_with_more_mismatches_than_elements_is_bad_input(a, tmp_path, capsys):
+    """A verdict's statistics that cannot be (5 mismatches of 3 elements) are refused naming the field; twin: 3 of 3."""
+    head = copy.deepcopy(a)
+    row = next(r for r in head["rows"] if r["metric"] == "verdict" and (r.get("detail") or {}).get("stats"))
+    row["detail"]["stats"].update(mismatches=5, total=3)
+    code, _, err = _compare(tmp_path, a, head, capsys)
+    assert code == 2
+    _one_error_line(err, "detail.stats.mismatches", "more than total 3")
+    row["detail"]["stats"].update(mismatches=3, total=3)
+    assert _compare(tmp_path, a, head, capsys)[0] != 2
 
 
 def test_tpot_json_carries_its_case(tmp_path):
