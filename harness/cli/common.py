@@ -127,8 +127,9 @@ def case_from(args, device, console: Console | None = None, pool: bool = True):
                           markup=False)
     case = Case(preset, scale, scenario)
     row_bytes = case.num_layers * preset.row_width
-    host_per_slot = row_bytes * (device.type == "cpu" and pool) + HOST_MEMORY_PER_SLOT
-    what = "pool and free list in host memory" if device.type == "cpu" and pool else "free list in host memory"
+    host_pool = device.type == "cpu" and pool  # a CPU pool lives in host memory beside the free list
+    host_per_slot = row_bytes * host_pool + HOST_MEMORY_PER_SLOT
+    what = "pool and free list in host memory" if host_pool else "free list in host memory"
     MemoryPlan(((what, host_per_slot * scale.slots),), host_per_slot, scale.slots).check(torch.device("cpu"), needed=needed)
     if pool:
         MemoryPlan((("fp8 pool", row_bytes * scale.slots),), row_bytes, scale.slots).check(device, needed=needed)

@@ -34,8 +34,8 @@ def command(args, console: Console) -> int:
     repeats = args.repeats if args.repeats is not None else (40 if device.type == "cuda" else 5)
     check_repeats("--repeats", repeats, 0)
     faults = parse_faults(args.plant_fault)
-    case = case_from(args, device, console)
     refuse_idle_force(args.force, ("--json", args.json), ("--dump-outputs", args.dump_outputs))
+    case = case_from(args, device, console)
     dumps = [args.dump_outputs / f"{case.name}.{name}.safetensors" for name in dict.fromkeys((BASELINE, *strategies))] if args.dump_outputs else []
     refuse_clobbering([("--json", args.json), ("--dump-outputs", args.dump_outputs), *(("--dump-outputs", d) for d in dumps)], inputs_of(case))
     if args.json and os.path.realpath(args.json) in {os.path.realpath(p) for p in (args.dump_outputs, *dumps) if p}:
