@@ -2,6 +2,7 @@
 
 import math
 
+import msgspec
 import pytest
 import torch
 
@@ -179,6 +180,14 @@ def test_an_output_of_the_wrong_shape_fails_as_a_shape_even_with_a_right_lse():
     assert v.status == Status.FAIL and "shape" in v.reason
 
 
+def test_an_lse_of_the_wrong_shape_fails_as_a_shape_even_where_it_would_broadcast_to_equal_values():
+    out, lse = _gold()
+    gold_lse = lse[:, :1].expand(-1, 8).contiguous()  # every head's LSE equal to the one column the run returns
+    v = check_against_golden(out, lse[:, :1], out, gold_lse, TOL)
+    assert v.status == Status.FAIL and "shape" in v.reason
+    assert check_against_golden(out, gold_lse, out, gold_lse, TOL).passed  # its twin: the whole LSE
+
+
 def test_merged_statistics_keep_the_worst_relative_and_norm_errors():
     from harness.results.schema import ErrorStats
     from harness.verify.check import merge_stats
@@ -187,6 +196,9 @@ def test_merged_statistics_keep_the_worst_relative_and_norm_errors():
     b = ErrorStats(max_abs=0.5, max_rel=0.3, norm_rel=0.02, mismatches=1, total=10, matched_ratio=0.9, worst_index=(1,), nonfinite=0)
     m = merge_stats([a, b])
     assert (m.max_abs, m.max_rel, m.norm_rel) == (1.0, 0.3, 0.02)
+    assert m.nonfinite == 0
+    nan_a, nan_b = msgspec.structs.replace(a, nonfinite=1), msgspec.structs.replace(b, nonfinite=2)
+    assert merge_stats([nan_a, nan_b]).nonfinite == 3  # every tensor's non-finite outputs counted, not the worst one's
 
 
 def test_rounding_toward_zero_fails_on_bias_where_every_other_check_passes():

@@ -56,6 +56,16 @@ MUTATIONS = [
     ("baseline-only-for-the-bitwise-tier", "harness/api.py", "    if BASELINE not in wanted:",
      '    if BASELINE not in wanted and any(REGISTRY[n].tier == "bitwise" for n in wanted):',
      ["suites/test_negative_controls.py::test_fault_fails_the_checker"]),
+    # the mutation audit's survivors, now each held by a test
+    ("lse-shape-not-checked", "harness/verify/check.py",
+     "if out.shape != gold_out.shape or lse.shape != gold_lse.shape:", "if out.shape != gold_out.shape:",
+     ["suites/test_check.py::test_an_lse_of_the_wrong_shape_fails_as_a_shape_even_where_it_would_broadcast_to_equal_values"]),
+    ("merged-nonfinite-of-the-worst-only", "harness/verify/check.py",
+     "nonfinite=sum(s.nonfinite for s in all_stats),", "nonfinite=worst.nonfinite,",
+     ["suites/test_check.py::test_merged_statistics_keep_the_worst_relative_and_norm_errors"]),
+    ("nan-in-pool-on-an-unchecked-request-accepted", "harness/verify/negative_controls.py",
+     "if first not in case.checked_request_ids():", "if False:",
+     ["suites/test_negative_controls.py::test_a_nan_in_a_pool_row_no_golden_checks_is_refused_before_the_run"]),
 ]
 
 

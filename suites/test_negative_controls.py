@@ -129,6 +129,20 @@ def test_a_fault_the_scenario_can_fire_is_not_refused():
     cannot_fire({Fault.NAN_IN_POOL}, ("stock",), load_case("glm5-tp8.ci.b1-l500"))
 
 
+def test_a_nan_in_a_pool_row_no_golden_checks_is_refused_before_the_run():
+    """NaN-in-pool poisons the first request of step 0; where the golden does not store that request (prod b32 checks
+    8 of 32), no check could see it, so the run is refused up front. b1-l500 above is its twin."""
+    from harness.errors import HarnessError
+    from harness.inputs.cases import load_case
+    from harness.spec.faults import Fault
+    from harness.verify.negative_controls import cannot_fire
+
+    case = load_case("glm5-tp8.prod.b32-l4096")
+    assert case.schedule().steps[0].request_ids[0] not in case.checked_request_ids()
+    with pytest.raises(HarnessError, match="nan-in-pool poisons request 0, which glm5-tp8.prod.b32-l4096 does not check"):
+        cannot_fire({Fault.NAN_IN_POOL}, ("stock",), case)
+
+
 def _lse_errors(outputs, gold):
     """The largest |LSE - golden LSE| of each checked (step, layer)."""
     errs = []
