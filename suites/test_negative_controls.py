@@ -120,7 +120,6 @@ def test_fault_targets_decide_what_can_fire_and_what_did():
 def test_a_fault_the_scenario_can_fire_is_not_refused():
     """The documented control: stale-after-reuse on multistep-reuse (slot reuse after step 0 only) runs."""
     from harness.inputs.cases import load_case
-    from harness.spec.faults import Fault
     from harness.verify.negative_controls import cannot_fire
 
     case = load_case("glm5-tp8.ci.multistep-reuse")
@@ -134,7 +133,6 @@ def test_a_nan_in_a_pool_row_no_golden_checks_is_refused_before_the_run():
     8 of 32), no check could see it, so the run is refused up front. b1-l500 above is its twin."""
     from harness.errors import HarnessError
     from harness.inputs.cases import load_case
-    from harness.spec.faults import Fault
     from harness.verify.negative_controls import cannot_fire
 
     case = load_case("glm5-tp8.prod.b32-l4096")
